@@ -1,0 +1,48 @@
+# AltGrad: two commands do all set-up on a fresh machine.
+#   make run    — the main job: papermill sweep of every notebook over params/ (profile cpu) -> outputs/
+#   make test   — the test suite: unit/oracle/property/compile tests + nbval on the committed notebooks
+# Both create .venv and install what they need first (idempotent: re-running skips installed steps).
+PYTHON    ?= python3
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+PROFILE   ?= cpu
+STAMP     := $(VENV)/.altgrad-installed
+# The CPU wheel of torch lies on local disk; asking for it first keeps pip from pulling a 5 GB CUDA build.
+TORCH_PIN := torch==2.13.0
+WHISPER   := openai-whisper==20250625
+
+export HF_HUB_OFFLINE=1
+export HF_DATASETS_OFFLINE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+NOTEBOOKS := notebooks/01_formats.ipynb notebooks/02_bf16_baseline.ipynb notebooks/03_fp8_baseline.ipynb
+NBVAL     := --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
+
+.PHONY: setup run test lab bench clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	# gpt2.tiktoken (official GPT-2 BPE ranks) ships inside openai-whisper; its heavy deps are not needed.
+	$(PY) -m pip install -q --no-deps $(WHISPER)
+	touch $@
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m altgrad_lib.sweep --profile $(PROFILE)
+
+test: $(STAMP)
+	$(PY) -m pytest tests $(NBVAL) $(NOTEBOOKS)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+bench: $(STAMP)
+	$(PY) bench/quantize.py
+	$(PY) bench/train_step.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,171 @@
+"""Real-dtype FP8 backends for E4M3/E5M2 linears: torchao float8 training and a hand-written `torch._scaled_mm` path.
+
+These are the peers the simulator (`surgery.QuantizedLinear`, backend "sim") is checked against:
+
+- backend "torchao":   `torchao.float8.convert_to_float8_training` with per-tensor dynamic ("current") scaling,
+  cast targets taken from the policy (E4M3 X/W, E5M2 dY for fp8_hybrid).
+- backend "scaled_mm": `ScaledMMLinear`, whose autograd.Function casts X and W to torch.float8_e4m3fn with
+  per-tensor scales and calls `torch._scaled_mm` for Y = X·Wᵀ; in backward dY is cast once to float8_e5m2 and
+  `_scaled_mm` computes both dX = dY·W and dW = dYᵀ·X.
+
+On a GPU with FP8 tensor cores (H100/MI300/RTX 40xx) these are the real hardware paths. On CPU (this repo's CI)
+`torch._scaled_mm` is an emulation in fp32, so they are numerically faithful but slow. Only the two hardware
+formats are supported; exotic formats (E3M4, E2M1, ...) need backend="sim".
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+HW_BACKENDS = ("torchao", "scaled_mm")
+HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
+GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 16
+
+
+# ----------------------------------------------------------------------------- validation
+
+def hw_dtype(spec, backend: str, role: str, fqn: str) -> torch.dtype:
+    """torch float8 dtype for a QuantSpec, or a clear error when the hardware cannot do what the spec asks."""
+    hint = (f"backend {backend!r} supports only E4M3/E5M2 forward and E5M2 grads with current per-tensor "
+            f"scaling and round-to-nearest; use backend='sim'")
+    if spec is None:
+        raise ValueError(f"{fqn}.{role}: high precision operand inside an FP8 GEMM is not possible; {hint}")
+    fmt = spec.fmt
+    dtype = HW_DTYPES.get(fmt.name)
+    # the torch dtype must have the very same grid (E4M3 here is the "fn" variant: max 448, no inf)
+    if dtype is None or float(torch.finfo(dtype).max) != float(fmt.max):
+        raise ValueError(f"{fqn}.{role}: format {fmt.short_str()} not supported; {hint}")
+    if role == "grad_output" and fmt.name != "E5M2":
+        raise ValueError(f"{fqn}.{role}: grads must be E5M2, got {fmt.short_str()}; {hint}")
+    if spec.scaling.kind != "current" or spec.scaling.pow2 or spec.scaling.margin != 0:
+        raise ValueError(f"{fqn}.{role}: scaling {spec.scaling.short_str()} not supported; {hint}")
+    if spec.rounding != "nearest" or not spec.saturate:
+        raise ValueError(f"{fqn}.{role}: rounding={spec.rounding!r} saturate={spec.saturate} not supported; {hint}")
+    return dtype
+
+
+def check_hw_layer(backend: str, layer_spec, fqn: str, linear: nn.Linear) -> tuple[torch.dtype, ...]:
+    """Validate one Linear for a hardware backend; returns (x_dtype, w_dtype, g_dtype)."""
+    if backend not in HW_BACKENDS:
+        raise ValueError(f"unknown hardware backend {backend!r}; valid choices: {HW_BACKENDS}")
+    dtypes = tuple(hw_dtype(getattr(layer_spec, r), backend, r, fqn) for r in ("input", "weight", "grad_output"))
+    if linear.in_features % GEMM_MULTIPLE or linear.out_features % GEMM_MULTIPLE:
+        raise ValueError(
+            f"{fqn}: shape (out={linear.out_features}, in={linear.in_features}) must be multiples of "
+            f"{GEMM_MULTIPLE} for FP8 GEMMs on backend {backend!r}; keep this layer high precision "
+            f"(policy layer -> null) or use backend='sim'"
+        )
+    return dtypes
+
+
+# ----------------------------------------------------------------------------- torch._scaled_mm path
+
+def _to_fp8(x_hp: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor current scaling: x_fp8 = sat(x * s) with s = fp8_max / amax(x); returns (x_fp8, 1/s)."""
+    fp8_max = torch.finfo(dtype).max
+    amax = x_hp.detach().abs().amax().float().clamp(min=1e-12)   # eps: an all-zero tensor gets a finite scale
+    scale = fp8_max / amax
+    x_fp8 = (x_hp.float() * scale).clamp(-fp8_max, fp8_max).to(dtype)  # clamp = saturate (e4m3fn has no inf)
+    return x_fp8, scale.reciprocal()
+
+
+def _col_major(t: torch.Tensor) -> torch.Tensor:
+    # _scaled_mm wants its second operand column-major (CUDA requires it; CPU accepts either)
+    return t.t().contiguous().t()
+
+
+class _ScaledMMFunc(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x_hp, w_hp, x_dtype, w_dtype, g_dtype):
+        lead = x_hp.shape[:-1]
+        x2_hp = x_hp.reshape(-1, x_hp.shape[-1])                                  # (M, K)
+        x_fp8, x_inv_s = _to_fp8(x2_hp, x_dtype)
+        w_fp8, w_inv_s = _to_fp8(w_hp, w_dtype)                                  # (N, K)
+        y = torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_inv_s, scale_b=w_inv_s,
+                             out_dtype=x_hp.dtype)                                # (M, N)
+        ctx.save_for_backward(x_fp8, x_inv_s, w_fp8, w_inv_s)
+        ctx.g_dtype, ctx.out_dtype, ctx.lead = g_dtype, x_hp.dtype, lead
+        return y.reshape(*lead, w_hp.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_y_hp):
+        x_fp8, x_inv_s, w_fp8, w_inv_s = ctx.saved_tensors
+        g2_hp = grad_y_hp.reshape(-1, grad_y_hp.shape[-1])                       # (M, N)
+        g_fp8, g_inv_s = _to_fp8(g2_hp, ctx.g_dtype)                             # one cast feeds both GEMMs
+        # dX = dY · W : (M, N) @ (N, K)
+        grad_x = torch._scaled_mm(g_fp8, _col_major(w_fp8), scale_a=g_inv_s, scale_b=w_inv_s,
+                                  out_dtype=ctx.out_dtype)
+        # dW = dYᵀ · X : (N, M) @ (M, K); the transposed dY is made row-major as the first operand must be
+        grad_w = torch._scaled_mm(g_fp8.t().contiguous(), _col_major(x_fp8), scale_a=g_inv_s, scale_b=x_inv_s,
+                                  out_dtype=ctx.out_dtype)
+        return grad_x.reshape(*ctx.lead, -1), grad_w, None, None, None
+
+
+class ScaledMMLinear(nn.Linear):
+    """nn.Linear whose GEMMs run in FP8 through `torch._scaled_mm` (real FP8 on GPU, emulated on CPU).
+
+    Bias is added in high precision and its gradient uses the unquantized dY (as torchao does)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, layer_spec=None,
+                 layer_class: str = "", device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.layer_spec = layer_spec
+        self.layer_class = layer_class
+        self.x_dtype, self.w_dtype, self.g_dtype = check_hw_layer("scaled_mm", layer_spec, layer_class, self)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, layer_spec, layer_class: str = "", fqn: str = "") -> "ScaledMMLinear":
+        check_hw_layer("scaled_mm", layer_spec, fqn or layer_class, linear)
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                  layer_spec=layer_spec, layer_class=layer_class, device="meta")
+        new.weight = linear.weight  # same Parameter object: keeps weight tying and optimizer references
+        new.bias = linear.bias
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = _ScaledMMFunc.apply(x, self.weight, self.x_dtype, self.w_dtype, self.g_dtype)  # (..., N)
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        names = {v: k.lower() for k, v in HW_DTYPES.items()}
+        return (f"{super().extra_repr()}, {self.layer_class}, "
+                f"x:{names[self.x_dtype]} w:{names[self.w_dtype]} g:{names[self.g_dtype]} (_scaled_mm)")
+
+
+# ----------------------------------------------------------------------------- torchao path
+
+def torchao_config(layer_spec, fqn: str = "", linear: nn.Linear | None = None):
+    """Float8LinearConfig matching a LayerSpec (dynamic tensorwise scaling, dtypes from the spec).
+
+    The default (non-emulated) config works on CPU here: torchao then calls torch._scaled_mm, which CPU
+    emulates; `emulate=True` would dequantize and matmul in fp32 instead (same numerics, no FP8 GEMM)."""
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.config import CastConfig
+
+    if linear is not None:
+        x_dtype, w_dtype, g_dtype = check_hw_layer("torchao", layer_spec, fqn, linear)
+    else:
+        x_dtype, w_dtype, g_dtype = (hw_dtype(getattr(layer_spec, r), "torchao", r, fqn)
+                                     for r in ("input", "weight", "grad_output"))
+    return Float8LinearConfig(
+        cast_config_input=CastConfig(target_dtype=x_dtype),
+        cast_config_weight=CastConfig(target_dtype=w_dtype),
+        cast_config_grad_output=CastConfig(target_dtype=g_dtype),
+    )
+
+
+def convert_torchao(model: nn.Module, layer_specs: dict[str, object]) -> None:
+    """Swap the Linears named in `layer_specs` (fqn -> LayerSpec) for torchao Float8Linear, in place."""
+    from torchao.float8 import convert_to_float8_training
+
+    modules = dict(model.named_modules())
+    groups: dict[tuple, list[str]] = {}
+    for fqn, spec in layer_specs.items():
+        check_hw_layer("torchao", spec, fqn, modules[fqn])
+        key = tuple(hw_dtype(getattr(spec, r), "torchao", r, fqn) for r in ("input", "weight", "grad_output"))
+        groups.setdefault(key, []).append(fqn)
+    # one conversion call per distinct config; module_filter_fn selects exactly the requested fqns
+    for fqns in groups.values():
+        wanted = set(fqns)
+        config = torchao_config(layer_specs[fqns[0]], fqns[0])
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn in wanted)

@@ -1,0 +1,197 @@
+"""Figures for the notebooks: each function takes a table from `analysis.py` and returns a Figure.
+
+Conventions: labelled axes with units, log scales where magnitudes span binades, the format in the
+title, subnormal region shaded grey, modest size (8, 4) and dpi (set by `setup`) so committed
+notebooks stay small.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from altgrad_lib.formats import FloatFormat, get_format
+
+FIGSIZE = (8, 4)
+SUBNORMAL_STYLE = dict(color="0.85", zorder=0, label="subnormal")
+
+
+def setup(dpi: int = 80) -> None:
+    """Notebook-wide style: small PNGs, grid, readable fonts."""
+    plt.rcParams.update({"figure.dpi": dpi, "savefig.dpi": dpi, "figure.figsize": FIGSIZE,
+                         "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
+                         "axes.spines.top": False, "axes.spines.right": False})
+
+
+def _shade_subnormal(ax, fmt: FloatFormat, lo: float) -> None:
+    if fmt.min_subnormal < fmt.min_normal:  # only formats with subnormals have a region to shade
+        ax.axvspan(lo, fmt.min_normal, **SUBNORMAL_STYLE)
+
+
+def format_grid(fmt: FloatFormat | str, binades: pd.DataFrame) -> Figure:
+    """Top: every positive value on a log axis. Bottom: values per binade (precision per octave)."""
+    f = get_format(fmt)
+    v = f.values().double().numpy()
+    v = v[v > 0]
+    fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True, height_ratios=(1, 2))
+    ax0.vlines(v, 0, 1, lw=0.6, color="C0")
+    _shade_subnormal(ax0, f, v[0] / 2)
+    ax0.set_xscale("log", base=2)
+    ax0.set_yticks([])
+    ax0.set_title(f"{f.name} ({f.short_str()}): {len(v)} positive values, "
+                  f"{v[0]:.3g} … {v[-1]:.4g}")
+    ax0.legend(loc="upper left", fontsize=8) if f.min_subnormal < f.min_normal else None
+    ax1.bar(binades.lo, binades.n_values, width=binades.lo, align="edge",
+            color=["0.6" if r == "subnormal" else "C0" for r in binades.region], edgecolor="white")
+    ax1.set_xscale("log", base=2)
+    ax1.set_xlabel("|value| (log2 scale)")
+    ax1.set_ylabel("values per binade")
+    ax1.set_xlim(v[0] / 2, v[-1] * 2)
+    fig.tight_layout()
+    return fig
+
+
+def rounding_error(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
+    """Relative error of RNE and one SR draw vs magnitude, with the unit roundoff 2^-(m+1)."""
+    f = get_format(fmt)
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    floor = 2.0 ** -(f.mbits + 12)  # exact or near-exact hits drawn at the bottom instead of vanishing
+    ax.scatter(df.x, df.rel_err_sr.clip(lower=floor), s=2, alpha=0.3, color="C1", label="stochastic (1 draw)")
+    ax.scatter(df.x, df.rel_err_rne.clip(lower=floor), s=2, alpha=0.5, color="C0", label="nearest-even")
+    ax.axhline(2.0 ** -(f.mbits + 1), color="k", ls="--", lw=1, label=f"$2^{{-{f.mbits + 1}}}$ unit roundoff")
+    _shade_subnormal(ax, f, df.x.min())
+    ax.axvline(f.max, color="C3", lw=1, label="max")
+    ax.set(xscale="log", yscale="log", xlabel="|x| (log scale)", ylabel="relative error |Q(x)-x| / |x|",
+           title=f"{f.name}: relative rounding error vs magnitude")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(floor / 2, 4)
+    ax.legend(loc="lower left", fontsize=8, markerscale=4, framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+def ulp_stiffness(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
+    """Left: ULP up/down at each grid value. Right: stiffness ulp/|w|, the smallest relative move."""
+    f = get_format(fmt)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE)
+    for ax, cols, ylabel in ((ax0, ("ulp_up", "ulp_down"), "ULP (absolute spacing)"),
+                             (ax1, ("stiffness_up", "stiffness_down"), "stiffness = ULP / |w|")):
+        ax.step(df.w, df[cols[0]], where="post", color="C0", label="up (away from 0)")
+        ax.step(df.w, df[cols[1]], where="post", color="C1", ls="--", label="down (toward 0)")
+        _shade_subnormal(ax, f, df.w.min())
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set(xlabel="|w| on the grid (log2)", ylabel=ylabel)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{f.name}: grid spacing and stiffness (subnormals shaded)")
+    fig.tight_layout()
+    return fig
+
+
+def sr_bias(df: pd.DataFrame, fmt: FloatFormat | str, n_samples: int) -> Figure:
+    """Monte Carlo SR bias in standard errors (should be inside ±3) and variance vs ulp² p(1-p)."""
+    f = get_format(fmt)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE)
+    idx = np.arange(len(df))
+    colors = {a: f"C{i}" for i, a in enumerate(df.anchor.unique())}
+    ax0.bar(idx, df.bias_z, color=[colors[a] for a in df.anchor])
+    ax0.axhspan(-3, 3, color="0.9", zorder=0, label="±3σ")
+    ax0.set(xlabel="probe point (grouped by binade)", ylabel="bias / standard error",
+            title=f"bias, {n_samples} draws per point")
+    ax0.legend(fontsize=8)
+    for a, c in colors.items():
+        d = df[df.anchor == a]
+        ax1.plot(d.frac, d["var"] / (d.hi - d.lo) ** 2, "o", color=c, label=a)
+    p = np.linspace(0, 1, 101)
+    ax1.plot(p, p * (1 - p), "k--", lw=1, label="p(1-p)")
+    ax1.set(xlabel="p = (x - lo) / ulp", ylabel="Var[Q(x)] / ulp²", title="variance")
+    ax1.legend(fontsize=8)
+    fig.suptitle(f"{f.name}: stochastic rounding is unbiased with Bernoulli variance")
+    fig.tight_layout()
+    return fig
+
+
+def format_tradeoff(summary: pd.DataFrame, x: str, y: str, label: str = "format",
+                    highlight: str | None = None, color_by: str = "bits") -> Figure:
+    """Scatter of two summary-table columns (e.g. dynamic range vs values per binade), one dot per format.
+
+    Formats that land on (almost) the same point share one label, so E4M3's variants stay readable.
+    """
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    groups = sorted(summary[color_by].unique()) if color_by in summary else [None]
+    for i, g in enumerate(groups):
+        d = summary if g is None else summary[summary[color_by] == g]
+        ax.scatter(d[x], d[y], s=30, color=f"C{i}", zorder=3, label=None if g is None else f"{g} {color_by}")
+    if highlight is not None and (summary[label] == highlight).any():
+        h = summary[summary[label] == highlight]
+        ax.scatter(h[x], h[y], s=120, facecolors="none", edgecolors="C3", lw=2, zorder=4, label=highlight)
+    for yv, d in summary.sort_values(x).groupby(y):
+        cluster: list = []
+        for r in [row for _, row in d.iterrows()] + [None]:
+            if cluster and (r is None or r[x] - cluster[-1][x] > 2.0):  # within 2 binades: one label
+                xs = np.mean([c[x] for c in cluster])
+                ax.annotate(", ".join(str(c[label]) for c in cluster), (xs, yv), textcoords="offset points",
+                            xytext=(4, 5), fontsize=7)
+                cluster = []
+            if r is not None:
+                cluster.append(r)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel=f"{x} (log2)", ylabel=f"{y} (log2)", title="range vs precision across formats")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str = "loss",
+                log_x: bool = False) -> Figure:
+    """Train (thin) and val (markers) cross-entropy per run; dashed line = unigram entropy."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    for i, (label, d) in enumerate(losses.groupby("label", sort=False)):
+        tr, va = d[d.split == "train"], d[d.split == "val"]
+        if len(tr):
+            ax.plot(tr.step, tr.loss, color=f"C{i}", lw=0.8, alpha=0.6, label=f"{label} train")
+        if len(va):
+            ax.plot(va.step, va.loss, "o-", color=f"C{i}", ms=3, label=f"{label} val")
+    if entropy is not None:
+        ax.axhline(entropy, color="k", ls="--", lw=1, label=f"unigram entropy {entropy:.2f}")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def sqnr_bars(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32",
+              cols: Iterable[str] = ("out_sqnr_db", "grad_in_sqnr_db", "grad_w_sqnr_db")) -> Figure:
+    """Grouped bars: SQNR (dB) of output, input grad and weight grad for every Linear, in depth order."""
+    cols = [c for c in cols if c in df.columns]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    idx = np.arange(len(df))
+    w = 0.8 / max(len(cols), 1)
+    finite = df[cols].replace([np.inf, -np.inf], np.nan)
+    for i, c in enumerate(cols):
+        ax.bar(idx + (i - (len(cols) - 1) / 2) * w, finite[c], width=w, label=c.replace("_sqnr_db", ""))
+    ax.set_xticks(idx, df.layer, rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="SQNR (dB, higher = closer to FP32)", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def bars(values: pd.Series, ylabel: str, title: str, fmt: str = "{:.0f}") -> Figure:
+    """Simple labelled bar chart (e.g. throughput per run)."""
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(values.index.astype(str), values.values, color=[f"C{i}" for i in range(len(values))])
+    for i, v in enumerate(values.values):
+        if not (isinstance(v, float) and math.isnan(v)):
+            ax.annotate(fmt.format(v), (i, v), ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel=ylabel, title=title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,264 @@
+"""Fake quantization: QuantSpec (what to simulate), fake_quant (differentiable, STE) and Quantizer (stateful).
+
+A fake-quantized tensor is `Q(x * s) / s` in the input dtype, where `s` comes from scaling.py and `Q` is the
+format's rounding (formats.py). Gradients use a straight-through estimator (STE):
+- "identity": dQ/dx = 1 everywhere;
+- "clipped":  dQ/dx = 1 where |x*s| <= fmt.max, 0 where the input saturated.
+
+One autograd.Function does scale -> quantize -> unscale and saves only the saturation mask (clipped STE) or
+nothing (identity STE). Everything is free of host syncs; counters live in buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from altgrad_lib.formats import ROUNDING_MODES, FloatFormat, get_format
+from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
+
+STE_MODES = ("identity", "clipped")
+_ROUND_TAG = {"nearest": "rne", "stochastic": "sr", "toward_zero": "rz"}
+
+
+def _choice_error(field: str, value: Any, choices) -> ValueError:
+    return ValueError(f"{field}={value!r} is invalid; valid choices: {', '.join(map(repr, choices))}")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """What one fake-quantization point simulates: format, scaling, rounding, saturation and STE."""
+
+    fmt: FloatFormat | str  # normalized to FloatFormat (a name or a dict of FloatFormat fields also work)
+    scaling: ScalingConfig = ScalingConfig()  # a dict or a kind string is normalized too
+    rounding: str = "nearest"  # formats.ROUNDING_MODES
+    saturate: bool = True  # clamp to +-fmt.max (otherwise overflow follows the format's specials)
+    ste: str = "identity"  # STE_MODES
+    sr_bits: int | None = None  # stochastic rounding: random bits (None = formats.py default)
+
+    def __post_init__(self) -> None:
+        fmt = self.fmt
+        if isinstance(fmt, dict):
+            fmt = FloatFormat(**fmt)
+        object.__setattr__(self, "fmt", get_format(fmt))
+        object.__setattr__(self, "scaling", ScalingConfig.from_dict(self.scaling))
+        if self.rounding not in ROUNDING_MODES:
+            raise _choice_error("rounding", self.rounding, ROUNDING_MODES)
+        if self.ste not in STE_MODES:
+            raise _choice_error("ste", self.ste, STE_MODES)
+        if not isinstance(self.saturate, bool):
+            raise ValueError(f"saturate={self.saturate!r} is invalid; valid choices: True, False")
+        if self.sr_bits is not None:
+            if isinstance(self.sr_bits, bool) or not isinstance(self.sr_bits, int) or self.sr_bits < 1:
+                raise ValueError(f"sr_bits={self.sr_bits!r} is invalid; valid: None or an int >= 1")
+            if self.rounding != "stochastic":
+                raise ValueError(
+                    f"sr_bits={self.sr_bits!r} only applies to rounding='stochastic' (got rounding={self.rounding!r})"
+                )
+
+    def short_str(self) -> str:
+        """e.g. "e4m3fn/cur/rne", "e5m2/dly16max-m0/sr8/clip"."""
+        rnd = _ROUND_TAG.get(self.rounding, self.rounding)
+        if self.sr_bits is not None:
+            rnd += str(self.sr_bits)
+        parts = [self.fmt.short_str(), self.scaling.short_str(), rnd]
+        if self.ste != "identity":
+            parts.append("clip")
+        if not self.saturate:
+            parts.append("nosat")
+        return "/".join(parts)
+
+    def to_dict(self) -> dict:
+        """Plain dict (YAML/JSON friendly); from_dict(to_dict()) == self."""
+        try:
+            fmt: Any = self.fmt.name if get_format(self.fmt.name) == self.fmt else asdict(self.fmt)
+        except (ValueError, KeyError):
+            fmt = asdict(self.fmt)  # custom format that its name does not reproduce
+        return {
+            "fmt": fmt,
+            "scaling": self.scaling.to_dict(),
+            "rounding": self.rounding,
+            "saturate": self.saturate,
+            "ste": self.ste,
+            "sr_bits": self.sr_bits,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict | str | QuantSpec) -> QuantSpec:
+        """From a YAML dict, e.g. {"fmt": "E5M2", "scaling": {"kind": "delayed"}, "rounding": "stochastic"}.
+
+        A bare string is a format name with default settings.
+        """
+        if isinstance(d, QuantSpec):
+            return d
+        if isinstance(d, (str, FloatFormat)):
+            return cls(fmt=d)
+        if not isinstance(d, dict):
+            raise TypeError(f"QuantSpec.from_dict expects a dict or str, got {type(d).__name__}")
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown QuantSpec key(s) {unknown}; valid keys: {', '.join(valid)}")
+        if "fmt" not in d:
+            raise ValueError(f"QuantSpec needs 'fmt'; valid keys: {', '.join(valid)}")
+        return cls(**d)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Numerics
+
+
+def _qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_stats: bool):
+    """Scale -> quantize -> unscale. Returns (y, saturation mask | None, n_saturated, n_underflow)."""
+    cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xs = x.detach().to(cdt) * s
+    q = spec.fmt.quantize(
+        xs, rounding=spec.rounding, saturate=spec.saturate, generator=generator, sr_bits=spec.sr_bits
+    )
+    y = (q / s).to(x.dtype)
+    over = xs.abs() > spec.fmt.max if (want_mask or want_stats) else None
+    if want_stats:
+        n_sat = over.sum()
+        n_under = ((xs != 0) & (q == 0)).sum()
+    else:
+        n_sat = n_under = None
+    return y, over, n_sat, n_under
+
+
+class _FakeQuantFn(torch.autograd.Function):
+    """y = Q(x*s)/s with a straight-through gradient (identity, or masked where |x*s| > fmax)."""
+
+    @staticmethod
+    def forward(ctx, x, s, spec, generator, want_stats):
+        clipped = spec.ste == "clipped"
+        y, over, n_sat, n_under = _qdq(x, s, spec, generator, clipped, want_stats)
+        ctx.clipped = clipped
+        if clipped:
+            ctx.save_for_backward(over)
+        if not want_stats:
+            n_sat = n_under = torch.zeros((), dtype=torch.int64, device=x.device)
+        ctx.mark_non_differentiable(n_sat, n_under)
+        return y, n_sat, n_under
+
+    @staticmethod
+    def backward(ctx, grad_y, _g_sat, _g_under):
+        if ctx.clipped:
+            (over,) = ctx.saved_tensors
+            grad_x = grad_y.masked_fill(over, 0.0)
+        else:
+            grad_x = grad_y
+        return grad_x, None, None, None, None
+
+
+def fake_quant(x: Tensor, spec: QuantSpec, scaler: Scaler | None = None, generator=None) -> Tensor:
+    """Differentiable fake quantization Q(x*s)/s with the STE of `spec`.
+
+    Without a scaler the scale is computed statelessly (none/current/per_row/per_block; delayed raises).
+    `generator` feeds stochastic rounding (None = torch's global RNG).
+    """
+    if scaler is None:
+        s, _ = stateless_scale(x, spec.fmt, spec.scaling)
+    else:
+        s = scaler.scale_for(x)
+    y, _, _ = _FakeQuantFn.apply(x, s, spec, generator, False)
+    return y
+
+
+class Quantizer(nn.Module):
+    """Stateful fake-quantization point: a Scaler, an RNG for stochastic rounding, and cheap counters.
+
+    The RNG is a torch.Generator seeded from `seed`, created lazily on the input's device; its state goes
+    through get_extra_state/set_extra_state so model.state_dict() carries it and a resumed run continues the
+    same random stream. (Moving between devices re-seeds: CPU and CUDA generator states are not compatible.)
+
+    Counter buffers (int64, no host sync; reset_counters() zeroes them; count=False skips them for speed):
+      n_elements   elements seen; n_saturated: |x*s| > fmt.max; n_underflow: nonzero inputs that became 0.
+    """
+
+    def __init__(self, spec: QuantSpec | dict | str, seed: int = 0, count: bool = True) -> None:
+        super().__init__()
+        self.spec = QuantSpec.from_dict(spec)
+        self.seed = int(seed)
+        self.count = count
+        self.scaler = Scaler(self.spec.scaling, self.spec.fmt)
+        self._gen: torch.Generator | None = None
+        for name in ("n_elements", "n_saturated", "n_underflow"):
+            self.register_buffer(name, torch.zeros((), dtype=torch.int64))
+
+    # -- RNG ---------------------------------------------------------------------------------------------
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
+        """The stochastic-rounding generator on `device` (None for deterministic rounding)."""
+        if self.spec.rounding != "stochastic":
+            return None
+        device = torch.device(device)
+        if self._gen is None or self._gen.device.type != device.type:
+            self._gen = torch.Generator(device=device)
+            self._gen.manual_seed(self.seed)
+        return self._gen
+
+    def get_extra_state(self) -> dict:
+        g = self._gen
+        return {
+            "seed": self.seed,
+            "rng_device": None if g is None else str(g.device),
+            "rng_state": None if g is None else g.get_state(),
+        }
+
+    def set_extra_state(self, state: dict) -> None:
+        self.seed = int(state["seed"])
+        if state.get("rng_state") is None:
+            self._gen = None  # fresh: next use seeds from `seed`, same as the saved (unused) generator would
+            return
+        g = torch.Generator(device=state["rng_device"])
+        g.set_state(state["rng_state"])
+        self._gen = g
+
+    # -- numerics ----------------------------------------------------------------------------------------
+    def _count(self, x: Tensor, n_sat: Tensor, n_under: Tensor) -> None:
+        self.n_elements += x.numel()
+        self.n_saturated += n_sat
+        self.n_underflow += n_under
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Fake quantization with the spec's STE (autograd)."""
+        s = self.scaler.scale_for(x)
+        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, self.generator(x.device), self.count)
+        if self.count:
+            self._count(x, n_sat, n_under)
+        return y
+
+    @torch.no_grad()
+    def quantize(self, x: Tensor) -> Tensor:
+        """Same numerics as forward, no autograd (e.g. for grad_output inside a custom backward)."""
+        s = self.scaler.scale_for(x)
+        y, _, n_sat, n_under = _qdq(x, s, self.spec, self.generator(x.device), False, self.count)
+        if self.count:
+            self._count(x, n_sat, n_under)
+        return y
+
+    # -- bookkeeping -------------------------------------------------------------------------------------
+    def reset_counters(self) -> None:
+        self.n_elements.zero_()
+        self.n_saturated.zero_()
+        self.n_underflow.zero_()
+
+    def stats(self) -> dict[str, float]:
+        """Counters as Python numbers (host sync: for logging, not the hot path)."""
+        n = int(self.n_elements)
+        return {
+            "n_elements": n,
+            "n_saturated": int(self.n_saturated),
+            "n_underflow": int(self.n_underflow),
+            "sat_frac": int(self.n_saturated) / n if n else 0.0,
+            "underflow_frac": int(self.n_underflow) / n if n else 0.0,
+            "eps_hits": int(self.scaler.eps_hits),
+            "scale": float(self.scaler.scale),
+        }
+
+    def extra_repr(self) -> str:
+        r = self.spec.short_str()
+        if self.spec.rounding == "stochastic":
+            r += f", seed={self.seed}"
+        return r

@@ -1,0 +1,298 @@
+"""Run directories: project paths, provenance, the tidy metrics CSV, and the `Run` result object.
+
+Layout of one run (`<outputs>/runs/<run_name>/`):
+    config.yaml        resolved TrainConfig (every field)
+    provenance.json    seed, config hash, git SHA + dirty flag, library versions, host, start time, command
+    metrics.csv        tidy long table `step,name,value`, appended and flushed after every step
+    summary.json       written once the run is finished ("completed" or "diverged")
+    divergence.json    only when the run hit a non-finite loss / gradient
+    checkpoints/last.pt
+    figures/
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import pandas as pd
+import yaml
+
+if TYPE_CHECKING:  # avoid a runtime cycle: train.py imports this module
+    from altgrad_lib.train import TrainConfig
+
+PROJECT_NAME = "altgrad"
+METRICS_FILE = "metrics.csv"
+METRICS_HEADER = "step,name,value\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# project paths
+
+
+def project_root(start: str | Path | None = None) -> Path | None:
+    """Nearest parent of `start` (default cwd) holding a pyproject.toml whose project name is "altgrad".
+
+    Notebooks run with cwd=notebooks/, so a plain cwd-relative "outputs/" would land in the wrong place.
+    """
+    here = Path(start if start is not None else Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        pp = d / "pyproject.toml"
+        if pp.is_file():
+            try:
+                name = tomllib.loads(pp.read_text()).get("project", {}).get("name")
+            except (tomllib.TOMLDecodeError, OSError):
+                continue
+            if name == PROJECT_NAME:
+                return d
+    return None
+
+
+def outputs_dir(start: str | Path | None = None) -> Path:
+    """`$ALTGRAD_OUTPUTS` if set, else `<project root>/outputs`, else `./outputs` (outside the repo)."""
+    env = os.environ.get("ALTGRAD_OUTPUTS")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = project_root(start)
+    return (root if root is not None else Path.cwd().resolve()) / "outputs"
+
+
+def runs_dir(start: str | Path | None = None) -> Path:
+    return outputs_dir(start) / "runs"
+
+
+# ----------------------------------------------------------------------------------------------
+# provenance
+
+
+def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
+    """{"sha": ..., "dirty": bool | None}; "unknown" outside a git checkout or without git."""
+    cwd = Path(cwd) if cwd is not None else (project_root() or Path.cwd())
+
+    def _git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    sha = _git("rev-parse", "HEAD")
+    if sha is None:
+        # inside a work tree without commits yet, rev-parse HEAD fails but the tree is still "dirty"
+        inside = _git("rev-parse", "--is-inside-work-tree")
+        return {"sha": "unknown", "dirty": None if inside != "true" else True}
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {"sha": sha, "dirty": None if status is None else bool(status)}
+
+
+def library_versions() -> dict[str, str]:
+    # importlib.metadata: no need to import torchao (slow, noisy) just to read its version
+    from importlib.metadata import PackageNotFoundError, version
+
+    vers: dict[str, str] = {"python": platform.python_version()}
+    for dist in ("torch", "torchao", "numpy", "pandas", "altgrad"):
+        try:
+            vers[dist] = version(dist)
+        except PackageNotFoundError:
+            vers[dist] = "not installed"
+    import altgrad_lib
+
+    vers["altgrad_lib"] = altgrad_lib.__version__
+    return vers
+
+
+def make_provenance(config: "TrainConfig", config_hash: str) -> dict[str, Any]:
+    return {
+        "seed": config.seed,
+        "config_hash": config_hash,
+        "git": git_info(),
+        "versions": library_versions(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "start_time": now_iso(),
+        "command": " ".join(sys.argv),
+        "cwd": str(Path.cwd()),
+        "resumes": [],
+    }
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomic small-file write (tmp + os.replace) so readers never see half a JSON file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_config_yaml(path: Path, config_dict: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(config_dict, sort_keys=False))
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics
+
+
+def _fmt_value(v: float) -> str:
+    # repr round-trips float64 exactly; "nan"/"inf" are read back by pandas as NaN/inf
+    v = float(v)
+    return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
+
+
+class MetricsWriter:
+    """Append-only writer for the tidy `step,name,value` CSV; flushes after every `log()` call so a
+    killed process loses at most the step in flight."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if new:
+            self._fh.write(METRICS_HEADER)
+            self._fh.flush()
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._fh.write("".join(f"{int(step)},{k},{_fmt_value(v)}\n" for k, v in metrics.items()))
+        self._fh.flush()
+
+    def sync(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def truncate_metrics(path: str | Path, keep_through_step: int) -> int:
+    """Drop rows with step > `keep_through_step` (and a torn last line from a crash); atomic rewrite.
+
+    Called on resume so the file equals the one an uninterrupted run writes. Returns rows dropped.
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    kept, dropped = [METRICS_HEADER], 0
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True)):
+        if i == 0 and line == METRICS_HEADER:
+            continue
+        parts = line.rstrip("\n").split(",")
+        ok = line.endswith("\n") and len(parts) == 3
+        try:
+            ok = ok and int(parts[0]) <= keep_through_step
+        except ValueError:
+            ok = False
+        if ok:
+            kept.append(line)
+        else:
+            dropped += 1
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("".join(kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return dropped
+
+
+def read_metrics(path: str | Path) -> pd.DataFrame:
+    """Tidy metrics table (step:int, name:str, value:float64, bit-exact round trip)."""
+    path = Path(path)
+    if not path.exists():
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "name": pd.Series(dtype="str"),
+                             "value": pd.Series(dtype="float64")})
+    return pd.read_csv(path, float_precision="round_trip", dtype={"step": "int64", "name": "str"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Run result object
+
+
+@dataclass
+class Run:
+    """Result of `train()` / `Run.load(dir)`. `metrics` is the tidy long table (step, name, value)."""
+
+    dir: Path
+    config: "TrainConfig"
+    metrics: pd.DataFrame
+    diverged: bool = False
+    divergence: dict[str, Any] | None = None
+    final_val_loss: float | None = None
+    status: str = "incomplete"          # "completed" | "diverged" | "incomplete"
+    reused: bool = False                # True when train() found the finished run and did not retrain
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.dir / "checkpoints" / "last.pt"
+
+    @property
+    def figures_dir(self) -> Path:
+        d = self.dir / "figures"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def metric(self, name: str) -> pd.Series:
+        """One metric as a Series indexed by step, e.g. `run.metric("val/loss")`."""
+        m = self.metrics[self.metrics["name"] == name]
+        return pd.Series(m["value"].to_numpy(), index=m["step"].to_numpy(), name=name)
+
+    def wide(self, exclude_prefixes: Iterable[str] = ()) -> pd.DataFrame:
+        """Pivot to one column per metric (index = step)."""
+        m = self.metrics
+        for p in exclude_prefixes:
+            m = m[~m["name"].str.startswith(p)]
+        return m.pivot_table(index="step", columns="name", values="value", aggfunc="last")
+
+    def short_str(self) -> str:
+        v = "n/a" if self.final_val_loss is None else f"{self.final_val_loss:.4f}"
+        return f"Run({self.name}, {self.status}, val_loss={v})"
+
+    def __repr__(self) -> str:
+        return self.short_str()
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "Run":
+        from altgrad_lib.train import TrainConfig  # lazy: train.py imports runs.py
+
+        run_dir = Path(run_dir)
+        cfg_path = run_dir / "config.yaml"
+        if not cfg_path.is_file():
+            raise FileNotFoundError(f"{run_dir} is not a run directory: {cfg_path} is missing")
+        config = TrainConfig.from_dict(yaml.safe_load(cfg_path.read_text()) or {})
+        metrics = read_metrics(run_dir / METRICS_FILE)
+        summary = read_json(run_dir / "summary.json") if (run_dir / "summary.json").exists() else {}
+        divergence = read_json(run_dir / "divergence.json") if (run_dir / "divergence.json").exists() else None
+        prov = read_json(run_dir / "provenance.json") if (run_dir / "provenance.json").exists() else {}
+        val = metrics[metrics["name"] == "val/loss"]
+        final_val = summary.get("final_val_loss", float(val["value"].iloc[-1]) if len(val) else None)
+        status = summary.get("status", "diverged" if divergence else "incomplete")
+        return cls(dir=run_dir, config=config, metrics=metrics, diverged=divergence is not None,
+                   divergence=divergence, final_val_loss=final_val, status=status, provenance=prov)

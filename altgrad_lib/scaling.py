@@ -1,0 +1,309 @@
+"""Scaling for simulated low-precision casts: which multiplier `s` to apply before quantizing.
+
+A quantized tensor is `Q(x * s) / s` where `Q` rounds onto a format grid (formats.py). This module only
+decides `s`:
+
+- ``none``      s = 1.
+- ``current``   per-tensor, from this tensor's amax: s = fmt.max / amax / 2**margin.
+- ``delayed``   per-tensor, TransformerEngine ``DelayedScaling`` semantics: the scale used at call t comes
+                from the amax history of calls < t (reduced by "max" or "most_recent"), then this call's amax
+                is recorded. First call (history empty): see ``ScalingConfig.delayed_init``.
+- ``per_row``   one scale per row (amax along the last dim), i.e. per output channel for a weight.
+- ``per_block`` OCP MX style: blocks of ``block_size`` along the last dim share a power-of-two (E8M0)
+                scale X = 2**(floor(log2(amax_block)) - emax_elem); s = 1/X. A ragged last block is allowed
+                (its amax is taken over its real elements only).
+
+``Scaler`` keeps the state (amax history, last scale, counters) in buffers so it checkpoints through
+``state_dict`` and is free of host syncs (usable under torch.compile and on CUDA).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+SCALING_KINDS = ("none", "current", "delayed", "per_row", "per_block")
+DELAYED_REDUCE = ("max", "most_recent")
+DELAYED_INIT = ("current", "one")
+
+# Scales are clamped to [2**-126, 2**126]: keeps s and 1/s finite normal fp32 numbers (an all-zero tensor with
+# amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats).
+_S_MIN = 2.0**-126
+_S_MAX = 2.0**126
+# E8M0 (MX shared scale) exponent range: X = 2**e, e in [-127, 127]; clamp s = 1/X further by the range above.
+_E8M0_EMAX = 127
+
+
+def _choice_error(field: str, value: Any, choices: tuple) -> ValueError:
+    return ValueError(f"{field}={value!r} is invalid; valid choices: {', '.join(map(repr, choices))}")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """How to compute the scale multiplier. See the module docstring for the semantics of each kind."""
+
+    kind: str = "current"  # one of SCALING_KINDS
+    history_len: int = 16  # delayed only (TE amax_history_len)
+    reduce: str = "max"  # delayed: "max" | "most_recent" (TE amax_compute_algo)
+    margin: int = 0  # scale = fmt.max / amax / 2**margin
+    pow2: bool = False  # round the scale DOWN to a power of two (never causes overflow); per_block is always pow2
+    block_size: int = 32  # per_block: elements per block along the last dim
+    amax_eps: float = 1e-12  # floor for amax; each time it fires, Scaler.eps_hits counts it
+    # delayed, first call (empty history): "current" = bootstrap from this call's amax (like current scaling);
+    # "one" = scale 1.0, which is what TE does (its scale buffer starts at 1).
+    delayed_init: str = "current"
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCALING_KINDS:
+            raise _choice_error("kind", self.kind, SCALING_KINDS)
+        if self.reduce not in DELAYED_REDUCE:
+            raise _choice_error("reduce", self.reduce, DELAYED_REDUCE)
+        if self.delayed_init not in DELAYED_INIT:
+            raise _choice_error("delayed_init", self.delayed_init, DELAYED_INIT)
+        if not isinstance(self.history_len, int) or isinstance(self.history_len, bool) or self.history_len < 1:
+            raise ValueError(f"history_len={self.history_len!r} is invalid; valid: an int >= 1")
+        if not isinstance(self.block_size, int) or isinstance(self.block_size, bool) or self.block_size < 1:
+            raise ValueError(f"block_size={self.block_size!r} is invalid; valid: an int >= 1 (MX uses 32)")
+        if not isinstance(self.margin, int) or isinstance(self.margin, bool):
+            raise ValueError(f"margin={self.margin!r} is invalid; valid: an int (power-of-two headroom)")
+        if not isinstance(self.pow2, bool):
+            raise ValueError(f"pow2={self.pow2!r} is invalid; valid choices: True, False")
+        eps = self.amax_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0.0 < eps < math.inf):
+            raise ValueError(f"amax_eps={eps!r} is invalid; valid: a finite float > 0")
+
+    def short_str(self) -> str:
+        """Compact tag: "none", "cur", "dly16max-m0", "row", "blk32" (+ "-p2" for pow2, "-m<k>" for margin)."""
+        if self.kind == "none":
+            return "none"
+        if self.kind == "delayed":
+            red = "max" if self.reduce == "max" else "rec"
+            s = f"dly{self.history_len}{red}-m{self.margin}"
+        else:
+            s = {"current": "cur", "per_row": "row", "per_block": f"blk{self.block_size}"}[self.kind]
+            if self.margin:
+                s += f"-m{self.margin}"
+        if self.pow2 and self.kind != "per_block":
+            s += "-p2"
+        return s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | str | ScalingConfig) -> ScalingConfig:
+        """From a YAML dict ({"kind": "delayed", "history_len": 16}), a bare kind string, or a config."""
+        if isinstance(d, ScalingConfig):
+            return d
+        if isinstance(d, str):
+            return cls(kind=d)
+        if not isinstance(d, dict):
+            raise TypeError(f"scaling config must be a dict, str or ScalingConfig, got {type(d).__name__}")
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown ScalingConfig key(s) {unknown}; valid keys: {', '.join(valid)}")
+        return cls(**d)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Stateless pieces (shared by Scaler and by fake_quant without a Scaler)
+
+
+def pow2_floor(t: Tensor) -> Tensor:
+    """Largest power of two <= t, exact, for positive normal fp32 t (keeps only the exponent bits)."""
+    t = t.to(torch.float32)
+    return (t.view(torch.int32) & 0x7F800000).view(torch.float32)
+
+
+def _fmt_max_pow2(fmt) -> int:
+    """emax of the element format: exponent of the largest power of two <= fmt.max (E4M3: 8, E5M2: 15)."""
+    return math.frexp(float(fmt.max))[1] - 1
+
+
+def amax_per_tensor(x: Tensor) -> Tensor:
+    return x.detach().abs().amax().to(torch.float32)  # ()
+
+
+def amax_per_row(x: Tensor) -> Tensor:
+    x = x.detach()
+    if x.dim() == 0:
+        return x.abs().to(torch.float32)
+    return x.abs().amax(dim=-1, keepdim=True).to(torch.float32)  # (..., 1)
+
+
+def _pad_blocks(x: Tensor, block: int) -> Tensor:
+    """(..., K) -> (..., nb, block), zero-padding a ragged last block (zeros do not change amax)."""
+    k = x.shape[-1]
+    nb = -(-k // block)
+    if nb * block != k:
+        x = torch.nn.functional.pad(x, (0, nb * block - k))
+    return x.reshape(*x.shape[:-1], nb, block)
+
+
+def amax_per_block(x: Tensor, block: int) -> Tensor:
+    x = x.detach()
+    if x.dim() == 0:
+        x = x.reshape(1)
+    return _pad_blocks(x.abs(), block).amax(dim=-1, keepdim=True).to(torch.float32)  # (..., nb, 1)
+
+
+def expand_block_scale(s: Tensor, x: Tensor, block: int) -> Tensor:
+    """(..., nb, 1) block scales -> x's shape (drops the padding of a ragged last block)."""
+    if x.dim() == 0:
+        return s.reshape(())
+    k = x.shape[-1]
+    full = s.expand(*s.shape[:-1], block).reshape(*s.shape[:-2], s.shape[-2] * block)
+    return full[..., :k] if full.shape[-1] != k else full
+
+
+def floor_amax(amax: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """Apply the amax epsilon floor; returns (floored amax, number of elements where the floor fired)."""
+    hit = amax < eps  # NaN amax is not a hit: NaNs propagate honestly
+    return torch.where(hit, torch.full_like(amax, eps), amax), hit.sum()
+
+
+def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
+    """s = fmt.max / amax / 2**margin (optionally rounded down to pow2), clamped to [2**-126, 2**126].
+
+    For per_block the MX rule is used instead: s = 2**(emax_elem - floor(log2(amax))) / 2**margin.
+    `amax` must already be floored (see floor_amax).
+    """
+    if config.kind == "per_block":
+        # OCP MX: shared exponent = floor(log2(amax)) - emax_elem, clamped to the E8M0 range.
+        s = (2.0 ** _fmt_max_pow2(fmt)) / pow2_floor(torch.clamp(amax, min=_S_MIN))
+        s = torch.clamp(s, min=2.0**-_E8M0_EMAX, max=2.0**_E8M0_EMAX)
+    else:
+        s = float(fmt.max) / amax
+        # fp32 division may round up so that amax*s lands just above fmt.max: it would count as saturated and
+        # the clipped STE would drop the gradient of the largest element. Step one ulp down in that case
+        # (checked in fp64, so any later fp32/fp64 product rounds to <= fmt.max).
+        over = amax.double() * s.double() > float(fmt.max)
+        s = torch.where(over, torch.nextafter(s, torch.zeros_like(s)), s)
+    if config.margin:
+        s = s * (2.0 ** -config.margin)
+    s = torch.clamp(s, min=_S_MIN, max=_S_MAX)  # also maps +inf (amax=0 without floor) to a finite scale
+    if config.pow2:
+        s = pow2_floor(s)  # round DOWN: x*s never exceeds what the unrounded scale allowed
+    return s
+
+
+def _compact_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor, Tensor]:
+    """(s in compact shape: () / (..., 1) / (..., nb, 1), raw amax in the same shape, eps hits) for the
+    stateless kinds. One pass over x (the amax); everything after is on the small amax tensor."""
+    if config.kind == "current":
+        amax = amax_per_tensor(x)
+    elif config.kind == "per_row":
+        amax = amax_per_row(x)
+    else:
+        amax = amax_per_block(x, config.block_size)
+    amax_f, hits = floor_amax(amax, config.amax_eps)
+    return scale_from_amax(amax_f, fmt, config), amax, hits
+
+
+def stateless_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor]:
+    """Scale for current / per_row / per_block / none without state: returns (s broadcastable to x, eps_hits)."""
+    if config.kind == "none":
+        return torch.ones((), dtype=torch.float32, device=x.device), torch.zeros((), dtype=torch.int64, device=x.device)
+    if config.kind == "delayed":
+        raise ValueError(
+            "scaling kind 'delayed' needs state (an amax history): pass a Scaler (or use a Quantizer); "
+            "stateless kinds: 'none', 'current', 'per_row', 'per_block'"
+        )
+    with torch.no_grad():
+        s, _, hits = _compact_scale(x, fmt, config)
+        if config.kind == "per_block":
+            s = expand_block_scale(s, x, config.block_size)
+    return s, hits
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Scaler(nn.Module):
+    """Stateful scale computation; all state in buffers (checkpointable, no host syncs).
+
+    Buffers:
+      amax_history (history_len,) fp32: [0] = most recent amax (per-tensor; for per_row/per_block the max over
+                   rows/blocks); delayed reduces over it, other kinds keep only the most recent (len 1).
+      scale        () fp32: last per-tensor scale used (per_row/per_block: the smallest row/block scale).
+      eps_hits     () int64: how many amaxes (tensor, row or block) hit the amax_eps floor
+                   (delayed: how often the reduced history amax was < eps, so the previous scale was kept).
+      n_updates    () int64: number of scale_for calls.
+    """
+
+    def __init__(self, config: ScalingConfig, fmt) -> None:
+        super().__init__()
+        from altgrad_lib.formats import get_format  # lazy: formats.py is a sibling module
+
+        self.config = config
+        self.fmt = get_format(fmt)
+        hist = config.history_len if config.kind == "delayed" else 1
+        self.register_buffer("amax_history", torch.zeros(hist, dtype=torch.float32))
+        self.register_buffer("scale", torch.ones((), dtype=torch.float32))
+        self.register_buffer("eps_hits", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("n_updates", torch.zeros((), dtype=torch.int64))
+
+    def extra_repr(self) -> str:
+        return f"{self.config.short_str()}, fmt={self.fmt.short_str()}"
+
+    def reset(self) -> None:
+        """Forget history and counters (e.g. when the tensor's role changes)."""
+        self.amax_history.zero_()
+        self.scale.fill_(1.0)
+        self.eps_hits.zero_()
+        self.n_updates.zero_()
+
+    def _record(self, amax: Tensor) -> None:
+        # history[0] = newest; roll so the oldest entry falls off the end
+        if self.amax_history.numel() > 1:
+            self.amax_history.copy_(torch.roll(self.amax_history, 1, 0))
+        self.amax_history[0] = amax
+
+    @torch.no_grad()
+    def scale_for(self, x: Tensor) -> Tensor:
+        """Multiplier s broadcastable to x (quantized value = Q(x*s)/s); updates history and counters."""
+        cfg = self.config
+        if cfg.kind == "delayed":
+            s = self._delayed_scale(x)
+        elif cfg.kind == "none":
+            s = torch.ones((), dtype=torch.float32, device=x.device)
+        else:
+            s, amax, hits = _compact_scale(x, self.fmt, cfg)
+            self.eps_hits += hits
+            self._record(amax.amax() if amax.dim() else amax)
+            self.scale.copy_(s.amin() if s.dim() else s)
+            if cfg.kind == "per_block":
+                s = expand_block_scale(s, x, cfg.block_size)
+        self.n_updates += 1
+        return s
+
+    def _delayed_scale(self, x: Tensor) -> Tensor:
+        cfg = self.config
+        amax_now = amax_per_tensor(x)
+        # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
+        if cfg.reduce == "max":
+            amax_hist = self.amax_history.amax()
+        else:
+            amax_hist = self.amax_history[0]
+        prev = self.scale
+        hit = amax_hist < cfg.amax_eps
+        s_hist = scale_from_amax(torch.clamp(amax_hist, min=cfg.amax_eps), self.fmt, cfg)
+        # TE keeps the previous scale when the reduced amax is 0 or non-finite.
+        keep = hit | ~torch.isfinite(amax_hist)
+        s_hist = torch.where(keep, prev, s_hist)
+        first = self.n_updates == 0
+        if cfg.delayed_init == "current":
+            amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
+            s_first = scale_from_amax(amax_f, self.fmt, cfg)
+            self.eps_hits += torch.where(first, hit_now, hit.to(torch.int64))
+        else:
+            s_first = torch.ones_like(s_hist)  # TE's initial scale
+            self.eps_hits += torch.where(first, torch.zeros_like(self.eps_hits), hit.to(torch.int64))
+        s = torch.where(first, s_first, s_hist)
+        self.scale.copy_(s)
+        self._record(amax_now)
+        return s

@@ -1,0 +1,581 @@
+"""Training loop: TrainConfig -> a run directory with metrics, checkpoints and (if it blew up) a divergence record.
+
+`train(config)` builds the token corpus, the GPT, applies the quantization policy, and trains with AdamW,
+warmup + cosine LR, gradient clipping, FP32 or BF16 autocast. It is resumable bit-exactly on CPU: batches are
+a pure function of (seed, step), and checkpoints hold model (incl. quantizer state), optimizer and every RNG.
+A finished run with the same config hash is returned without retraining.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import time
+import types
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Union, get_args, get_origin, get_type_hints
+
+import numpy as np
+import torch
+import yaml
+
+from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, make_provenance, now_iso, read_json, read_metrics,
+                              runs_dir, truncate_metrics, write_config_yaml, write_json)
+
+PRECISIONS = ("fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("sim", "torchao", "scaled_mm")
+MLPS = ("gelu", "swiglu")
+# fields that do not change any number the run produces; everything else goes into config_hash()
+NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval")
+VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
+
+
+# ----------------------------------------------------------------------------------------------
+# config
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Flat training config (maps 1:1 onto papermill parameters / YAML). Defaults = a tiny CI run."""
+
+    run_name: str = ""                 # "" -> "<recipe>-s<seed>-<hash8>"
+    out_dir: str = ""                  # "" -> <project root>/outputs/runs (or $ALTGRAD_OUTPUTS/runs)
+    seed: int = 0
+    # data
+    corpus: str = "licenses"
+    tokenizer: str = "gpt2-4k"
+    max_docs: int | None = None
+    # model
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 64
+    block_size: int = 64
+    mlp: str = "gelu"
+    tie_weights: bool = True
+    dropout: float = 0.0
+    bias: bool = False
+    # quantization
+    recipe: str | dict = "bf16"        # recipe name (surgery.RECIPES, "fmt:E3M4", ...) or a per-layer policy dict
+    backend: str = "sim"
+    # optimization
+    batch_size: int = 8
+    max_steps: int = 50
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 5
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0             # 0 = no clipping (the norm is still logged)
+    precision: str = "fp32"            # autocast dtype for the forward: "fp32" (off) | "bf16"
+    compile: bool = False
+    device: str = "auto"
+    deterministic: bool = False        # torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)
+    # bookkeeping
+    eval_interval: int = 25            # 0 = evaluate only at step 0 and at the end
+    eval_iters: int = 4
+    ckpt_interval: int = 25            # 0 = checkpoint only at the end
+    log_interval: int = 1
+
+    def __post_init__(self) -> None:
+        hints = _field_types()
+        for f in fields(self):
+            object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+        if isinstance(self.recipe, dict):
+            object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
+        _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("backend", self.backend, BACKENDS)
+        _check_choice("mlp", self.mlp, MLPS)
+        if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
+            raise ValueError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "eval_iters",
+                     "log_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 1")
+        for name in ("warmup_steps", "eval_interval", "ckpt_interval", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 0")
+        if self.max_docs is not None and self.max_docs < 1:
+            raise ValueError(f"TrainConfig.max_docs={self.max_docs!r} must be >= 1 or None")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"TrainConfig: n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
+            raise ValueError(f"TrainConfig: need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        for name in ("beta1", "beta2", "dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be in [0, 1)")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError("TrainConfig: weight_decay and grad_clip must be >= 0")
+        if "/" in self.run_name or "\\" in self.run_name or self.run_name in (".", ".."):
+            raise ValueError(f"TrainConfig.run_name={self.run_name!r} must be a plain directory name")
+        if not isinstance(self.recipe, (str, dict)) or (isinstance(self.recipe, str) and not self.recipe):
+            raise ValueError(f"TrainConfig.recipe={self.recipe!r} must be a recipe name or a policy dict")
+
+    # -- construction
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        if not isinstance(d, Mapping):
+            raise TypeError(f"TrainConfig.from_dict expects a mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.keys()))
+        if unknown:
+            raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {cls.keys()}")
+        return cls(**dict(d))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path | None = None,
+                  overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None = None) -> "TrainConfig":
+        """YAML file (optional) + overrides ({"lr": 3e-4} or ["lr=3e-4", ...], values parsed as YAML)."""
+        d: dict[str, Any] = {}
+        if path is not None:
+            loaded = yaml.safe_load(Path(path).read_text())
+            if loaded is not None and not isinstance(loaded, dict):
+                raise ValueError(f"{path}: expected a YAML mapping of TrainConfig keys, got {type(loaded).__name__}")
+            d.update(loaded or {})
+        d.update(parse_overrides(overrides))
+        return cls.from_dict(d)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return self.from_dict({**self.to_dict(), **changes})
+
+    # -- views
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+
+    def config_hash(self) -> str:
+        """sha256 over the canonical JSON of every field that can change the run's numbers."""
+        d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS}
+        return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    @property
+    def recipe_name(self) -> str:
+        if isinstance(self.recipe, str):
+            return self.recipe
+        return str(self.recipe.get("name", "custom"))
+
+    def auto_run_name(self) -> str:
+        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", self.recipe_name).strip("_") or "custom"
+        return f"{slug}-s{self.seed}-{self.config_hash()[:8]}"
+
+    def resolved(self) -> "TrainConfig":
+        """run_name and out_dir filled in (absolute), everything else unchanged."""
+        out = Path(self.out_dir).expanduser().resolve() if self.out_dir else runs_dir()
+        return dataclasses.replace(self, run_name=self.run_name or self.auto_run_name(), out_dir=str(out))
+
+    @property
+    def run_dir(self) -> Path:
+        r = self.resolved()
+        return Path(r.out_dir) / r.run_name
+
+    def short_str(self) -> str:
+        return (f"{self.recipe_name}[{self.backend}] L{self.n_layer}H{self.n_head}C{self.n_embd}T{self.block_size}"
+                f"-{self.mlp} {self.corpus}/{self.tokenizer} B{self.batch_size} steps={self.max_steps} "
+                f"lr={self.lr:g} {self.precision} seed={self.seed}")
+
+
+def _field_types() -> dict[str, Any]:
+    global _HINTS
+    if _HINTS is None:
+        _HINTS = get_type_hints(TrainConfig)
+    return _HINTS
+
+
+_HINTS: dict[str, Any] | None = None
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Value checked against the field annotation; ints become floats for float fields."""
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    for tp in options:
+        base = get_origin(tp) or tp
+        if tp is type(None) and value is None:
+            return None
+        if base is bool and isinstance(value, bool):
+            return value
+        if base is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if base is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if base is float and isinstance(value, str):
+            # YAML 1.1 reads "3e-4" (no dot) as a string; accept it when it is a number
+            with contextlib.suppress(ValueError):
+                return float(value)
+        if base is str and isinstance(value, str):
+            return value
+        if base is dict and isinstance(value, Mapping):
+            return dict(value)
+    names = " | ".join(getattr(get_origin(t) or t, "__name__", str(t)) for t in options)
+    raise TypeError(f"TrainConfig.{name}={value!r} has type {type(value).__name__}, expected {names}; "
+                    f"valid keys: {TrainConfig.keys()}")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"TrainConfig.{name}={value!r} invalid; valid choices: {choices}")
+
+
+def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    if overrides is None:
+        return {}
+    if isinstance(overrides, Mapping):
+        return dict(overrides)
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, val = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r} is not of the form key=value; valid keys: {TrainConfig.keys()}")
+        out[key.strip()] = yaml.safe_load(val) if val.strip() else ""
+    return out
+
+
+def lr_at(it: int, cfg: TrainConfig) -> float:
+    """Linear warmup over warmup_steps, then cosine from lr to min_lr at max_steps (it is 0-based)."""
+    if it < cfg.warmup_steps:
+        return cfg.lr * (it + 1) / (cfg.warmup_steps + 1)
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    ratio = min(1.0, (it - cfg.warmup_steps) / span)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)
+
+
+# ----------------------------------------------------------------------------------------------
+# train
+
+
+class RunConflictError(RuntimeError):
+    """The run directory already holds a run with a different config."""
+
+
+def _log(msg: str) -> None:
+    print(f"[altgrad] {msg}", flush=True)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"TrainConfig.device={name!r} but CUDA is not available; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    # weight decay only on matrices (Linear/Embedding weights), never on LayerNorm gains or biases
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                             fused=(device.type == "cuda") or None)
+
+
+def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    if cfg.precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
+    """Mean loss over eval_iters fixed val batches (the same batches at every eval and in every run)."""
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(cfg.eval_iters):
+        x, y = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED, step=i, device=device)
+        with _autocast(cfg, device):
+            _, loss = model(x, y)
+        total += float(loss.item())
+    model.train(was_training)
+    mean = total / cfg.eval_iters
+    ppl = math.exp(mean) if mean < 700 else (math.inf if mean == mean else math.nan)
+    return {"val/loss": mean, "val/ppl": ppl}
+
+
+def _build_corpus(cfg: TrainConfig) -> Any:
+    from altgrad_lib.data import TokenCorpus
+
+    return TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
+
+
+def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torch.nn.Module, Any]:
+    from altgrad_lib.model import GPT, GPTConfig
+    from altgrad_lib.surgery import quantize_model
+
+    gcfg = GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp,
+                     tie_weights=cfg.tie_weights)
+    model = GPT(gcfg)
+    table = quantize_model(model, _policy(cfg), verbose=verbose)
+    return model, table
+
+
+def _policy(cfg: TrainConfig) -> Any:
+    from altgrad_lib.surgery import get_policy
+
+    return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+
+
+def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> Any:
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
+    if enabled is None:
+        enabled = True
+    # in a plain log file a bar redraw is a new line: redraw at most every 30 s there
+    return tqdm(total=total, initial=initial, desc=desc, disable=not enabled, dynamic_ncols=True,
+                mininterval=0.2 if interactive else 30.0, file=sys.stderr, leave=True)
+
+
+def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.exists():
+        return
+    try:
+        stored = TrainConfig.from_dict(yaml.safe_load(cfg_path.read_text()) or {})
+    except Exception as e:
+        raise RunConflictError(f"{cfg_path} cannot be read as a TrainConfig ({e}); delete {run_dir} or pick "
+                               f"another run_name") from e
+    sh = stored.config_hash()
+    if sh != h:
+        a, b = stored.to_dict(), cfg.to_dict()
+        diff = {k: (a.get(k), b.get(k)) for k in b if k not in NON_RESULT_FIELDS and a.get(k) != b.get(k)}
+        raise RunConflictError(f"{run_dir} holds a run with config hash {sh[:12]}, not {h[:12]} "
+                               f"(differs in {diff} as stored vs requested); nothing was overwritten — "
+                               f"pick another run_name/out_dir or delete that directory")
+
+
+def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = None, verbose: bool = True,
+          on_model: Callable[[torch.nn.Module], None] | None = None,
+          on_step: Callable[[int, dict[str, float]], None] | None = None) -> Run:
+    """Train (or resume, or reuse) the run described by `config`; returns its Run.
+
+    resume=True: a finished run with this config is returned as is; an unfinished one continues from
+    checkpoints/last.pt. resume=False: start from scratch (the run dir's metrics/checkpoints are replaced).
+    on_model(model) is called once after quantization (hooks, monitors); on_step(step, metrics) after every
+    step's metrics and checkpoint are written (raising there simulates a crash at that step).
+    """
+    cfg = config.resolved()
+    h = cfg.config_hash()
+    run_dir = Path(cfg.out_dir) / cfg.run_name
+    ckpt_path = run_dir / "checkpoints" / "last.pt"
+    _check_run_dir(run_dir, cfg, h)
+    if resume and (run_dir / "summary.json").exists():
+        run = Run.load(run_dir)
+        run.reused = True
+        _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
+        return run
+    state = ckpt.load_checkpoint(ckpt_path, h) if resume and ckpt_path.exists() else None  # fail before writing
+    _policy(cfg)  # an unknown recipe fails here, before the run dir is created
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints").mkdir(exist_ok=True)
+    ckpt.remove_stale_tmp(run_dir / "checkpoints")
+    if state is None:  # fresh start: clear leftovers of an earlier attempt
+        for name in (METRICS_FILE, "summary.json", "divergence.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        ckpt_path.unlink(missing_ok=True)
+    write_config_yaml(run_dir / "config.yaml", cfg.to_dict())
+    prov_path = run_dir / "provenance.json"
+    if state is None or not prov_path.exists():
+        write_json(prov_path, make_provenance(cfg, h))
+
+    device = _resolve_device(cfg.device)
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        seed_everything(cfg.seed)
+        corpus = _build_corpus(cfg)
+        model, _ = _build_model(cfg, corpus.vocab_size, verbose)
+        model.to(device)
+        if on_model is not None:
+            on_model(model)
+        optimizer = _make_optimizer(model, cfg, device)
+        start = 0
+        if state is not None:
+            start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
+            dropped = truncate_metrics(run_dir / METRICS_FILE, start)
+            prov = read_json(prov_path)
+            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start, "command": " ".join(sys.argv)})
+            write_json(prov_path, prov)
+            _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
+        del state
+        return _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step)
+    finally:
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(prev_det)
+
+
+def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
+          optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
+          on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
+    fwd = torch.compile(model) if cfg.compile else model
+    params = [p for p in model.parameters() if p.requires_grad]
+    clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
+    tokens_per_step = cfg.batch_size * cfg.block_size
+    t_run = time.perf_counter()
+    model.train()
+    with MetricsWriter(run_dir / METRICS_FILE) as writer:
+        if start == 0:
+            writer.log(0, evaluate(fwd, corpus, cfg, device))
+        bar = _progress_bar(cfg.max_steps, start, progress, cfg.run_name)
+        try:
+            for step in range(start + 1, cfg.max_steps + 1):
+                it = step - 1
+                lr = lr_at(it, cfg)
+                for g in optimizer.param_groups:
+                    g["lr"] = lr
+                x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
+                                        device=device)                                   # (B, T)
+                snap = ckpt.snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
+                t0 = time.perf_counter()
+                optimizer.zero_grad(set_to_none=True)
+                with _autocast(cfg, device):
+                    _, loss = fwd(x, y)
+                loss.backward()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+                loss_v = float(loss.item())
+                if not (math.isfinite(loss_v) and math.isfinite(grad_norm)):
+                    writer.log(step, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm})
+                    record = diagnose_nonfinite(model, snap, x, y, lambda: _autocast(cfg, device))
+                    return _finish_diverged(cfg, h, run_dir, ckpt_path, step, loss_v, grad_norm, lr, record)
+                optimizer.step()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+                m = {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm}
+                if step % cfg.log_interval == 0 or step == cfg.max_steps:
+                    writer.log(step, {**m, "perf/tokens_per_s": tokens_per_step / max(dt, 1e-9)})
+                if (cfg.eval_interval and step % cfg.eval_interval == 0) or step == cfg.max_steps:
+                    val = evaluate(fwd, corpus, cfg, device)
+                    writer.log(step, val)
+                    m.update(val)
+                if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
+                    writer.sync()  # metrics up to this step are on disk before the checkpoint says so
+                    ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
+                if on_step is not None:
+                    on_step(step, m)
+        finally:
+            bar.close()
+    metrics = read_metrics(run_dir / METRICS_FILE)
+    val = metrics[metrics["name"] == "val/loss"]
+    final_val = float(val["value"].iloc[-1]) if len(val) else None
+    write_json(run_dir / "summary.json", {
+        "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
+        "final_val_ppl": math.exp(final_val) if final_val is not None and final_val < 700 else None,
+        "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
+    run = Run.load(run_dir)
+    _log(f"run {run_dir} completed: val/loss={final_val:.4f}" if final_val is not None else f"run {run_dir} completed")
+    return run
+
+
+def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, step: int, loss_v: float,
+                     grad_norm: float, lr: float, record: dict[str, Any]) -> Run:
+    last_good = None
+    if ckpt_path.exists():
+        with contextlib.suppress(ckpt.CheckpointError):
+            last_good = ckpt.load_checkpoint(ckpt_path, h)["step"]
+    div = {"step": step, "loss": loss_v, "grad_norm": grad_norm, "lr": lr, **record,
+           "last_good_checkpoint": str(ckpt_path) if last_good is not None else None,
+           "last_good_checkpoint_step": last_good, "config_hash": h, "time": now_iso()}
+    write_json(run_dir / "divergence.json", div)
+    write_json(run_dir / "summary.json", {"status": "diverged", "final_step": step, "final_val_loss": None,
+                                          "config_hash": h, "end_time": now_iso()})
+    first = div.get("first_nonfinite") or {}
+    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; first non-finite: "
+         f"{first.get('kind', '?')} {first.get('name', '?')}; last good checkpoint step {last_good}")
+    return Run.load(run_dir)
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if torch.is_tensor(obj):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _nonfinite(ts: list[torch.Tensor]) -> bool:
+    return any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in ts)
+
+
+def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Tensor, y: torch.Tensor,
+                       autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, Any]:
+    """Replay the failed step from its pre-step snapshot with hooks, in execution order:
+    forward = first module whose output is non-finite (children finish before parents, so this is the
+    innermost culprit); backward = first module-output grad or parameter grad that is non-finite."""
+    ckpt.restore_snapshot(model, snap)
+    fwd_events: list[dict[str, Any]] = []
+    bwd_events: list[dict[str, Any]] = []
+    handles = []
+    bad_params = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+
+    def fwd_hook(name: str) -> Callable:
+        def hook(mod: torch.nn.Module, inp: Any, out: Any) -> None:
+            outs = _tensors(out)
+            if not fwd_events and _nonfinite(outs):
+                fwd_events.append({"kind": "forward_output", "name": name, "module_type": type(mod).__name__,
+                                   "inputs_finite": not _nonfinite(_tensors(inp))})
+            for t in outs:
+                if t.requires_grad:
+                    t.register_hook(lambda g, name=name: _bwd(g, "output_grad", name))
+        return hook
+
+    def _bwd(g: torch.Tensor, kind: str, name: str) -> None:
+        if not bwd_events and g is not None and _nonfinite([g]):
+            bwd_events.append({"kind": kind, "name": name})
+
+    for name, mod in model.named_modules():
+        if name:
+            handles.append(mod.register_forward_hook(fwd_hook(name)))
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            handles.append(p.register_hook(lambda g, name=name: _bwd(g, "param_grad", name)))
+    replay_loss = math.nan
+    try:
+        model.zero_grad(set_to_none=True)
+        with autocast():
+            _, loss = model(x, y)
+        replay_loss = float(loss.item())
+        loss.backward()
+    except Exception as e:  # the diagnosis must never turn a clean divergence stop into a crash
+        bwd_events.append({"kind": "replay_error", "name": f"{type(e).__name__}: {e}"})
+    finally:
+        for hd in handles:
+            hd.remove()
+        model.zero_grad(set_to_none=True)
+    first = (fwd_events or bwd_events or [None])[0]
+    if bad_params:
+        first = {"kind": "parameter", "name": bad_params[0]}
+    return {"first_nonfinite": first, "forward_first": fwd_events[0] if fwd_events else None,
+            "backward_first": bwd_events[0] if bwd_events else None, "nonfinite_params": bad_params,
+            "replay_loss": replay_loss, "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
+
+
+def clear_run(run_dir: str | Path) -> None:
+    """Delete a run directory (helper for notebooks that want to retrain from scratch)."""
+    shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""Tests for altgrad_lib.runs: project paths, provenance, the tidy metrics CSV and its crash-safe truncation."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from altgrad_lib import runs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_project_root_from_subdir_and_env_override(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALTGRAD_OUTPUTS", raising=False)
+    assert runs.project_root(REPO / "notebooks") == REPO
+    assert runs.project_root(REPO / "altgrad_lib") == REPO
+    monkeypatch.chdir(REPO / "notebooks")  # notebooks run with cwd=notebooks/
+    assert runs.runs_dir() == REPO / "outputs" / "runs"
+    # a different project's pyproject.toml is not ours
+    other = tmp_path / "other"
+    (other / "sub").mkdir(parents=True)
+    (other / "pyproject.toml").write_text('[project]\nname = "not-altgrad"\n')
+    assert runs.project_root(other / "sub") is None
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outs"))
+    assert runs.runs_dir() == (tmp_path / "outs" / "runs").resolve()
+
+
+def test_git_info_outside_git_is_unknown(tmp_path):
+    info = runs.git_info(tmp_path)
+    assert info["sha"] == "unknown"
+
+
+def test_git_info_in_a_repo(tmp_path):
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    info = runs.git_info(tmp_path)
+    assert len(info["sha"]) == 40 and info["dirty"] is False
+    (tmp_path / "f.txt").write_text("b")
+    assert runs.git_info(tmp_path)["dirty"] is True
+
+
+def test_library_versions_has_the_essentials():
+    v = runs.library_versions()
+    for k in ("python", "torch", "torchao", "numpy", "altgrad_lib"):
+        assert k in v and v[k]
+    assert v["python"] == ".".join(map(str, sys.version_info[:3]))
+
+
+def test_metrics_roundtrip_is_bit_exact(tmp_path):
+    rng = np.random.default_rng(0)
+    vals = np.concatenate([rng.standard_normal(50) * 10.0 ** rng.integers(-30, 30, 50),
+                           [math.nan, math.inf, -math.inf, 0.0, -0.0, 5e-324]])
+    p = tmp_path / "metrics.csv"
+    with runs.MetricsWriter(p) as w:
+        for i, v in enumerate(vals):
+            w.log(i, {"train/loss": v, "val/ppl": 1.0})
+    df = runs.read_metrics(p)
+    assert list(df.columns) == ["step", "name", "value"]
+    got = df[df["name"] == "train/loss"]["value"].to_numpy()
+    assert got.tobytes() == vals.astype(np.float64).tobytes() or np.array_equal(got, vals, equal_nan=True)
+    finite = np.isfinite(vals)
+    assert np.array_equal(got[finite].view(np.int64), vals[finite].view(np.int64))  # bit-exact, not just close
+    assert np.isnan(got[~finite][0]) and got[~finite][1] == math.inf
+    # plain pandas reads it too (the contract: `pandas.read_csv` directly)
+    assert len(pd.read_csv(p)) == 2 * len(vals)
+
+
+def test_writer_appends_without_second_header(tmp_path):
+    p = tmp_path / "m.csv"
+    with runs.MetricsWriter(p) as w:
+        w.log(1, {"a": 1.0})
+    with runs.MetricsWriter(p) as w:
+        w.log(2, {"a": 2.0})
+    assert p.read_text().count("step,name,value") == 1
+    assert runs.read_metrics(p)["step"].tolist() == [1, 2]
+
+
+def test_truncate_drops_later_steps_and_torn_line(tmp_path):
+    p = tmp_path / "m.csv"
+    with runs.MetricsWriter(p) as w:
+        for s in range(1, 8):
+            w.log(s, {"train/loss": s / 3, "perf/tokens_per_s": 1e3})
+    with open(p, "a") as fh:
+        fh.write("8,train/lo")  # what a SIGKILL mid-write can leave behind
+    dropped = runs.truncate_metrics(p, 4)
+    df = runs.read_metrics(p)
+    assert df["step"].max() == 4 and len(df) == 8 and dropped == 7
+    assert p.read_text().endswith("\n")
+    assert runs.truncate_metrics(tmp_path / "missing.csv", 3) == 0
+
+
+def test_write_json_is_atomic_and_readable(tmp_path):
+    p = tmp_path / "x.json"
+    runs.write_json(p, {"a": 1, "b": math.inf, "p": tmp_path})
+    d = runs.read_json(p)
+    assert d["a"] == 1 and d["b"] == math.inf and d["p"] == str(tmp_path)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_run_load_requires_a_run_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        runs.Run.load(tmp_path)

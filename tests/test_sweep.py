@@ -1,0 +1,47 @@
+"""The papermill sweep plans the right notebook x params jobs and names bad profiles clearly."""
+from __future__ import annotations
+
+import pytest
+
+from altgrad_lib import sweep
+
+
+@pytest.fixture
+def fake_project(tmp_path, monkeypatch):
+    nb_dir, params = tmp_path / "notebooks", tmp_path / "params"
+    nb_dir.mkdir()
+    for stem in ("01_formats", "02_bf16_baseline"):
+        (nb_dir / f"{stem}.ipynb").write_text("{}")
+    (params / "01_formats").mkdir(parents=True)
+    (params / "02_bf16_baseline").mkdir(parents=True)
+    for fmt in ("e4m3", "e7m0"):
+        (params / "01_formats" / f"{fmt}.yaml").write_text(f"fmt: {fmt.upper()}\n")
+    (params / "02_bf16_baseline" / "cpu.yaml").write_text("max_steps: 10\n")
+    monkeypatch.setattr(sweep, "NOTEBOOK_DIR", nb_dir)
+    monkeypatch.setattr(sweep, "PARAMS_DIR", params)
+    return tmp_path
+
+
+def test_formats_notebook_runs_once_per_yaml_others_once_per_profile(fake_project):
+    jobs = sweep.plan_jobs("cpu", fake_project / "out")
+    assert [j.label for j in jobs] == ["01_formats[e4m3]", "01_formats[e7m0]", "02_bf16_baseline[cpu]"]
+    assert jobs[0].output == fake_project / "out" / "01_formats" / "e4m3.ipynb"
+
+
+def test_missing_profile_names_the_available_ones(fake_project):
+    with pytest.raises(SystemExit, match=r"profile 'h100'.*\['cpu'\]"):
+        sweep.plan_jobs("h100", fake_project / "out")
+
+
+def test_unknown_notebook_in_only_is_rejected(fake_project):
+    with pytest.raises(SystemExit, match="unknown notebook"):
+        sweep.plan_jobs("cpu", fake_project / "out", only=["99_nope"])
+
+
+def test_repository_params_cover_every_notebook_for_both_profiles():
+    jobs = {j.label for j in sweep.plan_jobs("cpu", sweep.ROOT / "outputs" / "notebooks")}
+    assert "01_formats[e4m3]" in jobs
+    for profile in ("cpu", "h100"):
+        for nb in sweep.discover_notebooks():
+            if nb.stem not in sweep.PER_FORMAT_NOTEBOOKS:
+                assert (sweep.PARAMS_DIR / nb.stem / f"{profile}.yaml").exists(), (nb.stem, profile)

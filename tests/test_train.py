@@ -1,0 +1,355 @@
+"""Tests for altgrad_lib.train: TrainConfig validation/hashing, the training loop, exact resume after a real
+SIGKILL (mid-run and mid-checkpoint-write), clear errors on bad checkpoints, run reuse, divergence records.
+
+Every run here is tiny (1 layer, C=32, T=32, <=12 steps, 50 docs) so the file runs in well under a minute.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.runs import Run
+from altgrad_lib.train import RunConflictError, TrainConfig, lr_at, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+# SR + delayed scaling + dropout: every kind of hidden state (SR generators, amax history, torch RNG) must
+# survive a checkpoint for resume to be exact
+SR_DELAYED = {"name": "sr_delayed", "recipe": "fp8_hybrid", "layers": {"*": {
+    "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},
+    "weight": {"fmt": "E4M3", "rounding": "stochastic"},
+    "grad_output": {"fmt": "E5M2", "rounding": "stochastic"}}}}
+TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, max_steps=12,
+            warmup_steps=2, eval_interval=3, eval_iters=2, ckpt_interval=4, dropout=0.1, recipe=SR_DELAYED)
+
+
+def tiny(tmp: Path, **kw) -> TrainConfig:
+    return TrainConfig.from_dict({**TINY, "out_dir": str(tmp), **kw})
+
+
+def result_lines(run_dir: Path) -> list[str]:
+    """metrics.csv without wall-clock rows: must be byte-identical between interrupted and clean runs."""
+    return [ln for ln in (run_dir / "metrics.csv").read_text().splitlines() if ",perf/" not in ln]
+
+
+def assert_same_state(a, b, path="") -> None:
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def assert_same_final_state(dir_a: Path, dir_b: Path) -> None:
+    sa = torch.load(dir_a / "checkpoints" / "last.pt", weights_only=False)
+    sb = torch.load(dir_b / "checkpoints" / "last.pt", weights_only=False)
+    assert sa["step"] == sb["step"]
+    assert_same_state(sa["model"], sb["model"], "model")          # incl. quantizer buffers + SR generator state
+    assert_same_state(sa["optimizer"], sb["optimizer"], "optimizer")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Run:
+    """The uninterrupted run every interrupted variant is compared against."""
+    return train(tiny(tmp_path_factory.mktemp("ref")), progress=False)
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+def test_config_unknown_key_lists_valid_keys():
+    with pytest.raises(ValueError, match="unknown TrainConfig key") as ei:
+        TrainConfig.from_dict({"lr": 1e-3, "learning_rate": 1.0})
+    assert "learning_rate" in str(ei.value) and "warmup_steps" in str(ei.value)
+
+
+@pytest.mark.parametrize("key,value", [("n_layer", "2"), ("n_layer", 2.5), ("n_layer", True), ("compile", 1),
+                                       ("lr", "fast"), ("corpus", 3), ("max_docs", 1.5), ("recipe", 3)])
+def test_config_wrong_types_fail(key, value):
+    with pytest.raises(TypeError, match=f"TrainConfig.{key}") as ei:
+        TrainConfig.from_dict({key: value})
+    assert "valid keys" in str(ei.value)
+
+
+def test_config_coercions_and_choices():
+    c = TrainConfig.from_dict({"lr": 1, "min_lr": 0, "grad_clip": "1e-1", "max_docs": None})
+    assert isinstance(c.lr, float) and c.lr == 1.0 and c.grad_clip == 0.1 and c.max_docs is None
+    for bad in ({"precision": "fp16"}, {"device": "tpu"}, {"backend": "x"}, {"mlp": "relu"}):
+        with pytest.raises(ValueError, match="valid choices"):
+            TrainConfig.from_dict(bad)
+    with pytest.raises(ValueError, match="divisible"):
+        TrainConfig(n_embd=30, n_head=4)
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-4, min_lr=1e-3)
+
+
+def test_config_yaml_and_overrides(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("lr: 3e-4\nn_layer: 3\nrecipe: {name: custom, recipe: fp8_hybrid}\n")
+    c = TrainConfig.from_yaml(p, ["n_layer=1", "compile=true", "max_docs=null", "run_name=abc"])
+    assert c.lr == 3e-4 and c.n_layer == 1 and c.compile is True and c.max_docs is None and c.run_name == "abc"
+    assert c.recipe == {"name": "custom", "recipe": "fp8_hybrid"} and c.recipe_name == "custom"
+    assert TrainConfig.from_yaml(p, {"seed": 3}).seed == 3
+    with pytest.raises(ValueError, match="key=value"):
+        TrainConfig.from_yaml(p, ["n_layer"])
+    assert TrainConfig.from_dict(yaml.safe_load(yaml.safe_dump(c.to_dict()))) == c
+
+
+def test_config_hash_covers_exactly_the_result_fields():
+    base = TrainConfig()
+    h = base.config_hash()
+    for k, v in {"run_name": "x", "out_dir": "/tmp/y", "ckpt_interval": 7, "log_interval": 3}.items():
+        assert base.replace(**{k: v}).config_hash() == h, k
+    for k, v in {"lr": 2e-3, "seed": 1, "recipe": "fp8_hybrid", "eval_interval": 7, "precision": "bf16"}.items():
+        assert base.replace(**{k: v}).config_hash() != h, k
+    assert TrainConfig(lr=1).config_hash() == TrainConfig(lr=1.0).config_hash()
+    assert base.auto_run_name() == f"bf16-s0-{h[:8]}"
+    assert "bf16" in base.short_str()
+
+
+def test_lr_schedule_warmup_then_cosine():
+    c = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=4, max_steps=20)
+    lrs = [lr_at(i, c) for i in range(20)]
+    assert all(a < b for a, b in zip(lrs[:4], lrs[1:5]))                    # warmup rises
+    assert lrs[4] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))                    # cosine decays
+    assert lr_at(20, c) == pytest.approx(1e-4) and lr_at(100, c) == pytest.approx(1e-4)
+
+
+# ------------------------------------------------------------------------------------------- training
+
+
+def test_train_writes_a_complete_run_dir(reference):
+    d = reference.dir
+    for name in ("config.yaml", "provenance.json", "metrics.csv", "summary.json", "checkpoints/last.pt"):
+        assert (d / name).exists(), name
+    assert not (d / "divergence.json").exists() and not reference.diverged and reference.status == "completed"
+    prov = json.loads((d / "provenance.json").read_text())
+    assert prov["config_hash"] == reference.config.config_hash() and prov["seed"] == 0
+    assert {"sha", "dirty"} <= set(prov["git"]) and {"torch", "torchao", "numpy", "python"} <= set(prov["versions"])
+    m = reference.metrics
+    names = set(m["name"])
+    assert {"train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "val/loss", "val/ppl"} <= names
+    assert sorted(m[m["name"] == "train/loss"]["step"]) == list(range(1, 13))
+    assert sorted(m[m["name"] == "val/loss"]["step"]) == [0, 3, 6, 9, 12]
+    val = reference.metric("val/loss")
+    assert reference.final_val_loss == val[12]
+    assert val[0] == pytest.approx(math.log(4097), rel=0.05)                 # ~uniform at init
+    assert val[12] < val[0]                                                  # it learns something
+    assert math.isclose(reference.metric("val/ppl")[12], math.exp(val[12]))
+    assert Run.load(d).config == reference.config
+    assert ckpt.load_checkpoint(d / "checkpoints" / "last.pt")["step"] == 12
+
+
+def test_finished_run_is_reused_not_retrained(reference, capsys):
+    before = (reference.dir / "metrics.csv").stat().st_mtime_ns
+    cfg = reference.config.replace(run_name="", ckpt_interval=99)  # non-result fields do not matter
+    again = train(cfg, progress=False)
+    assert again.reused and again.dir == reference.dir
+    assert (reference.dir / "metrics.csv").stat().st_mtime_ns == before
+    assert "reusing" in capsys.readouterr().out
+
+
+def test_same_run_name_other_config_is_refused(reference):
+    cfg = reference.config.replace(lr=5e-3)
+    before = (reference.dir / "config.yaml").read_text()
+    with pytest.raises(RunConflictError, match="lr"):
+        train(cfg, progress=False)
+    assert (reference.dir / "config.yaml").read_text() == before
+
+
+class Crash(Exception):
+    pass
+
+
+def _crash_at(k):
+    def on_step(step, metrics):
+        if step == k:
+            raise Crash(step)
+    return on_step
+
+
+@pytest.mark.parametrize("k", [4, 7])
+def test_resume_in_process_is_bit_exact(reference, tmp_path, k):
+    cfg = tiny(tmp_path)
+    with pytest.raises(Crash):
+        train(cfg, progress=False, on_step=_crash_at(k))
+    assert not (cfg.run_dir / "summary.json").exists()
+    run = train(cfg, progress=False)
+    assert run.status == "completed" and not run.reused
+    assert result_lines(run.dir) == result_lines(reference.dir)
+    assert_same_final_state(run.dir, reference.dir)
+    assert json.loads((run.dir / "provenance.json").read_text())["resumes"][0]["from_step"] == 4
+
+
+CHILD = r"""
+import json, os, signal, sys
+from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.train import TrainConfig, train
+cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
+mode, k = sys.argv[2], int(sys.argv[3])
+on_step = None
+if mode == "step":          # SIGKILL right after step k (its metrics are flushed)
+    def on_step(step, m):
+        if step == k:
+            os.kill(os.getpid(), signal.SIGKILL)
+else:                       # SIGKILL halfway through writing the k-th checkpoint file
+    calls, orig = [0], ckpt._write_payload
+    def payload(fh, data):
+        calls[0] += 1
+        if calls[0] == k:
+            fh.write(data[: len(data) // 2]); fh.flush(); os.fsync(fh.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        orig(fh, data)
+    ckpt._write_payload = payload
+train(cfg, progress=False, verbose=False, on_step=on_step)
+print("NOT KILLED")
+"""
+
+
+def _run_child(cfg: TrainConfig, mode: str, k: int) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg.to_dict()), mode, str(k)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+
+
+def test_resume_after_real_sigkill_mid_run(reference, tmp_path):
+    cfg = tiny(tmp_path)
+    _run_child(cfg, "step", 10)
+    lines = result_lines(cfg.run_dir)
+    assert any(ln.startswith("10,train/loss") for ln in lines)                # killed after step 10 was logged
+    assert ckpt.load_checkpoint(cfg.run_dir / "checkpoints" / "last.pt")["step"] == 8
+    run = train(cfg, progress=False)
+    assert result_lines(run.dir) == result_lines(reference.dir)
+    assert_same_final_state(run.dir, reference.dir)
+
+
+def test_sigkill_while_writing_checkpoint_keeps_previous_and_resumes_exactly(reference, tmp_path):
+    cfg = tiny(tmp_path)
+    _run_child(cfg, "ckpt", 2)                     # dies inside the step-8 checkpoint write
+    ck_dir = cfg.run_dir / "checkpoints"
+    assert list(ck_dir.glob(".last.pt.tmp.*")), "the torn tmp file should be left behind"
+    assert ckpt.load_checkpoint(ck_dir / "last.pt", cfg.config_hash())["step"] == 4   # previous one intact
+    run = train(cfg, progress=False)
+    assert not list(ck_dir.glob(".last.pt.tmp.*"))
+    assert result_lines(run.dir) == result_lines(reference.dir)
+    assert_same_final_state(run.dir, reference.dir)
+
+
+def _interrupted(tmp_path) -> TrainConfig:
+    cfg = tiny(tmp_path, max_steps=6, ckpt_interval=2)
+    with pytest.raises(Crash):
+        train(cfg, progress=False, on_step=_crash_at(3))
+    return cfg
+
+
+def _snapshot_files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_checkpoint_of_another_config_is_refused_untouched(tmp_path):
+    cfg = _interrupted(tmp_path)
+    p = cfg.run_dir / "checkpoints" / "last.pt"
+    st = torch.load(p, weights_only=False)
+    st["config_hash"] = "f" * 64
+    torch.save(st, p)
+    before = _snapshot_files(cfg.run_dir)
+    with pytest.raises(ckpt.CheckpointError) as ei:
+        train(cfg, progress=False)
+    msg = str(ei.value)
+    assert str(p) in msg and "f" * 64 in msg and cfg.config_hash() in msg
+    assert _snapshot_files(cfg.run_dir) == before
+
+
+def test_truncated_checkpoint_is_refused_untouched(tmp_path):
+    cfg = _interrupted(tmp_path)
+    p = cfg.run_dir / "checkpoints" / "last.pt"
+    p.write_bytes(p.read_bytes()[:1000])
+    before = _snapshot_files(cfg.run_dir)
+    with pytest.raises(ckpt.CheckpointError, match="corrupt or truncated") as ei:
+        train(cfg, progress=False)
+    assert str(p) in str(ei.value)
+    assert _snapshot_files(cfg.run_dir) == before
+
+
+def test_resume_false_restarts_from_scratch(tmp_path):
+    cfg = _interrupted(tmp_path)
+    run = train(cfg, resume=False, progress=False)
+    assert run.status == "completed"
+    assert json.loads((run.dir / "provenance.json").read_text())["resumes"] == []
+
+
+# ------------------------------------------------------------------------------------------- divergence
+
+
+def test_divergence_is_recorded_and_names_the_layer(tmp_path):
+    cfg = tiny(tmp_path, recipe="fp8_hybrid", dropout=0.0, max_steps=8, ckpt_interval=2)
+    armed = [False]
+    target = "transformer.h.0.mlp.c_fc"
+
+    def on_model(model):
+        def inject(mod, inp, out):
+            return out * math.inf if armed[0] else out          # this layer "overflows" from step 4 on
+        model.get_submodule(target).register_forward_hook(inject)
+
+    def on_step(step, m):
+        armed[0] = step >= 3
+
+    run = train(cfg, progress=False, on_model=on_model, on_step=on_step)
+    assert run.diverged and run.status == "diverged"
+    div = json.loads((run.dir / "divergence.json").read_text())
+    assert div["step"] == 4 and not math.isfinite(div["loss"])
+    assert div["first_nonfinite"]["kind"] == "forward_output" and div["first_nonfinite"]["name"] == target
+    assert div["forward_first"]["inputs_finite"] is True
+    assert div["last_good_checkpoint_step"] == 2
+    assert ckpt.load_checkpoint(run.dir / "checkpoints" / "last.pt")["step"] == 2   # last good one kept
+    assert run.metrics["step"].max() == 4
+    again = train(cfg, progress=False)               # a diverged run is a finished run: reused, no crash
+    assert again.reused and again.diverged
+
+
+def test_nonfinite_gradient_names_the_parameter(tmp_path):
+    cfg = tiny(tmp_path, recipe="bf16", dropout=0.0, max_steps=4, ckpt_interval=0)
+    target = "transformer.h.0.attn.c_proj.weight"
+
+    def on_model(model):
+        # forward stays finite; the backward of this one weight turns non-finite at step 2
+        p = model.get_submodule("transformer.h.0.attn.c_proj").weight
+        calls = [0]
+
+        def bad_grad(g):
+            calls[0] += 1
+            return g * math.nan if calls[0] >= 2 else g
+        p.register_hook(bad_grad)
+
+    run = train(cfg, progress=False, on_model=on_model)
+    assert run.diverged
+    div = run.divergence
+    assert div["step"] == 2 and math.isfinite(div["loss"]) and not math.isfinite(div["grad_norm"])
+    assert div["forward_first"] is None
+    assert div["first_nonfinite"] == {"kind": "param_grad", "name": target}
+    assert div["last_good_checkpoint_step"] is None
+
+
+@pytest.mark.slow
+def test_bf16_autocast_runs(tmp_path):
+    run = train(tiny(tmp_path, precision="bf16", max_steps=3, recipe="fp8_hybrid"), progress=False)
+    assert run.status == "completed" and math.isfinite(run.final_val_loss)
