@@ -63,7 +63,7 @@ def provenance_banner(params: Mapping[str, Any], run: Any | None = None) -> str:
     if run is not None:
         prov = getattr(run, "provenance", None) or {}
         lines.append(f"run {Path(run.dir).name} | status {getattr(run, 'status', '?')} "
-                     f"| config hash {prov.get('config_hash', '?')}")
+                     f"| config hash {str(prov.get('config_hash', '?'))[:12]}")
     lines.append("params: " + ", ".join(f"{k}={v}" for k, v in params.items()))
     return "\n".join(lines)
 
@@ -401,12 +401,16 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
 
 
 def corpus_summary(tc: Any) -> pd.DataFrame:
-    """TokenCorpus.summary() as a two-column table (split x statistic), entropy in nats/token."""
+    """TokenCorpus.summary() as a readable table (statistic x split); entropy in nats/token."""
     s = tc.summary()
-    rows = {k: {"train": s.get(f"train_{k}"), "val": s.get(f"val_{k}")}
-            for k in ("docs", "chars", "tokens", "bytes_per_token", "unigram_entropy")}
+    rows = {}
+    for k in ("docs", "chars", "tokens"):
+        rows[k] = {sp: f"{int(s[f'{sp}_{k}']):,}" for sp in ("train", "val")}
+    for k in ("bytes_per_token", "unigram_entropy"):
+        rows[k] = {sp: f"{s[f'{sp}_{k}']:.3f}" for sp in ("train", "val")}
+    rows["unigram_perplexity"] = {sp: f"{math.exp(s[f'{sp}_unigram_entropy']):.1f}" for sp in ("train", "val")}
     df = pd.DataFrame(rows).T
-    df.loc["unigram_perplexity"] = [math.exp(v) for v in df.loc["unigram_entropy"]]
+    df.attrs["title"] = f"{s['corpus']} / {s['tokenizer']} (vocab {s['vocab_size']})"
     return df
 
 
@@ -517,3 +521,35 @@ def throughput(runs: Mapping[str, Any], skip: int = 5) -> pd.Series:
         col = find_metric(w.columns, *THROUGHPUT)
         out[label] = float(w.loc[w.step > skip, col].dropna().median()) if col else math.nan
     return pd.Series(out, name="tokens_per_s")
+
+
+def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int],
+                   **train_kwargs: Any) -> dict[str, Any]:
+    """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>".
+
+    train() returns an existing completed run with the same config hash, so a baseline trained by
+    notebook 02 is reused here rather than retrained.
+    """
+    from altgrad_lib.train import train
+
+    runs = {}
+    for seed in seeds:
+        for label, overrides in variants.items():
+            runs[f"{label} s{seed}"] = train(cfg.replace(seed=int(seed), **overrides), **train_kwargs)
+    return runs
+
+
+def seed_table(summary: pd.DataFrame, value: str = "val_gap_pct") -> pd.DataFrame:
+    """Mean, std and count over seeds of one summary column, per variant (run labels "<variant> s<seed>")."""
+    variant = summary.run.str.replace(r" s\d+$", "", regex=True)
+    return summary.groupby(variant)[value].agg(["mean", "std", "count"]).rename_axis("variant")
+
+
+def sqnr_by_backend(model: torch.nn.Module, recipe: Any, backends: Iterable[str], x: torch.Tensor,
+                    y: torch.Tensor, seed: int = 0) -> pd.DataFrame:
+    """layer_sqnr of `recipe` through each backend vs FP32, stacked with a `backend` column."""
+    from altgrad_lib.surgery import get_policy
+
+    frames = [quantized_copy_sqnr(model, get_policy(recipe, backend=b, seed=seed), x, y).assign(backend=b)
+              for b in backends]
+    return pd.concat(frames, ignore_index=True)

@@ -279,6 +279,10 @@ class FloatFormat:
         sp = torch.where(torch.isinf(ax), 2.0 ** (max(self.emax, self.emin) - self.mbits), sp)
         return torch.where(torch.isnan(ax), math.nan, sp)
 
+    def stiffness(self, x: torch.Tensor) -> torch.Tensor:
+        """The plan's stiffness S at x: the grid spacing away from zero (= ulp(x, "up"))."""
+        return self.ulp(x, "up")
+
     # ---- printing ----
     def short_str(self) -> str:
         """Compact unique name for logs, accepted by get_format (e.g. "e4m3fn", "e1m6")."""

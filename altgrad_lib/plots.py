@@ -195,3 +195,28 @@ def bars(values: pd.Series, ylabel: str, title: str, fmt: str = "{:.0f}") -> Fig
     ax.set(ylabel=ylabel, title=title)
     fig.tight_layout()
     return fig
+
+
+def sqnr_heatmap(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32 (dB)") -> Figure:
+    """Heatmap layer x (backend, quantity) of SQNR in dB, annotated; layers in depth order."""
+    import seaborn as sns
+
+    quantities = {"out_sqnr_db": "Y", "grad_in_sqnr_db": "dX", "grad_w_sqnr_db": "dW"}
+    backends = list(dict.fromkeys(df.backend)) if "backend" in df else [""]
+    layers = list(dict.fromkeys(df.layer))
+    cols = {}
+    for b in backends:
+        d = (df[df.backend == b] if b else df).set_index("layer").reindex(layers)
+        for q, short in quantities.items():
+            if q in d:
+                cols[f"{b} {short}".strip()] = d[q].replace([np.inf, -np.inf], np.nan)
+    mat = pd.DataFrame(cols)
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(layers) + 1.5))
+    sns.heatmap(mat, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "SQNR (dB)"}, ax=ax,
+                annot_kws={"fontsize": 7})
+    ax.grid(False)
+    ax.set(xlabel="backend and tensor (Y = output, dX = input grad, dW = weight grad)", ylabel="Linear layer",
+           title=title)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    return fig

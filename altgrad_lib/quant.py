@@ -152,12 +152,14 @@ class _FakeQuantFn(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
-def fake_quant(x: Tensor, spec: QuantSpec, scaler: Scaler | None = None, generator=None) -> Tensor:
+def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = None, generator=None) -> Tensor:
     """Differentiable fake quantization Q(x*s)/s with the STE of `spec`.
 
     Without a scaler the scale is computed statelessly (none/current/per_row/per_block; delayed raises).
     `generator` feeds stochastic rounding (None = torch's global RNG).
     """
+    if not isinstance(spec, QuantSpec):
+        spec = QuantSpec.from_dict(spec)  # a format name or a YAML-style dict
     if scaler is None:
         s, _ = stateless_scale(x, spec.fmt, spec.scaling)
     else:
@@ -211,7 +213,13 @@ class Quantizer(nn.Module):
         if state.get("rng_state") is None:
             self._gen = None  # fresh: next use seeds from `seed`, same as the saved (unused) generator would
             return
-        g = torch.Generator(device=state["rng_device"])
+        dev = torch.device(state["rng_device"])
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"checkpoint holds a {dev} stochastic-rounding RNG state but CUDA is not available; "
+                "CPU and CUDA generator states are not interchangeable"
+            )
+        g = torch.Generator(device=dev)
         g.set_state(state["rng_state"])
         self._gen = g
 

@@ -66,10 +66,10 @@ def random_bits(x: torch.Tensor, p: KernelParams, sr_bits: int | None, generator
     k = nman if sr_bits is None else int(sr_bits)
     if not 1 <= k <= nman:
         raise ValueError(f"sr_bits={sr_bits} must be in [1, {nman}] for {x.dtype} input (None = {nman})")
-    r = torch.empty(x.shape, dtype=idt, device=x.device)
-    return r.random_(0, 2**k, generator=generator)
+    return torch.randint(0, 2**k, x.shape, dtype=idt, device=x.device, generator=generator)
 
 
+@torch.no_grad()
 def quantize_tensor(
     x: torch.Tensor,
     p: KernelParams,
@@ -90,80 +90,85 @@ def quantize_tensor(
         raise TypeError(f"quantize expects a floating-point tensor, got {x.dtype}")
     out_dtype = x.dtype
     wdt, idt, nman, wbias = _work_types(out_dtype, p)
+    # Eager: reuse temporaries in place (each fresh >= 32 MiB tensor page-faults under glibc).
+    # Compiled: the same in-place ops are functionalized; only `out=` is avoided.
+    eager = not torch.compiler.is_compiling()
     xw = x.to(wdt)
     ax = xw.abs()
     shift = nman - p.mbits                      # work-format mantissa bits dropped in the normal range
     keep_mask = -(1 << shift)                   # ...11100..0 : clears the dropped bits
-    # NaN bit patterns are clamped to +inf so the integer add below cannot overflow; NaN is restored last.
-    a = ax.view(idt).clamp_max(_inf_bits(idt))
+    # NaN lanes may wrap around in the integer adds below; they are discarded by the select further down
+    # (which sends NaN to the float subnormal path, where it propagates).
+    a = ax.view(idt)
 
     # ---- normal range: integer RNE / truncation / stochastic on the bit pattern ----
     if rounding == "nearest":
-        lsb = (a >> shift) & 1
+        t = a >> shift
+        t &= 1                                  # lsb of the kept mantissa
         if p.mbits == 0 and (wbias - p.bias) % 2 == 1:
-            lsb = lsb ^ 1                       # the format's code parity is the opposite of the work exponent's
-        r_int = (a + ((1 << (shift - 1)) - 1) + lsb) & keep_mask
+            t ^= 1                              # the format's code parity is the opposite of the work exponent's
+        t += a
+        t += (1 << (shift - 1)) - 1             # + half-ULP - 1 (+ lsb): ties go to the even code
+        t &= keep_mask
     elif rounding == "toward_zero":
-        r_int = a & keep_mask
+        t = a & keep_mask
     else:
         if rbits is None:
             raise ValueError("stochastic rounding needs rbits (see random_bits)")
         k = nman if sr_bits is None else int(sr_bits)
         rbits = rbits.to(idt)
         if k >= shift:
-            r_int = (a + (rbits >> (k - shift))) & keep_mask
+            t = rbits >> (k - shift)
+            t += a
         else:
             s2 = shift - k                      # first round the fraction to k bits (RNE), then add k random bits
-            a1 = (a + ((1 << (s2 - 1)) - 1) + ((a >> s2) & 1)) & -(1 << s2)
-            r_int = (a1 + (rbits << s2)) & keep_mask
-    r_norm = r_int.view(wdt)
+            t = a >> s2
+            t &= 1
+            t += a
+            t += (1 << (s2 - 1)) - 1
+            t &= -(1 << s2)
+            t += rbits << s2
+        t &= keep_mask
+    r_norm = t.view(wdt)
 
     # ---- subnormal range ----
+    is_normal = ax >= p.min_normal              # False for NaN: NaN takes the float path and stays NaN
     if p.subnormals:
         up = 2.0 ** (p.mbits - p.emin)          # exact power of two: subnormal spacing -> 1
         y = ax * up
         if rounding == "nearest":
-            q = torch.round(y)
+            y.round_()                          # half to even
         elif rounding == "toward_zero":
-            q = torch.floor(y)
+            y.floor_()
         else:
-            k = nman if sr_bits is None else int(sr_bits)
             fl = torch.floor(y)
-            d = torch.round((y - fl) * (2.0**k))   # fraction RNE'd to k bits (exact ops)
-            q = fl + ((d + rbits.to(wdt)) >= 2.0**k).to(wdt)
-        r_sub = q * (1.0 / up)
-        res = torch.where(ax < p.min_normal, r_sub, r_norm)
+            d = y.sub_(fl).mul_(2.0**k).round_()  # fraction RNE'd to k bits (all exact)
+            d += rbits.to(wdt)
+            y = fl.add_((d >= 2.0**k).to(wdt))
+        y.mul_(1.0 / up)
+        res = torch.where(is_normal, r_norm, y, out=y) if eager else torch.where(is_normal, r_norm, y)
     else:
         # no subnormals means no zero either (e8m0fnu): the smallest value is the only candidate below it
-        res = torch.where(ax < p.min_normal, torch.full_like(ax, p.min_normal), r_norm)
+        res = torch.where(is_normal, r_norm, p.min_normal)
 
     # ---- overflow and infinities ----
     sat = saturate or p.specials == "none" or rounding == "toward_zero"
     if p.specials == "ieee":
         finite_over = (res > p.max) & (ax != math.inf)
-        if sat:
-            res = torch.where(finite_over, p.max, res)          # +-inf inputs stay +-inf (representable)
-        else:
-            res = torch.where(finite_over, math.inf, res)
+        res.masked_fill_(finite_over, p.max if sat else math.inf)   # +-inf inputs stay +-inf
+    elif saturate or p.specials == "none":
+        res.clamp_max_(p.max)                                       # finite overflow and inf -> max
     else:
-        if saturate or p.specials == "none":
-            res = res.clamp_max(p.max)                          # finite overflow and inf -> max
-        else:
-            if rounding == "toward_zero":
-                res = torch.where((res > p.max) & (ax != math.inf), p.max, res)
-            res = torch.where(res > p.max, math.nan, res)       # no inf code: overflow -> NaN
+        if rounding == "toward_zero":
+            res.masked_fill_((res > p.max) & (ax != math.inf), p.max)
+        res.masked_fill_(res > p.max, math.nan)                     # no inf code: overflow -> NaN
 
-    # ---- sign, zero conventions, NaN ----
+    # ---- sign and zero conventions (NaN inputs are already NaN here) ----
     if p.signed:
-        res = torch.copysign(res, xw)
+        res.copysign_(xw)
         if p.specials == "fnuz":
-            res = torch.where(res == 0, 0.0, res)               # no -0 code
+            res.masked_fill_(res == 0, 0.0)                         # no -0 code
     else:
-        # unsigned (e8m0fnu): negative values and zero are not representable -> NaN (as ml_dtypes)
-        res = torch.where(xw > 0, res, math.nan)
-    res = torch.where(torch.isnan(xw), math.nan, res)
+        # unsigned (e8m0fnu): zero, negatives and NaN -> NaN (as ml_dtypes)
+        res.masked_fill_(~(xw > 0), math.nan)
     return res.to(out_dtype)
-
-
-def _inf_bits(idt: torch.dtype) -> int:
-    return 0x7F800000 if idt == torch.int32 else 0x7FF0000000000000

@@ -224,3 +224,18 @@ def test_eps_floor_counts_and_no_nan(kind):
 def test_stateless_eps_hits_returned():
     s, hits = stateless_scale(torch.zeros(4), E4M3, ScalingConfig())
     assert int(hits) == 1 and torch.isfinite(s) and float(s) > 0
+
+
+@pytest.mark.parametrize("kind", ["current", "per_row", "per_block", "none"])
+def test_scaler_records_global_amax_and_scale(kind):
+    sc = Scaler(ScalingConfig(kind=kind, block_size=4), E4M3)
+    x = torch.tensor([[1.0, -2.0, 0.5, 0.25, 8.0, 0.0], [0.0, 0.0, 0.0, 0.0, -16.0, 1.0]])
+    s = sc.scale_for(x)
+    s_ref, _ = stateless_scale(x, E4M3, sc.config)
+    assert torch.equal(s, s_ref)
+    assert int(sc.n_updates) == 1
+    if kind == "none":
+        assert float(s) == 1.0 and float(sc.amax_history[0]) == 0.0
+        return
+    assert float(sc.amax_history[0]) == 16.0
+    assert float(sc.scale) == float(s.amin())
