@@ -9,7 +9,12 @@ Sections
   - format anatomy         : binades, rounding error, ULP up/down, stochastic-rounding bias/variance
   - oracle agreement       : our rounding vs torch float8 dtypes, ml_dtypes and gfloat on all bf16 patterns
   - SQNR                   : signal-to-quantization-noise ratio, per Linear layer vs an FP32 copy
-  - runs and corpora       : metric tables, unigram entropy, loss gaps, throughput
+  - runs and corpora       : metric tables, corpus statistics, loss gaps, throughput
+  - training notebooks     : TrainConfig from notebook globals, model summary, trained-model loading,
+                             variants x seeds, SQNR per backend
+
+Candidates to move into other modules later (kept here so notebooks stay thin): `gpt_config` and
+`load_trained_model` (train.py/checkpoint.py), `Reference`/`oracle_agreement` (a formats test helper).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 
 def _keys_help() -> str:
-    from altgrad_lib.train import TrainConfig
+    from altgrad_lib.train_config import TrainConfig  # torch-free: --help stays instant
 
     width = max(len(f.name) for f in fields(TrainConfig))
     lines = ["config keys (-p key=value; defaults = tiny CI run):"]
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from altgrad_lib.train import TrainConfig, train
+    from altgrad_lib.train_config import TrainConfig
 
     try:
         cfg = TrainConfig.from_yaml(args.file, args.param)
@@ -51,7 +51,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     print(f"config: {cfg.short_str()}")
     from altgrad_lib.checkpoint import CheckpointError
-    from altgrad_lib.train import RunConflictError
+    from altgrad_lib.train import RunConflictError, train
 
     try:
         run = train(cfg, resume=not args.no_resume, progress=not args.no_progress)

@@ -57,6 +57,7 @@ __all__ = ["ROUNDING_MODES", "SPECIALS", "FloatFormat", "BUILTIN_FORMATS", "get_
            "stiffness"]
 
 SPECIALS = ("ieee", "fn", "fnuz", "none")
+_NATIVE_DTYPES = {"float8_e4m3fn": "fn", "float8_e5m2": "ieee", "float8_e4m3fnuz": "fnuz", "float8_e5m2fnuz": "fnuz"}
 _SPECIALS_DOC = {
     "ieee": "top exponent field: mantissa 0 = +-inf, otherwise NaN",
     "fn": "one NaN per sign at the all-ones code; no inf",
@@ -78,6 +79,7 @@ class FloatFormat:
     specials: str = "fn"
     reference: str | None = None
     note: str = ""
+    native: str | None = None   # a torch dtype with exactly this grid (eager fast path), e.g. "float8_e4m3fn"
 
     def __post_init__(self) -> None:
         for f in ("ebits", "mbits", "bias"):
@@ -99,6 +101,9 @@ class FloatFormat:
             raise ValueError("ebits=0 (fixed point) needs subnormals=True")
         if not self.subnormals and self.signed:
             raise ValueError("subnormals=False (no zero code) is only supported for unsigned formats (e8m0fnu)")
+        if self.native is not None and _NATIVE_DTYPES.get(self.native) != self.specials:
+            raise ValueError(f"native={self.native!r} with specials={self.specials!r}: valid natives "
+                             f"(dtype: specials) are {_NATIVE_DTYPES}")
         if not -300 < self.bias < 300:
             raise ValueError(f"bias={self.bias} out of range (-300, 300)")
         self._set_derived()
@@ -117,7 +122,11 @@ class FloatFormat:
         s(self, "_max", float(mx))
         s(self, "_emin", emin)
         s(self, "_kernel", KernelParams(self.mbits, emin, float(mx), 2.0**emin, self.subnormals, self.specials,
-                                        self.signed, self.has_zero, needs_f64, self.bias))
+                                        self.signed, self.has_zero, needs_f64, self.bias, self.native))
+        if self.native is not None:   # the torch dtype must have exactly this grid
+            codes = torch.arange(256, dtype=torch.uint8).view(getattr(torch, self.native)).double()
+            if not torch.equal(torch.unique(codes[torch.isfinite(codes)]), torch.tensor(finite, dtype=torch.float64)):
+                raise ValueError(f"native={self.native!r} does not have the grid of {self.name}")
 
     def _decode_py(self, code: int) -> float:
         """Value of one code (Python float; NaN/inf for specials)."""
@@ -139,6 +148,11 @@ class FloatFormat:
         return -v if neg else v
 
     # ---- properties ----
+    @property
+    def kernel(self) -> KernelParams:
+        """Constants for rounding.quantize_tensor (e.g. to call the generic kernel directly)."""
+        return self._kernel
+
     @property
     def bits(self) -> int:
         return int(self.signed) + self.ebits + self.mbits
@@ -348,9 +362,9 @@ def stiffness(x: torch.Tensor, fmt: "FloatFormat | str", direction: str = "up") 
 
 
 # ---------------------------------------------------------------- registry
-def _fmt(name, e, m, bias, *, specials, signed=True, subnormals=True, reference=None, note=""):
+def _fmt(name, e, m, bias, *, specials, signed=True, subnormals=True, reference=None, note="", native=None):
     return FloatFormat(name, e, m, bias, signed=signed, subnormals=subnormals, specials=specials,
-                       reference=reference, note=note)
+                       reference=reference, note=note, native=native)
 
 
 BUILTIN_FORMATS: dict[str, FloatFormat] = {}
@@ -367,17 +381,17 @@ def _register(fmt: FloatFormat, short: str, *aliases: str) -> None:
 
 _GEN = "generic AltGrad convention (no standard): bias 2^(e-1)-1, subnormals, NaN at all-ones, no inf"
 _register(_fmt("E4M3", 4, 3, 7, specials="fn", reference="torch.float8_e4m3fn / ml_dtypes.float8_e4m3fn",
-               note="OCP FP8 E4M3"), "e4m3fn", "float8_e4m3fn", "fp8_e4m3")
+               note="OCP FP8 E4M3", native="float8_e4m3fn"), "e4m3fn", "float8_e4m3fn", "fp8_e4m3")
 _register(_fmt("E5M2", 5, 2, 15, specials="ieee", reference="torch.float8_e5m2 / ml_dtypes.float8_e5m2",
-               note="OCP FP8 E5M2"), "e5m2", "float8_e5m2", "fp8_e5m2")
+               note="OCP FP8 E5M2", native="float8_e5m2"), "e5m2", "float8_e5m2", "fp8_e5m2")
 _register(_fmt("E3M4", 3, 4, 3, specials="ieee", reference="ml_dtypes.float8_e3m4", note="IEEE-style E3M4"),
           "e3m4", "float8_e3m4")
 _register(_fmt("E4M3_IEEE", 4, 3, 7, specials="ieee", reference="ml_dtypes.float8_e4m3", note="IEEE-style E4M3"),
           "e4m3ieee", "float8_e4m3")
 _register(_fmt("E4M3FNUZ", 4, 3, 8, specials="fnuz", reference="torch.float8_e4m3fnuz / ml_dtypes.float8_e4m3fnuz",
-               note="AMD/Graphcore FP8"), "e4m3fnuz", "float8_e4m3fnuz")
+               note="AMD/Graphcore FP8", native="float8_e4m3fnuz"), "e4m3fnuz", "float8_e4m3fnuz")
 _register(_fmt("E5M2FNUZ", 5, 2, 16, specials="fnuz", reference="torch.float8_e5m2fnuz / ml_dtypes.float8_e5m2fnuz",
-               note="AMD/Graphcore FP8"), "e5m2fnuz", "float8_e5m2fnuz")
+               note="AMD/Graphcore FP8", native="float8_e5m2fnuz"), "e5m2fnuz", "float8_e5m2fnuz")
 _register(_fmt("E4M3B11FNUZ", 4, 3, 11, specials="fnuz", reference="ml_dtypes.float8_e4m3b11fnuz",
                note="bias-11 FP8"), "e4m3b11fnuz", "float8_e4m3b11fnuz")
 _register(_fmt("E8M0FNU", 8, 0, 127, specials="fn", signed=False, subnormals=False,

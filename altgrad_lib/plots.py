@@ -149,21 +149,43 @@ def format_tradeoff(summary: pd.DataFrame, x: str, y: str, label: str = "format"
 
 
 def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str = "loss",
-                log_x: bool = False) -> Figure:
-    """Train (thin) and val (markers) cross-entropy per run; dashed line = unigram entropy."""
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    for i, (label, d) in enumerate(losses.groupby("label", sort=False)):
+                log_x: bool = False, baseline: str | None = None) -> Figure:
+    """Train (thin) and val (markers) cross-entropy per run; dashed line = unigram entropy.
+
+    With `baseline` (a label in `losses`), a lower panel shows each run's loss minus the baseline's at the
+    same step, which is where differences of 1e-3 nats between near-identical curves become visible.
+    """
+    if baseline is None:
+        fig, ax = plt.subplots(figsize=FIGSIZE)
+        axd = None
+    else:
+        fig, (ax, axd) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True, height_ratios=(2, 1))
+    labels = list(dict.fromkeys(losses.label))
+    for i, label in enumerate(labels):
+        d = losses[losses.label == label]
         tr, va = d[d.split == "train"], d[d.split == "val"]
         if len(tr):
             ax.plot(tr.step, tr.loss, color=f"C{i}", lw=0.8, alpha=0.6, label=f"{label} train")
         if len(va):
             ax.plot(va.step, va.loss, "o-", color=f"C{i}", ms=3, label=f"{label} val")
+        if axd is not None and label != baseline:
+            for split, style in (("train", dict(lw=0.8, alpha=0.5)), ("val", dict(marker="o", ms=3))):
+                mine = d[d.split == split].set_index("step").loss
+                ref = losses[(losses.label == baseline) & (losses.split == split)].set_index("step").loss
+                delta = (mine - ref).dropna()
+                axd.plot(delta.index, delta.values, color=f"C{i}", label=f"{label} {split}", **style)
     if entropy is not None:
         ax.axhline(entropy, color="k", ls="--", lw=1, label=f"unigram entropy {entropy:.2f}")
     if log_x:
         ax.set_xscale("log")
-    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
+    ax.set(ylabel="cross-entropy (nats/token)", title=title)
     ax.legend(fontsize=8)
+    if axd is not None:
+        axd.axhline(0, color="k", lw=0.8)
+        axd.set(xlabel="step", ylabel=f"loss - {baseline} (nats)")
+        axd.legend(fontsize=7, ncol=2)
+    else:
+        ax.set_xlabel("step")
     fig.tight_layout()
     return fig
 

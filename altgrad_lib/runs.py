@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pandas as pd
 import yaml
 
-if TYPE_CHECKING:  # avoid a runtime cycle: train.py imports this module
-    from altgrad_lib.train import TrainConfig
+if TYPE_CHECKING:  # avoid a runtime cycle: train_config.py imports this module
+    from altgrad_lib.train_config import TrainConfig
 
 PROJECT_NAME = "altgrad"
 METRICS_FILE = "metrics.csv"
@@ -280,7 +280,7 @@ class Run:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Run":
-        from altgrad_lib.train import TrainConfig  # lazy: train.py imports runs.py
+        from altgrad_lib.train_config import TrainConfig  # lazy: train.py imports runs.py
 
         run_dir = Path(run_dir)
         cfg_path = run_dir / "config.yaml"

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from altgrad_lib.quant import QuantSpec, Quantizer
+from altgrad_lib.quant import QuantSpec, Quantizer, fake_quant
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
 BACKENDS = ("sim", "torchao", "scaled_mm")
@@ -226,7 +226,18 @@ class _QuantizeGradOutput(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y):
-        return ctx.quantizer.quantize(grad_y), None
+        return _quantize_grad(ctx.quantizer, grad_y), None
+
+
+def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
+    if not torch.compiler.is_compiling() or quantizer.spec.scaling.kind == "delayed":
+        return quantizer.quantize(grad_y)   # stateful: scaler history, counters, generator
+    # Under torch.compile, mutating the quantizer's buffers inside an autograd.Function backward forces a graph
+    # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row/per_block
+    # scaling; only the dY counters (n_saturated, ...) are not updated in compiled runs. Delayed scaling needs
+    # its history, so it keeps the stateful path above (and the graph breaks).
+    with torch.no_grad():
+        return fake_quant(grad_y, quantizer.spec, generator=quantizer.generator(grad_y.device))
 
 
 def module_seed(base_seed: int, fqn: str, role: str) -> int:

@@ -48,25 +48,17 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig):
     return step
 
 
-def bench(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, steps: int) -> dict:
+def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int):
+    """Step function for one mode, already warmed up (compiled modes compile here)."""
     mode, how = mode_key.split(":")
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
     y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
     t0 = time.perf_counter()
     step = make_step(mode, how == "compiled", cfg)
-    for _ in range(warmup):                       # includes compilation for compiled modes
+    for _ in range(warmup):
         step(x, y)
-    t_warm = time.perf_counter() - t0
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step(x, y)
-        times.append(time.perf_counter() - t)
-    times.sort()
-    med = times[len(times) // 2]
-    return {"mode": mode, "how": how, "ms/step": 1e3 * med, "tok/s": batch * cfg.block_size / med,
-            "warmup_s": t_warm}
+    return (lambda: step(x, y)), time.perf_counter() - t0
 
 
 def main() -> None:
@@ -83,19 +75,27 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64
     cfg = GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, vocab_size=4097)
     print(f"torch {torch.__version__} | {platform.processor() or platform.machine()} | threads {args.threads} | "
-          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} steps after {args.warmup} warmup")
-    rows = []
+          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after {args.warmup} warmup steps")
+    steps, warm_s = {}, {}
     for key in args.modes:
         try:
-            r = bench(key, cfg, args.batch, args.warmup, args.steps)
+            steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup)
+            print(f"{key:20s} ready (build + warmup {warm_s[key]:.0f}s)", flush=True)
         except Exception as e:  # a failing mode should not hide the others
-            print(f"{key:20s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
-            continue
-        rows.append(r)
-        base = next((b for b in rows if b["mode"] == "fp32" and b["how"] == r["how"]), None)
-        ratio = f"{base['tok/s'] / r['tok/s']:.2f}x" if base else "n/a"
-        print(f"{key:20s} {r['tok/s']:9.0f} tok/s  {r['ms/step']:8.1f} ms/step  overhead vs fp32:{r['how']} "
-              f"{ratio:>6s}  (warmup {r['warmup_s']:.0f}s)", flush=True)
+            print(f"{key:20s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
+    # interleave the modes round by round so that load drift on a shared machine hits all modes alike
+    times: dict[str, list[float]] = {k: [] for k in steps}
+    for _ in range(args.steps):
+        for key, step in steps.items():
+            t = time.perf_counter()
+            step()
+            times[key].append(time.perf_counter() - t)
+    tok_s = {k: args.batch * cfg.block_size / sorted(v)[len(v) // 2] for k, v in times.items()}
+    print(f"\n{'mode':20s} {'tok/s':>9s} {'ms/step':>9s}  overhead vs fp32 (same mode)")
+    for key, ts in tok_s.items():
+        base = tok_s.get("fp32:" + key.split(":")[1])
+        ratio = f"{base / ts:.2f}x" if base else "n/a"
+        print(f"{key:20s} {ts:9.0f} {1e3 * args.batch * cfg.block_size / ts:9.1f}  {ratio}")
 
 
 if __name__ == "__main__":

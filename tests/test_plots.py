@@ -40,9 +40,10 @@ def test_format_figures(name):
 
 def test_format_tradeoff():
     s = format_summary_table().reset_index()
-    num = [c for c in s.columns if pd.api.types.is_numeric_dtype(s[c])]
-    label = "name" if "name" in s.columns else s.columns[0]
-    _check(plots.format_tradeoff(s, num[0], num[1], label=label))
+    fig = plots.format_tradeoff(s, x="dynamic_range_log2", y="values_per_binade", label="format", highlight="E4M3")
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "E2M5" in texts and "E4M3" in texts  # every format is labelled (clustered ones share a label)
+    _check(fig, "range vs precision")
 
 
 def test_run_figures():
@@ -53,4 +54,20 @@ def test_run_figures():
     _check(fig, "bf16")
     sq = pd.DataFrame({"layer": ["a", "b"], "out_sqnr_db": [30.0, 25.0], "grad_in_sqnr_db": [20.0, float("inf")]})
     _check(plots.sqnr_bars(sq, title="fp8_hybrid"), "fp8_hybrid")
+    hm = plots.sqnr_heatmap(pd.concat([sq.assign(backend="sim"), sq.assign(backend="torchao")]), title="fp8_hybrid")
+    assert [t.get_text() for t in hm.axes[0].get_xticklabels()] == ["sim Y", "sim dX", "torchao Y", "torchao dX"]
+    _check(hm, "fp8_hybrid")
     _check(plots.bars(pd.Series({"sim": 100.0, "torchao": 50.0}), "tokens/s", "throughput"), "throughput")
+
+
+def test_loss_curves_delta_panel():
+    rows = [(s, n, 3.0 - 0.1 * s) for s in range(5) for n in ("train/loss", "val/loss")]
+    runs = {}
+    for label, off in (("bf16", 0.0), ("fp8", 0.01)):
+        m = pd.DataFrame([(s, n, v + off) for s, n, v in rows], columns=["step", "name", "value"])
+        runs[label] = type("R", (), {"metrics": m, "dir": label})()
+    fig = plots.loss_curves(analysis.loss_table(runs), baseline="bf16", title="fp8 vs bf16")
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "loss - bf16 (nats)"
+    y = next(ln for ln in fig.axes[1].lines if ln.get_label() == "fp8 val").get_ydata()
+    assert y == pytest.approx([0.01] * 5)
+    _check(fig, "fp8 vs bf16")

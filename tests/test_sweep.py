@@ -40,7 +40,7 @@ def test_unknown_notebook_in_only_is_rejected(fake_project):
 
 def test_repository_params_cover_every_notebook_for_both_profiles():
     jobs = {j.label for j in sweep.plan_jobs("cpu", sweep.ROOT / "outputs" / "notebooks")}
-    assert "01_formats[e4m3]" in jobs
+    assert "01_formats[E4M3]" in jobs and "01_formats[E7M0]" in jobs
     for profile in ("cpu", "h100"):
         for nb in sweep.discover_notebooks():
             if nb.stem not in sweep.PER_FORMAT_NOTEBOOKS:

@@ -1,0 +1,86 @@
+"""Tests for altgrad_lib.train_config: strict keys/types, coercions, YAML + overrides, hash scope, LR schedule."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from altgrad_lib.train_config import TrainConfig, lr_at
+
+
+def test_config_unknown_key_lists_valid_keys():
+    with pytest.raises(ValueError, match="unknown TrainConfig key") as ei:
+        TrainConfig.from_dict({"lr": 1e-3, "learning_rate": 1.0})
+    assert "learning_rate" in str(ei.value) and "warmup_steps" in str(ei.value)
+
+
+@pytest.mark.parametrize("key,value", [("n_layer", "2"), ("n_layer", 2.5), ("n_layer", True), ("compile", 1),
+                                       ("lr", "fast"), ("corpus", 3), ("max_docs", 1.5), ("recipe", 3)])
+def test_config_wrong_types_fail(key, value):
+    with pytest.raises(TypeError, match=f"TrainConfig.{key}") as ei:
+        TrainConfig.from_dict({key: value})
+    assert "valid keys" in str(ei.value)
+
+
+def test_config_coercions_and_choices():
+    c = TrainConfig.from_dict({"lr": 1, "min_lr": 0, "grad_clip": "1e-1", "max_docs": None})
+    assert isinstance(c.lr, float) and c.lr == 1.0 and c.grad_clip == 0.1 and c.max_docs is None
+    for bad in ({"precision": "fp16"}, {"device": "tpu"}, {"backend": "x"}, {"mlp": "relu"}):
+        with pytest.raises(ValueError, match="valid choices"):
+            TrainConfig.from_dict(bad)
+    with pytest.raises(ValueError, match="divisible"):
+        TrainConfig(n_embd=30, n_head=4)
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-4, min_lr=1e-3)
+
+
+def test_config_yaml_and_overrides(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("lr: 3e-4\nn_layer: 3\nrecipe: {name: custom, recipe: fp8_hybrid}\n")
+    c = TrainConfig.from_yaml(p, ["n_layer=1", "compile=true", "max_docs=null", "run_name=abc"])
+    assert c.lr == 3e-4 and c.n_layer == 1 and c.compile is True and c.max_docs is None and c.run_name == "abc"
+    assert c.recipe == {"name": "custom", "recipe": "fp8_hybrid"} and c.recipe_name == "custom"
+    assert TrainConfig.from_yaml(p, {"seed": 3}).seed == 3
+    with pytest.raises(ValueError, match="key=value"):
+        TrainConfig.from_yaml(p, ["n_layer"])
+    assert TrainConfig.from_dict(yaml.safe_load(yaml.safe_dump(c.to_dict()))) == c
+
+
+def test_config_hash_covers_exactly_the_result_fields():
+    base = TrainConfig()
+    h = base.config_hash()
+    for k, v in {"run_name": "x", "out_dir": "/tmp/y", "ckpt_interval": 7, "log_interval": 3}.items():
+        assert base.replace(**{k: v}).config_hash() == h, k
+    for k, v in {"lr": 2e-3, "seed": 1, "recipe": "fp8_hybrid", "eval_interval": 7, "precision": "bf16"}.items():
+        assert base.replace(**{k: v}).config_hash() != h, k
+    assert TrainConfig(lr=1).config_hash() == TrainConfig(lr=1.0).config_hash()
+    assert base.auto_run_name() == f"bf16-s0-{h[:8]}"
+    assert "bf16" in base.short_str()
+
+
+def test_lr_schedule_warmup_then_cosine():
+    c = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=4, max_steps=20)
+    lrs = [lr_at(i, c) for i in range(20)]
+    assert all(a < b for a, b in zip(lrs[:4], lrs[1:5]))                    # warmup rises
+    assert lrs[4] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))                    # cosine decays
+    assert lr_at(20, c) == pytest.approx(1e-4) and lr_at(100, c) == pytest.approx(1e-4)
+
+
+PARAMS = Path(__file__).resolve().parents[1] / "params"
+
+
+@pytest.mark.parametrize("profile", ["cpu", "h100"])
+def test_training_params_files_are_valid_and_02_03_share_the_baseline(profile):
+    # notebooks take the TrainConfig keys from their parameters; notebook 03 reuses 02's bf16 run only if
+    # both files give the same config hash
+    cfgs = {}
+    for nb in ("02_bf16_baseline", "03_fp8_baseline"):
+        f = PARAMS / nb / f"{profile}.yaml"
+        if not f.exists():
+            pytest.skip(f"{f} not present")
+        d = yaml.safe_load(f.read_text()) or {}
+        cfgs[nb] = TrainConfig.from_dict({k: v for k, v in d.items() if k in TrainConfig.keys()})
+    baseline_03 = cfgs["03_fp8_baseline"].replace(recipe="bf16")
+    assert cfgs["02_bf16_baseline"].config_hash() == baseline_03.config_hash()
