@@ -22,7 +22,6 @@ import copy
 import hashlib
 import json
 import math
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -33,23 +32,17 @@ import torch
 
 from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 # ----------------------------------------------------------------------------------------------------
 # provenance
 
 
 def git_sha(short: bool = True) -> str:
-    """SHA of HEAD plus '-dirty' when the work tree differs; 'nogit' outside a repository."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        return "nogit"
-    return (sha[:12] if short else sha) + ("-dirty" if dirty else "")
+    """SHA of HEAD plus '-dirty' when tracked files differ (runs.git_info; 'unknown' without git)."""
+    from altgrad_lib.runs import git_info
+
+    info = git_info()
+    sha = info["sha"][:12] if short and info["sha"] != "unknown" else info["sha"]
+    return sha + ("-dirty" if info["dirty"] else "")
 
 
 def params_hash(params: Mapping[str, Any]) -> str:

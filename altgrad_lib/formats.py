@@ -114,7 +114,9 @@ class FloatFormat:
         finite = sorted({v for v in table if math.isfinite(v)})
         emin = 1 - self.bias if self.subnormals else -self.bias
         mx = max(finite)
-        min_sub = 2.0 ** (emin - self.mbits) if self.subnormals else 2.0**emin
+        if mx <= 0:
+            raise ValueError(f"{self.name}: no positive finite value (e.g. E1M0/E0M1 with a NaN code); "
+                             f"add bits or use specials='none'")
         needs_f64 = emin < -126 or mx >= 2.0**127 or (emin - self.mbits) < -149
         s = object.__setattr__
         s(self, "_table", tuple(table))
@@ -209,7 +211,12 @@ class FloatFormat:
 
     def quantize(self, x: torch.Tensor, rounding: str = "nearest", saturate: bool = True,
                  generator: torch.Generator | None = None, sr_bits: int | None = None) -> torch.Tensor:
-        """Round x onto the grid (same shape and dtype).  See the module docstring for conventions."""
+        """Round x onto the grid (same shape and dtype).  See the module docstring for conventions.
+
+        rounding: one of ROUNDING_MODES; saturate: overflow -> +-max (else inf/NaN per `specials`);
+        generator/sr_bits: stochastic rounding only.  Not differentiable: the result has no autograd
+        history (straight-through estimators live in quant.py).
+        """
         rbits = None
         if rounding == "stochastic":
             rbits = random_bits(x, self._kernel, sr_bits, generator)
@@ -429,7 +436,12 @@ def get_format(name: "str | FloatFormat") -> FloatFormat:
     if e + mb < 1 or 1 + e + mb > 8:
         raise ValueError(f"format {name!r}: need 1 + x + y <= 8 bits and x + y >= 1 (x, y >= 0); "
                          f"valid built-ins: {valid}")
-    return FloatFormat.generic(e, mb)
+    if (e, mb) not in _GENERIC_CACHE:    # one object per generic name: identity-stable for compile guards
+        _GENERIC_CACHE[(e, mb)] = FloatFormat.generic(e, mb)
+    return _GENERIC_CACHE[(e, mb)]
+
+
+_GENERIC_CACHE: dict[tuple[int, int], FloatFormat] = {}
 
 
 def format_summary_table(names=None):

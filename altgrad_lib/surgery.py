@@ -248,7 +248,8 @@ def module_seed(base_seed: int, fqn: str, role: str) -> int:
 class QuantizedLinear(nn.Linear):
     """Simulated low-precision Linear: y = Q_x(X) · Q_w(W)ᵀ + b, backward quantizes dY with Q_g.
 
-    Q_x and Q_w are straight-through, so gradients reach the fp32 master weight. Quantizers (scaler buffers,
+    Q_x and Q_w are straight-through, so gradients reach the fp32 master weight. The bias is added in high
+    precision after the GEMM (its gradient uses the unquantized dY). Quantizers (scaler buffers,
     counters, SR generator state) are submodules, so `model.state_dict()` checkpoints them."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, layer_spec: LayerSpec,
@@ -277,10 +278,11 @@ class QuantizedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x_q = self.x_quant(x) if self.x_quant is not None else x                      # (..., in)
         w_q = self.w_quant(self.weight) if self.w_quant is not None else self.weight  # (out, in)
-        y = F.linear(x_q, w_q, self.bias)                                              # (..., out)
+        y = F.linear(x_q, w_q)                                                         # (..., out)
         if self.g_quant is not None:
             y = _QuantizeGradOutput.apply(y, self.g_quant)
-        return y
+        # bias outside the quantized GEMM: its gradient is the high-precision dY, as in torchao / scaled_mm
+        return y + self.bias if self.bias is not None else y
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.layer_class}, {self.layer_spec.short_str()}"

@@ -17,6 +17,7 @@ import time
 import torch
 
 from altgrad_lib.model import GPT, GPTConfig
+from altgrad_lib.quant import Quantizer
 from altgrad_lib.surgery import get_policy, quantize_model
 
 # (recipe, backend) per mode name
@@ -25,6 +26,7 @@ MODES = {
     "sim": ("fp8_hybrid", "sim"),
     "torchao": ("fp8_hybrid", "torchao"),
     "scaled_mm": ("fp8_hybrid", "scaled_mm"),
+    "sim_nocount": ("fp8_hybrid", "sim"),   # sim without the saturation/underflow counters (Quantizer.count=False)
 }
 DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:eager", "torchao:compiled",
            "scaled_mm:eager", "scaled_mm:compiled"]
@@ -35,6 +37,10 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig):
     torch.manual_seed(0)
     model = GPT(cfg)
     quantize_model(model, get_policy(recipe, backend=backend), verbose=False)
+    if mode == "sim_nocount":
+        for m in model.modules():
+            if isinstance(m, Quantizer):
+                m.count = False
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     fwd = torch.compile(model) if compiled else model
 

@@ -106,8 +106,14 @@ def test_dataclass_validation():
         FloatFormat("X", 4, 3, 8, signed=False, specials="fnuz")
     with pytest.raises(ValueError, match="ieee"):
         FloatFormat("X", 7, 0, 63, specials="ieee")
+    with pytest.raises(ValueError, match="no positive finite"):
+        get_format("E1M0")
     with pytest.raises(Exception):
         BUILTIN_FORMATS["E4M3"].bias = 8                          # frozen
+    # the smallest valid generic formats still work end to end
+    e2m0 = get_format("E2M0")
+    assert e2m0.values().tolist() == [-2.0, -1.0, 0.0, 1.0, 2.0]          # bias 1: 0, 2^0, 2^1; 3 = NaN
+    assert e2m0.quantize(torch.tensor([0.7, 1.5, 3.0, -0.2, 0.5])).tolist() == [1.0, 2.0, 2.0, -0.0, 0.0]
 
 
 # ------------------------------------------------------------------ grids against the references

@@ -106,7 +106,7 @@ def test_sim_fp8_hybrid_sqnr_floors():
     lin, x, gy = _linear_case()
     y_ref, dx_ref, dw_ref = _fwd_bwd(lin, x, gy)
     y, dx, dw = _fwd_bwd(_swap(lin, "fp8_hybrid"), x, gy)
-    # measured ~31 dB (y), ~25 dB (dX, dW: E5M2 has 2 mantissa bits); floors leave margin
+    # measured 28.5 dB (y), 24.5 dB (dX, dW: E5M2 has 2 mantissa bits); floors leave >3.5 dB margin
     assert sqnr_db(y_ref, y) > 25
     assert sqnr_db(dx_ref, dx) > 20
     assert sqnr_db(dw_ref, dw) > 20
