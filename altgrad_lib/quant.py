@@ -10,6 +10,8 @@ nothing (identity STE). Everything is free of host syncs; counters live in buffe
 """
 from __future__ import annotations
 
+import itertools
+import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from altgrad_lib.formats import ROUNDING_MODES, FloatFormat, get_format
+from altgrad_lib.rounding import random_bits
 from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
 
 STE_MODES = ("identity", "clipped")
@@ -110,13 +113,20 @@ class QuantSpec:
 # Numerics
 
 
-def _qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_stats: bool):
-    """Scale -> quantize -> unscale. Returns (y, saturation mask | None, n_saturated, n_underflow)."""
+def _qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_stats: bool,
+         rbits: Tensor | None = None):
+    """Scale -> quantize -> unscale. Returns (y, saturation mask | None, n_saturated, n_underflow).
+
+    Stochastic rounding uses `rbits` when given (pre-drawn, see _sr_random_bits), else draws from `generator`.
+    """
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     xs = x.detach().to(cdt) * s
-    q = spec.fmt.quantize(
-        xs, rounding=spec.rounding, saturate=spec.saturate, generator=generator, sr_bits=spec.sr_bits
-    )
+    if rbits is not None:
+        q = spec.fmt.quantize_with_bits(xs, rbits, sr_bits=spec.sr_bits, saturate=spec.saturate)
+    else:
+        q = spec.fmt.quantize(
+            xs, rounding=spec.rounding, saturate=spec.saturate, generator=generator, sr_bits=spec.sr_bits
+        )
     y = (q / s).to(x.dtype)
     over = xs.abs() > spec.fmt.max if (want_mask or want_stats) else None
     if want_stats:
@@ -131,14 +141,17 @@ class _FakeQuantFn(torch.autograd.Function):
     """y = Q(x*s)/s with a straight-through gradient (identity, or masked where |x*s| > fmax)."""
 
     @staticmethod
-    def forward(ctx, x, s, spec, generator, want_stats):
+    def forward(ctx, x, s, spec, generator, want_stats, rbits=None):
         clipped = spec.ste == "clipped"
-        y, over, n_sat, n_under = _qdq(x, s, spec, generator, clipped, want_stats)
+        y, over, n_sat, n_under = _qdq(x, s, spec, generator, clipped, want_stats, rbits)
         ctx.clipped = clipped
         if clipped:
             ctx.save_for_backward(over)
         if not want_stats:
-            n_sat = n_under = torch.zeros((), dtype=torch.int64, device=x.device)
+            # Two distinct tensors: returning one tensor object twice makes dynamo map both outputs to one
+            # backward input ("Placeholder node not found in env" when compiling with backward).
+            n_sat = torch.zeros((), dtype=torch.int64, device=x.device)
+            n_under = torch.zeros((), dtype=torch.int64, device=x.device)
         ctx.mark_non_differentiable(n_sat, n_under)
         return y, n_sat, n_under
 
@@ -149,7 +162,7 @@ class _FakeQuantFn(torch.autograd.Function):
             grad_x = grad_y.masked_fill(over, 0.0)
         else:
             grad_x = grad_y
-        return grad_x, None, None, None, None
+        return grad_x, None, None, None, None, None
 
 
 def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = None, generator=None) -> Tensor:
@@ -168,12 +181,52 @@ def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = 
     return y
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Stochastic-rounding random bits that torch.compile can trace.
+#
+# Dynamo (torch 2.13) cannot put a random op with an explicit `generator=` into a graph: every such draw is a
+# graph break (plus a few more in the enclosing frames), and creating a torch.Generator inside the compiled
+# region is another. The draw is therefore wrapped in a custom op that dynamo treats as opaque. It names its
+# Quantizer by an integer handle (a Generator cannot be an op argument) and runs the same torch.randint with
+# the same Generator at run time, so compiled and eager runs draw identical bits and advance the same state.
+# The op mutates a tiny per-Quantizer token tensor: that makes the draw a side effect, so the compiler keeps
+# every call, in program order, and never merges two calls (a pure op with equal arguments could be CSE'd).
+
+_QUANTIZERS: weakref.WeakValueDictionary[int, Quantizer] = weakref.WeakValueDictionary()
+_HANDLES = itertools.count()
+
+
+def _quantizer_of(handle: int) -> Quantizer:
+    q = _QUANTIZERS.get(handle)
+    if q is None:
+        raise RuntimeError(f"stochastic-rounding Quantizer handle {handle} is no longer alive")
+    return q
+
+
+@torch.library.custom_op("altgrad::sr_random_bits", mutates_args=("token",))
+def _sr_random_bits(x: Tensor, token: Tensor, handle: int) -> Tensor:
+    """Uniform integers for stochastic rounding of x (formats' random_bits) from Quantizer `handle`'s RNG."""
+    q = _quantizer_of(handle)
+    token.add_(1)  # the side effect that orders draws (and counts them)
+    return random_bits(x, q.spec.fmt.kernel, q.spec.sr_bits, q.generator(x.device))
+
+
+@_sr_random_bits.register_fake
+def _(x: Tensor, token: Tensor, handle: int) -> Tensor:
+    q = _quantizer_of(handle)
+    # dtype from a 0-element draw (x's shape may be symbolic, which randint does not accept)
+    dt = random_bits(x.new_empty(0), q.spec.fmt.kernel, q.spec.sr_bits, None).dtype
+    return x.new_empty(x.shape, dtype=dt)
+
+
 class Quantizer(nn.Module):
     """Stateful fake-quantization point: a Scaler, an RNG for stochastic rounding, and cheap counters.
 
-    The RNG is a torch.Generator seeded from `seed`, created lazily on the input's device; its state goes
-    through get_extra_state/set_extra_state so model.state_dict() carries it and a resumed run continues the
-    same random stream. (Moving between devices re-seeds: CPU and CUDA generator states are not compatible.)
+    The RNG is a torch.Generator seeded from `seed`, created at construction (and re-created on a device move)
+    so that compiled code never constructs one; its state goes through get_extra_state/set_extra_state so
+    model.state_dict() carries it and a resumed run continues the same random stream. (Moving between devices
+    re-seeds: CPU and CUDA generator states are not compatible.) Draws go through the altgrad::sr_random_bits
+    custom op, so forward() and quantize() compile without graph breaks and draw the same bits as eager.
 
     Counter buffers (int64, no host sync; reset_counters() zeroes them; count=False skips them for speed):
       n_elements   elements seen; n_saturated: |x*s| > fmt.max; n_underflow: nonzero inputs that became 0.
@@ -188,6 +241,28 @@ class Quantizer(nn.Module):
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
+        # ordering token of the RNG op (= number of draws since construction/load); not checkpointed
+        self.register_buffer("_rng_token", torch.zeros((), dtype=torch.int64), persistent=False)
+        self._register_handle()
+        if self.spec.rounding == "stochastic":
+            self._gen = self._seeded_generator(torch.device("cpu"))
+
+    def _register_handle(self) -> None:
+        self._handle = next(_HANDLES)
+        _QUANTIZERS[self._handle] = self
+
+    def __setstate__(self, state: dict) -> None:
+        # deepcopy / unpickle: the copy needs its own handle, or its draws would use the original's generator
+        super().__setstate__(state)
+        self._register_handle()
+
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)
+        dev = self._rng_token.device
+        g = self._gen
+        if g is not None and g.device.type != dev.type and dev.type != "meta":
+            self._gen = self._seeded_generator(dev)  # eagerly, so compiled code never creates one
+        return self
 
     # -- RNG ---------------------------------------------------------------------------------------------
     def generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
@@ -196,9 +271,23 @@ class Quantizer(nn.Module):
             return None
         device = torch.device(device)
         if self._gen is None or self._gen.device.type != device.type:
-            self._gen = torch.Generator(device=device)
-            self._gen.manual_seed(self.seed)
+            self._gen = self._seeded_generator(device)
         return self._gen
+
+    def _seeded_generator(self, device: torch.device) -> torch.Generator:
+        g = torch.Generator(device=device)
+        g.manual_seed(self.seed)
+        return g
+
+    def random_bits(self, x: Tensor) -> Tensor | None:
+        """The random integers stochastic rounding of x will use (None for deterministic rounding).
+
+        Traceable by torch.compile without a graph break; advances this quantizer's generator exactly as an
+        eager fake_quant(x, spec, generator=self.generator(x.device)) would.
+        """
+        if self.spec.rounding != "stochastic":
+            return None
+        return _sr_random_bits(x.detach(), self._rng_token, self._handle)
 
     def get_extra_state(self) -> dict:
         g = self._gen
@@ -211,7 +300,8 @@ class Quantizer(nn.Module):
     def set_extra_state(self, state: dict) -> None:
         self.seed = int(state["seed"])
         if state.get("rng_state") is None:
-            self._gen = None  # fresh: next use seeds from `seed`, same as the saved (unused) generator would
+            # fresh: seed from `seed`, same as the saved (unused) generator would have
+            self._gen = None if self.spec.rounding != "stochastic" else self._seeded_generator(self._rng_token.device)
             return
         dev = torch.device(state["rng_device"])
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -232,7 +322,7 @@ class Quantizer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Fake quantization with the spec's STE (autograd)."""
         s = self.scaler.scale_for(x)
-        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, self.generator(x.device), self.count)
+        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.random_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
         return y
@@ -241,7 +331,7 @@ class Quantizer(nn.Module):
     def quantize(self, x: Tensor) -> Tensor:
         """Same numerics as forward, no autograd (e.g. for grad_output inside a custom backward)."""
         s = self.scaler.scale_for(x)
-        y, _, n_sat, n_under = _qdq(x, s, self.spec, self.generator(x.device), False, self.count)
+        y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.random_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
         return y
