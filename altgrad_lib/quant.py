@@ -185,38 +185,34 @@ def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = 
 # Stochastic-rounding random bits that torch.compile can trace.
 #
 # Dynamo (torch 2.13) cannot put a random op with an explicit `generator=` into a graph: every such draw is a
-# graph break (plus a few more in the enclosing frames), and creating a torch.Generator inside the compiled
-# region is another. The draw is therefore wrapped in a custom op that dynamo treats as opaque. It names its
-# Quantizer by an integer handle (a Generator cannot be an op argument) and runs the same torch.randint with
-# the same Generator at run time, so compiled and eager runs draw identical bits and advance the same state.
-# The op mutates a tiny per-Quantizer token tensor: that makes the draw a side effect, so the compiler keeps
-# every call, in program order, and never merges two calls (a pure op with equal arguments could be CSE'd).
+# graph break (plus more in the enclosing frames), and creating a torch.Generator inside the compiled region
+# is another. So the draw is a custom op, opaque to dynamo, that runs the same torch.randint with the
+# Quantizer's Generator at run time: compiled and eager runs draw identical bits and advance the same state.
+# A Generator cannot be an op argument, so the op gets the Quantizer's token tensor [handle, n_draws]:
+# - the handle is read from the tensor at run time (a Python int attribute would be specialized by dynamo,
+#   recompiling the same code once per Quantizer instance);
+# - the op increments n_draws, a side effect, so the compiler keeps every draw, in program order, and never
+#   merges two calls (a pure op with equal arguments could be CSE'd).
+# The token stays on the CPU (see Quantizer._apply): reading the handle never syncs with an accelerator.
 
 _QUANTIZERS: weakref.WeakValueDictionary[int, Quantizer] = weakref.WeakValueDictionary()
 _HANDLES = itertools.count()
 
 
-def _quantizer_of(handle: int) -> Quantizer:
+@torch.library.custom_op("altgrad::sr_random_bits", mutates_args=("token",))
+def _sr_random_bits(x: Tensor, token: Tensor, dtype: torch.dtype) -> Tensor:
+    """Uniform integers for stochastic rounding of x (formats' random_bits) from the token's Quantizer RNG."""
+    handle = int(token[0])
     q = _QUANTIZERS.get(handle)
     if q is None:
         raise RuntimeError(f"stochastic-rounding Quantizer handle {handle} is no longer alive")
-    return q
-
-
-@torch.library.custom_op("altgrad::sr_random_bits", mutates_args=("token",))
-def _sr_random_bits(x: Tensor, token: Tensor, handle: int) -> Tensor:
-    """Uniform integers for stochastic rounding of x (formats' random_bits) from Quantizer `handle`'s RNG."""
-    q = _quantizer_of(handle)
-    token.add_(1)  # the side effect that orders draws (and counts them)
+    token[1] += 1
     return random_bits(x, q.spec.fmt.kernel, q.spec.sr_bits, q.generator(x.device))
 
 
 @_sr_random_bits.register_fake
-def _(x: Tensor, token: Tensor, handle: int) -> Tensor:
-    q = _quantizer_of(handle)
-    # dtype from a 0-element draw (x's shape may be symbolic, which randint does not accept)
-    dt = random_bits(x.new_empty(0), q.spec.fmt.kernel, q.spec.sr_bits, None).dtype
-    return x.new_empty(x.shape, dtype=dt)
+def _(x: Tensor, token: Tensor, dtype: torch.dtype) -> Tensor:
+    return x.new_empty(x.shape, dtype=dtype)
 
 
 class Quantizer(nn.Module):
@@ -241,15 +237,24 @@ class Quantizer(nn.Module):
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
-        # ordering token of the RNG op (= number of draws since construction/load); not checkpointed
-        self.register_buffer("_rng_token", torch.zeros((), dtype=torch.int64), persistent=False)
+        # RNG op token [handle, draws since construction/copy] (see _sr_random_bits); not checkpointed
+        self.register_buffer("_rng_token", torch.zeros(2, dtype=torch.int64), persistent=False)
         self._register_handle()
+        self._rbits_dtype: dict[torch.dtype, torch.dtype] = {}  # work float dtype -> random-bits int dtype
         if self.spec.rounding == "stochastic":
             self._gen = self._seeded_generator(torch.device("cpu"))
+            for wdt in (torch.float32, torch.float64):
+                try:  # a 0-element draw: the dtype only, without touching any RNG state
+                    self._rbits_dtype[wdt] = random_bits(
+                        torch.empty(0, dtype=wdt), self.spec.fmt.kernel, self.spec.sr_bits, None
+                    ).dtype
+                except ValueError:
+                    pass  # sr_bits too large for this work precision: random_bits() raises at use
 
     def _register_handle(self) -> None:
         self._handle = next(_HANDLES)
         _QUANTIZERS[self._handle] = self
+        self._rng_token[0] = self._handle
 
     def __setstate__(self, state: dict) -> None:
         # deepcopy / unpickle: the copy needs its own handle, or its draws would use the original's generator
@@ -258,7 +263,9 @@ class Quantizer(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         super()._apply(fn, recurse)
-        dev = self._rng_token.device
+        self._buffers["_rng_token"] = self._rng_token.cpu()  # host-side: the op reads the handle from it
+        self._rng_token[0] = self._handle  # e.g. to_empty() from meta leaves it uninitialized
+        dev = self.n_elements.device
         g = self._gen
         if g is not None and g.device.type != dev.type and dev.type != "meta":
             self._gen = self._seeded_generator(dev)  # eagerly, so compiled code never creates one
@@ -279,7 +286,7 @@ class Quantizer(nn.Module):
         g.manual_seed(self.seed)
         return g
 
-    def random_bits(self, x: Tensor) -> Tensor | None:
+    def draw_bits(self, x: Tensor) -> Tensor | None:
         """The random integers stochastic rounding of x will use (None for deterministic rounding).
 
         Traceable by torch.compile without a graph break; advances this quantizer's generator exactly as an
@@ -287,7 +294,10 @@ class Quantizer(nn.Module):
         """
         if self.spec.rounding != "stochastic":
             return None
-        return _sr_random_bits(x.detach(), self._rng_token, self._handle)
+        wdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # _qdq's work dtype
+        if wdt not in self._rbits_dtype:
+            return random_bits(x, self.spec.fmt.kernel, self.spec.sr_bits, None)  # raises the sr_bits error
+        return _sr_random_bits(x.detach(), self._rng_token, self._rbits_dtype[wdt])
 
     def get_extra_state(self) -> dict:
         g = self._gen
@@ -301,7 +311,8 @@ class Quantizer(nn.Module):
         self.seed = int(state["seed"])
         if state.get("rng_state") is None:
             # fresh: seed from `seed`, same as the saved (unused) generator would have
-            self._gen = None if self.spec.rounding != "stochastic" else self._seeded_generator(self._rng_token.device)
+            sr = self.spec.rounding == "stochastic"
+            self._gen = self._seeded_generator(self.n_elements.device) if sr else None
             return
         dev = torch.device(state["rng_device"])
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -322,7 +333,7 @@ class Quantizer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Fake quantization with the spec's STE (autograd)."""
         s = self.scaler.scale_for(x)
-        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.random_bits(x))
+        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.draw_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
         return y
@@ -331,9 +342,21 @@ class Quantizer(nn.Module):
     def quantize(self, x: Tensor) -> Tensor:
         """Same numerics as forward, no autograd (e.g. for grad_output inside a custom backward)."""
         s = self.scaler.scale_for(x)
-        y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.random_bits(x))
+        y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
+        return y
+
+    @torch.no_grad()
+    def quantize_stateless(self, x: Tensor) -> Tensor:
+        """quantize() without touching the Scaler or the counters; only the SR generator advances.
+
+        Same numerics as quantize() for the stateless scaling kinds (none/current/per_row/per_block; delayed
+        raises). Meant for compiled backward passes, where buffer updates would break the graph; the RNG op
+        traces there too (no graph break), unlike fake_quant(..., generator=self.generator(x.device)).
+        """
+        s, _ = stateless_scale(x, self.spec.fmt, self.spec.scaling)
+        y, _, _, _ = _qdq(x, s, self.spec, None, False, False, self.draw_bits(x))
         return y
 
     # -- bookkeeping -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 QuantSpec validation and dict round trip."""
 from __future__ import annotations
 
+import copy
 import io
 import json
 
@@ -11,7 +12,7 @@ import torch
 import yaml
 
 from altgrad_lib.formats import get_format
-from altgrad_lib.quant import QuantSpec, Quantizer, fake_quant
+from altgrad_lib.quant import STE_MODES, QuantSpec, Quantizer, fake_quant
 from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
 
 
@@ -223,9 +224,41 @@ def test_quantizer_state_dict_round_trip_continues_rng_stream():
     assert torch.equal(model[0].scaler.amax_history, restored[0].scaler.amax_history)
     # a fresh quantizer with the same seed replays the stream from the start
     a, b = Quantizer(spec, seed=5), Quantizer(spec, seed=5)
-    b.load_state_dict(a.state_dict())  # unused generator -> lazily re-seeded
+    b.load_state_dict(a.state_dict())  # unused generator: its state is the seeded one
     x = gaussian(8, 32)
     assert torch.equal(a(x), b(x))
+
+
+@pytest.mark.parametrize("dtype, sr_bits", [(torch.float32, None), (torch.bfloat16, 5), (torch.float64, 40)])
+def test_quantizer_sr_draws_like_fake_quant_with_seeded_generator(dtype, sr_bits):
+    # the Quantizer draws through a custom op (for torch.compile); eagerly it must give exactly the bits and
+    # generator state of the plain path fake_quant(..., generator=torch.Generator().manual_seed(seed))
+    spec = QuantSpec(fmt="E5M2", scaling="per_row", rounding="stochastic", sr_bits=sr_bits)
+    q, g = Quantizer(spec, seed=7), torch.Generator().manual_seed(7)
+    for i in range(2):
+        x = gaussian(8, 64, seed=i).to(dtype)
+        assert torch.equal(q(x), fake_quant(x, spec, generator=g))
+        assert torch.equal(q.quantize(x), fake_quant(x, spec, generator=g))
+        assert torch.equal(q.quantize_stateless(x), fake_quant(x, spec, generator=g))
+    assert torch.equal(q.generator().get_state(), g.get_state())
+
+
+def test_quantizer_sr_bits_too_large_for_fp32_work_raises():
+    q = Quantizer(QuantSpec(fmt="E4M3", rounding="stochastic", sr_bits=40))
+    assert q(torch.ones(4, dtype=torch.float64)).dtype == torch.float64  # fp64 work: 52 bits available
+    with pytest.raises(ValueError, match="sr_bits=40"):
+        q(torch.ones(4))
+
+
+def test_deepcopied_quantizer_has_its_own_generator():
+    spec = QuantSpec(fmt="E4M3", rounding="stochastic")
+    a = Quantizer(spec, seed=2)
+    x = gaussian(4, 32)
+    a(x)
+    b = copy.deepcopy(a)
+    # same state, separate streams: had b drawn from a's generator, it would get a's *next* bits
+    assert torch.equal(a(x), b(x))
+    assert torch.equal(a.generator().get_state(), b.generator().get_state())
 
 
 # ---------------------------------------------------------------------------------------------- counters
@@ -273,6 +306,87 @@ def test_quantizer_under_torch_compile_same_bits():
         assert torch.equal(ge, gc)
     assert torch.equal(eager.scaler.amax_history, compiled_q.scaler.amax_history)
     assert int(eager.n_elements) == int(compiled_q.n_elements) == 3 * 8 * 64
+
+
+@pytest.mark.parametrize("ste", STE_MODES)
+def test_quantizer_without_counters_compiles_forward_and_backward(ste):
+    # regression: count=False returned one zeros tensor object twice from the autograd.Function, and dynamo
+    # failed on the backward ("Placeholder node not found in env")
+    q = Quantizer(QuantSpec(fmt="E4M3", scaling="none", ste=ste), count=False)
+    x = torch.tensor([1.0, 500.0, -3.0], requires_grad=True)
+    y = torch.compile(q, backend="aot_eager", fullgraph=True)(x)
+    y.backward(torch.tensor([1.0, 2.0, 3.0]))
+    assert y.tolist() == [1.0, 448.0, -3.0]
+    assert x.grad.tolist() == ([1.0, 2.0, 3.0] if ste == "identity" else [1.0, 0.0, 3.0])
+    assert int(q.n_elements) == 0
+
+
+class _QuantizeGradStateless(torch.autograd.Function):
+    """Identity forward, backward = quantizer.quantize_stateless(dY): a compiled dY path as in surgery.py."""
+
+    @staticmethod
+    def forward(ctx, y, quantizer):
+        ctx.quantizer = quantizer
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return ctx.quantizer.quantize_stateless(grad_y), None
+
+
+def test_stochastic_rounding_compiles_without_graph_breaks():
+    # torch.Generator draws cannot be traced (graph breaks: 5 per Quantizer call before the custom op);
+    # forward, quantize and a backward quantize_stateless must all stay in one graph
+    sr = {"fmt": "E4M3", "rounding": "stochastic"}
+    q_x, q_g = Quantizer(sr, seed=1), Quantizer({**sr, "fmt": "E5M2"}, seed=2)
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def f(x):
+        y = _QuantizeGradStateless.apply(q_x(x) @ w, q_g)
+        return y.sum() + q_x.quantize(x).sum()
+
+    explain = torch._dynamo.explain(f)(torch.randn(8, 16))
+    assert explain.graph_break_count == 0, [b.reason for b in explain.break_reasons]
+    assert explain.graph_count == 1
+
+
+def test_stochastic_rounding_compiled_same_bits_and_resumable():
+    spec = QuantSpec(fmt="E4M3", scaling={"kind": "delayed", "history_len": 4}, rounding="stochastic")
+    q_eager, q_comp = Quantizer(spec, seed=3), Quantizer(spec, seed=3)
+    g_eager = Quantizer({"fmt": "E5M2", "rounding": "stochastic"}, seed=4)
+    g_comp = copy.deepcopy(g_eager)
+
+    def fwd(q, qg, x):
+        # two draws of q in one graph (order matters: different inputs) and one in the backward
+        return _QuantizeGradStateless.apply(q(x), qg) + 2 * q.quantize(x * 0.5)
+
+    def step(f, q, qg, x):
+        y = f(q, qg, x)
+        (gx,) = torch.autograd.grad((y * torch.arange(64.0)).sum(), x)
+        return y.detach(), gx
+
+    compiled = torch.compile(fwd, backend="aot_eager", fullgraph=True)
+    for i in range(2):
+        x = gaussian(8, 64, seed=i).requires_grad_()
+        for a, b in zip(step(fwd, q_eager, g_eager, x), step(compiled, q_comp, g_comp, x)):
+            assert torch.equal(a, b)
+    for a, b in ((q_eager, q_comp), (g_eager, g_comp)):
+        assert torch.equal(a.generator().get_state(), b.generator().get_state())
+    # the compiled quantizer's checkpoint continues its stream exactly
+    restored = Quantizer(spec, seed=99)
+    restored.load_state_dict(q_comp.state_dict())
+    x = gaussian(8, 64, seed=9)
+    assert torch.equal(q_eager(x), restored(x))
+
+
+def test_stochastic_quantizers_share_compiled_code():
+    # the RNG handle lives in a tensor: a Python int attribute would recompile once per Quantizer instance
+    spec = QuantSpec(fmt="E4M3", rounding="stochastic")
+    f = torch.compile(lambda q, x: q(x), backend="eager")
+    x = gaussian(4, 16)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        outs = [f(Quantizer(spec, seed=s), x) for s in (0, 1, 0)]
+    assert torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
 
 
 # ---------------------------------------------------------------------------------------------- spec
