@@ -6,7 +6,8 @@ format's rounding (formats.py). Gradients use a straight-through estimator (STE)
 - "clipped":  dQ/dx = 1 where |x*s| <= fmt.max, 0 where the input saturated.
 
 One autograd.Function does scale -> quantize -> unscale and saves only the saturation mask (clipped STE) or
-nothing (identity STE). Everything is free of host syncs; counters live in buffers.
+nothing (identity STE). Everything is free of host syncs; counters live in buffers. A Quantizer's stochastic
+rounding draws from its own torch.Generator through a custom op, so it compiles without graph breaks.
 """
 from __future__ import annotations
 
@@ -263,8 +264,11 @@ class Quantizer(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         super()._apply(fn, recurse)
-        self._buffers["_rng_token"] = self._rng_token.cpu()  # host-side: the op reads the handle from it
-        self._rng_token[0] = self._handle  # e.g. to_empty() from meta leaves it uninitialized
+        tok = self._rng_token
+        if tok.device.type != "cpu":  # host-side: the op reads the handle from it
+            tok = torch.zeros(2, dtype=torch.int64) if tok.is_meta else tok.cpu()
+            self._buffers["_rng_token"] = tok
+        tok[0] = self._handle  # e.g. to_empty() from meta leaves it uninitialized
         dev = self.n_elements.device
         g = self._gen
         if g is not None and g.device.type != dev.type and dev.type != "meta":

@@ -26,8 +26,9 @@ the discarded fraction is first rounded-to-nearest-even to `k` bits, then the va
 iff fraction_k + r >= 2^k for a uniform integer r in [0, 2^k).  With the default k (23 bits for float32
 work, 52 for float64) this is exactly unbiased for every input in the normal range; in the subnormal range
 the fraction is first rounded to k bits (bias below 2^-k of a spacing).  Stochastic rounding always uses the
-"float" implementation.  Random bits come from torch.randint (optionally with a torch.Generator); under
-torch.compile this traces without a graph break and draws the same bits as eager for the same generator.
+"float" implementation.  Random bits come from torch.randint (optionally with a torch.Generator).  In torch 2.13 a draw with an
+explicit generator breaks a compiled graph; compiled models draw through `Quantizer.draw_bits` (a custom
+op) and pass them to `FloatFormat.quantize_with_bits`, which gives the same bits as eager.
 """
 from __future__ import annotations
 

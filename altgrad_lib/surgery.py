@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from altgrad_lib.quant import QuantSpec, Quantizer, fake_quant
+from altgrad_lib.quant import QuantSpec, Quantizer
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
 BACKENDS = ("sim", "torchao", "scaled_mm")
@@ -237,7 +237,7 @@ def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
     # scaling; only the dY counters (n_saturated, ...) are not updated in compiled runs. Delayed scaling needs
     # its history, so it keeps the stateful path above (and the graph breaks).
     with torch.no_grad():
-        return fake_quant(grad_y, quantizer.spec, generator=quantizer.generator(grad_y.device))
+        return quantizer.quantize_stateless(grad_y)
 
 
 def module_seed(base_seed: int, fqn: str, role: str) -> int:
