@@ -114,18 +114,19 @@ def rounding_error(fmt: FloatFormat | str, n: int = 20_000, seed: int = 0) -> pd
 def ulp_at_grid(fmt: FloatFormat | str) -> pd.DataFrame:
     """Grid spacing up (away from zero) and down (toward zero) at every positive value of the format.
 
-    `stiffness_*` = ulp / |w| is the smallest relative update that can move a weight stored in this
-    format: an update below half of it is rounded away under RNE. At a binade boundary 2^e the down
-    spacing is half the up spacing, so shrinking a weight is easier than growing it; in the
-    subnormal region the spacing is constant and relative stiffness grows as 1/|w|.
+    `ulp_*` is the plan's stiffness S (absolute grid spacing, `FloatFormat.stiffness`); `rel_ulp_*` =
+    ulp / |w| is the smallest relative update that can move a weight stored in this format: an update
+    below half of it is rounded away under RNE. At a binade boundary 2^e the down spacing is half the
+    up spacing, so shrinking a weight is easier than growing it; in the subnormal region the spacing is
+    constant and the relative spacing grows as 1/|w|.
     """
     f = get_format(fmt)
     w = torch.from_numpy(positive_values(f)).float()
     up = f.ulp(w, direction="up").double().numpy()
     down = f.ulp(w, direction="down").double().numpy()
     wd = w.double().numpy()
-    return pd.DataFrame({"w": wd, "ulp_up": up, "ulp_down": down, "stiffness_up": up / wd,
-                         "stiffness_down": down / wd,
+    return pd.DataFrame({"w": wd, "ulp_up": up, "ulp_down": down, "rel_ulp_up": up / wd,
+                         "rel_ulp_down": down / wd,
                          "region": np.where(wd < f.min_normal, "subnormal", "normal")})
 
 

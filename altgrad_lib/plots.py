@@ -76,11 +76,11 @@ def rounding_error(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
 
 
 def ulp_stiffness(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
-    """Left: ULP up/down at each grid value. Right: stiffness ulp/|w|, the smallest relative move."""
+    """Left: ULP up/down (= stiffness S) at each grid value. Right: ulp/|w|, the smallest relative move."""
     f = get_format(fmt)
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE)
     for ax, cols, ylabel in ((ax0, ("ulp_up", "ulp_down"), "ULP (absolute spacing)"),
-                             (ax1, ("stiffness_up", "stiffness_down"), "stiffness = ULP / |w|")):
+                             (ax1, ("rel_ulp_up", "rel_ulp_down"), "relative spacing ULP / |w|")):
         ax.step(df.w, df[cols[0]], where="post", color="C0", label="up (away from 0)")
         ax.step(df.w, df[cols[1]], where="post", color="C1", ls="--", label="down (toward 0)")
         _shade_subnormal(ax, f, df.w.min())
@@ -88,7 +88,7 @@ def ulp_stiffness(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
         ax.set_yscale("log", base=2)
         ax.set(xlabel="|w| on the grid (log2)", ylabel=ylabel)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{f.name}: grid spacing and stiffness (subnormals shaded)")
+    fig.suptitle(f"{f.name}: grid spacing = stiffness S, and relative spacing (subnormals shaded)")
     fig.tight_layout()
     return fig
 

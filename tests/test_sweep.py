@@ -45,3 +45,4 @@ def test_repository_params_cover_every_notebook_for_both_profiles():
         for nb in sweep.discover_notebooks():
             if nb.stem not in sweep.PER_FORMAT_NOTEBOOKS:
                 assert (sweep.PARAMS_DIR / nb.stem / f"{profile}.yaml").exists(), (nb.stem, profile)
+
