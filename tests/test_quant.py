@@ -13,6 +13,7 @@ import yaml
 
 from altgrad_lib.formats import get_format
 from altgrad_lib.quant import STE_MODES, QuantSpec, Quantizer, fake_quant
+from altgrad_lib.surgery import _QuantizeGradOutput
 from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
 
 
@@ -321,17 +322,8 @@ def test_quantizer_without_counters_compiles_forward_and_backward(ste):
     assert int(q.n_elements) == 0
 
 
-class _QuantizeGradStateless(torch.autograd.Function):
-    """Identity forward, backward = quantizer.quantize_stateless(dY): a compiled dY path as in surgery.py."""
-
-    @staticmethod
-    def forward(ctx, y, quantizer):
-        ctx.quantizer = quantizer
-        return y.view_as(y)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        return ctx.quantizer.quantize_stateless(grad_y), None
+# surgery's dY hook: under torch.compile it quantizes with quantize_stateless (no buffer writes in backward)
+_QuantizeGradStateless = _QuantizeGradOutput
 
 
 def test_stochastic_rounding_compiles_without_graph_breaks():
