@@ -65,6 +65,17 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)(?:\n---[ \t]*(?:\n|\Z))(.*)\Z", 
 
 
 # ------------------------------------------------------------------------------------------------- corpora
+
+def _import_datasets():
+    # datasets pulls in tqdm.auto, which warns "IProgress not found" in every notebook kernel without
+    # ipywidgets; our own bars are text bars there (progress.py), so the warning is only noise.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import datasets
+    return datasets
+
 def _stable_unit(s: str) -> float:
     """Deterministic hash of s mapped to [0, 1) (Python's hash() is salted per process)."""
     return int.from_bytes(hashlib.sha256(s.encode()).digest()[:8], "little") / 2**64
@@ -118,7 +129,7 @@ def _parse_license_file(path: Path) -> tuple[dict[str, Any], str]:
 
 @lru_cache(maxsize=2)  # ~2 s to parse 2300 files; datasets ops return new objects, so sharing is safe
 def _load_licenses(val_fraction: float = VAL_FRACTION):
-    import datasets
+    datasets = _import_datasets()
 
     rows: dict[str, list[dict[str, str]]] = {"train": [], "validation": []}
     seen: set[str] = set()
@@ -158,7 +169,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _load_eurlex():
-    import datasets
+    datasets = _import_datasets()
 
     offline = is_offline()
     if not offline and not _hub_reachable():
@@ -186,7 +197,7 @@ def _load_eurlex():
 
 
 def _load_text_path(path: Path, val_fraction: float = VAL_FRACTION):
-    import datasets
+    datasets = _import_datasets()
 
     files = [path] if path.is_file() else sorted(path.rglob("*.txt"))
     if not files:
@@ -285,13 +296,13 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def _tokenize_split(ds, enc, eot: int, dtype, out: Path, desc: str, num_threads: int, progress: bool) -> dict:
     """Tokenize documents (each followed by EOT) into a temp file, then os.replace it to `out`."""
-    from tqdm.auto import tqdm
+    from altgrad_lib.progress import progress_bar
 
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     h = hashlib.sha256()
     n_tok = 0
     try:
-        with open(tmp, "wb") as f, tqdm(total=len(ds), desc=desc, unit="doc", disable=not progress) as bar:
+        with open(tmp, "wb") as f, progress_bar(len(ds), desc=desc, unit="doc", enabled=bool(progress)) as bar:
             for batch in ds.iter(batch_size=256):
                 texts = batch["text"]
                 for ids in enc.encode_ordinary_batch(texts, num_threads=num_threads):

@@ -8,7 +8,6 @@ A finished run with the same config hash is returned without retraining.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import math
 import os
 import random
@@ -23,6 +22,7 @@ import torch
 import yaml
 
 from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.progress import progress_bar
 from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
 from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, make_provenance, now_iso, read_json, read_metrics,
@@ -115,18 +115,7 @@ def _policy(cfg: TrainConfig) -> Any:
 
 
 def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> Any:
-    # tqdm.auto's choice, minus its warning when ipywidgets is missing: widget bar in a kernel that has
-    # ipywidgets, else the text bar. Redraws are rate-limited where each one is stored: a papermill
-    # notebook keeps every stderr update, and in a log file every redraw is a new line.
-    in_kernel = "ipykernel" in sys.modules
-    if in_kernel and importlib.util.find_spec("ipywidgets") is not None:
-        from tqdm.notebook import tqdm
-        mininterval = 0.5
-    else:
-        from tqdm import tqdm
-        mininterval = 0.2 if sys.stderr.isatty() else (5.0 if in_kernel else 30.0)
-    return tqdm(total=total, initial=initial, desc=desc, disable=enabled is False, dynamic_ncols=True,
-                mininterval=mininterval, file=sys.stderr, leave=True)
+    return progress_bar(total, desc=desc, enabled=enabled, initial=initial, unit="step")
 
 
 def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
