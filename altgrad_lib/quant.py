@@ -128,7 +128,9 @@ def _qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want
         q = spec.fmt.quantize(
             xs, rounding=spec.rounding, saturate=spec.saturate, generator=generator, sr_bits=spec.sr_bits
         )
-    y = (q / s).to(x.dtype)
+    y = q / s
+    if y.dtype != x.dtype:   # never a no-op .to(): see _FakeQuantFn (torch 2.11 compiled zero-gradient bug)
+        y = y.to(x.dtype)
     over = xs.abs() > spec.fmt.max if (want_mask or want_stats) else None
     if want_stats:
         n_sat = over.sum()
