@@ -51,11 +51,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     print(f"config: {cfg.short_str()}")
     from altgrad_lib.checkpoint import CheckpointError
-    from altgrad_lib.train import RunConflictError, train
+    from altgrad_lib.train import GradientFlowError, RunConflictError, train
 
     try:
         run = train(cfg, resume=not args.no_resume, progress=not args.no_progress)
-    except (CheckpointError, RunConflictError) as e:
+    except (CheckpointError, RunConflictError, GradientFlowError) as e:
         print(f"altgrad train: error: {e}", file=sys.stderr)
         return 1
     print(f"run_dir: {run.dir}")

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.progress import progress_bar
 from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
@@ -55,6 +56,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def freeze_blocks(model: torch.nn.Module) -> int:
+    """The frozen-blocks control: no transformer-block parameter trains (embeddings, ln_f, lm_head still do).
+    A format's loss gap means something only if the full model clearly beats this control. Returns the count."""
+    frozen = [p for n, p in model.named_parameters() if n.startswith("transformer.h.")]
+    for p in frozen:
+        p.requires_grad_(False)
+    return len(frozen)
 
 
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -181,6 +191,8 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
         corpus = _build_corpus(cfg)
         model, _ = _build_model(cfg, corpus.vocab_size, verbose)
         model.to(device)
+        if cfg.freeze_blocks:
+            freeze_blocks(model)
         if on_model is not None:
             on_model(model)
         optimizer = _make_optimizer(model, cfg, device)
@@ -208,6 +220,8 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
           on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
+    from altgrad_lib.surgery import quantized_modules
+    quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     tokens_per_step = cfg.batch_size * cfg.block_size
     t_run = time.perf_counter()
@@ -230,6 +244,9 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 with _autocast(cfg, device):
                     _, loss = fwd(x, y)
                 loss.backward()
+                gi = cfg.grad_guard_interval
+                if gi >= 0 and (step == start + 1 or (gi > 0 and step % gi == 0)):
+                    check_gradient_flow(model, step, quantized)  # raises GradientFlowError
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
                 loss_v = float(loss.item())
                 if not (math.isfinite(loss_v) and math.isfinite(grad_norm)):

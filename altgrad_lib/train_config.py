@@ -24,7 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("sim", "torchao", "scaled_mm")
 MLPS = ("gelu", "swiglu")
 # fields that do not change any number the run produces; everything else goes into config_hash()
-NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval")
+NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -54,6 +54,7 @@ class TrainConfig:
     # quantization
     recipe: str | dict = "bf16"        # recipe name (surgery.RECIPES, "fmt:E3M4", ...) or a per-layer policy dict
     backend: str = "sim"
+    freeze_blocks: bool = False        # control run: transformer blocks frozen, only embeddings / ln_f / lm_head train
     # optimization
     batch_size: int = 8
     max_steps: int = 50
@@ -73,6 +74,8 @@ class TrainConfig:
     eval_iters: int = 4
     ckpt_interval: int = 25            # 0 = checkpoint only at the end
     log_interval: int = 1
+    grad_guard_interval: int = 0       # gradient-flow guard (guards.py): first step of each process; N > 0 also
+                                       # every N steps; -1 = off
 
     def __post_init__(self) -> None:
         hints = _field_types()
@@ -89,6 +92,9 @@ class TrainConfig:
                      "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 1")
+        if self.grad_guard_interval < -1:
+            raise ValueError(f"TrainConfig.grad_guard_interval={self.grad_guard_interval!r} must be -1 (off), "
+                             f"0 (first step only) or N > 0 (also every N steps)")
         for name in ("warmup_steps", "eval_interval", "ckpt_interval", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 0")
