@@ -2,6 +2,7 @@
 custom_fp_utils ExMy round trip, ml_dtypes casts and the allocate-and-write floor `x * 2.0`.
 
 Usage:  .venv/bin/python bench/quantize.py [--n-log2 24] [--reps 5] [--formats E4M3,E5M2,...] [--tcmalloc]
+        python bench/quantize.py --device cuda --n-log2 28        # on a GPU box (ml_dtypes is CPU-only: skipped)
 --tcmalloc re-executes itself under LD_PRELOAD=libtcmalloc_minimal.so.4: with glibc every new tensor
 >= 32 MiB page-faults, which makes eager multi-op code look 2-4x slower than it is on a warm allocator.
 """
@@ -27,14 +28,17 @@ MLD = {"E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E3M4": "float8_e3m4"}
 def bench_all(fns: dict[str, object], x, rounds: int) -> dict[str, float]:
     """Best-of-`rounds` wall time (s) per callable, measured round-robin so that load from other processes
     hits every candidate alike (the minimum is the least load-sensitive statistic)."""
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     for f in fns.values():   # warm up (compiles)
         f(x)
         f(x)
     best = {k: math.inf for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
+            sync()
             t0 = time.perf_counter()
             f(x)
+            sync()
             best[k] = min(best[k], time.perf_counter() - t0)
     return best
 
@@ -46,7 +50,10 @@ def main() -> None:
     ap.add_argument("--formats", default="E4M3,E5M2,E3M4,E1M6,E7M0")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--tcmalloc", action="store_true", help="re-run under LD_PRELOAD of tcmalloc")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i>")
     args = ap.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available on this machine; valid here: cpu")
     if args.tcmalloc and TCMALLOC not in os.environ.get("LD_PRELOAD", ""):
         if not os.path.exists(TCMALLOC):
             sys.exit(f"{TCMALLOC} missing: apt-get install -y libtcmalloc-minimal4")
@@ -56,7 +63,7 @@ def main() -> None:
     torch._dynamo.config.recompile_limit = 256   # one lambda code object is compiled once per format
     torch._dynamo.config.cache_size_limit = 256
     n = 2**args.n_log2
-    x = torch.randn(n, generator=torch.Generator().manual_seed(0)) * 4.0
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(0)) * 4.0).to(args.device)
     comp = not args.no_compile
     try:
         from torchao.prototype.custom_fp_utils import _f32_to_floatx_unpacked, _floatx_unpacked_to_f32
@@ -75,7 +82,7 @@ def main() -> None:
             e, m = fmt.ebits, fmt.mbits
             cands[f"torchao e{e}m{m} (no NaN)"] = (
                 "torchao", lambda t, e=e, m=m: _floatx_unpacked_to_f32(_f32_to_floatx_unpacked(t, e, m), e, m))
-        if name in MLD:
+        if name in MLD and not x.is_cuda:
             import ml_dtypes
 
             dt = getattr(ml_dtypes, MLD[name])
@@ -88,7 +95,7 @@ def main() -> None:
     tc = bench_all(compiled, x, args.reps) if comp else {}
     me = {k: n / t / 1e6 for k, t in te.items()}
     mc = {k: n / t / 1e6 for k, t in tc.items()}
-    print(f"\nthreads={torch.get_num_threads()} n=2^{args.n_log2} best-of-{args.reps} "
+    print(f"\ndevice={args.device} threads={torch.get_num_threads()} n=2^{args.n_log2} best-of-{args.reps} "
           f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '-')}")
     print(f"{'candidate':30s} {'eager':>8s} {'compiled':>9s}   Melem/s")
     for k in cands:
@@ -108,7 +115,7 @@ def main() -> None:
                 line += f"   torchao {me[k] / me[ao]:5.2f}x"
                 if k in mc and ao in mc:
                     line += f" / {mc[k] / mc[ao]:5.2f}x"
-            if name in MLD:
+            if "ml_dtypes " + MLD.get(name, "?") in me:
                 line += f"   ml_dtypes {me[k] / me['ml_dtypes ' + MLD[name]]:5.2f}x"
             print(line)
 

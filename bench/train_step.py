@@ -5,6 +5,12 @@ process, and prints each mode's overhead against FP32 in the same mode (eager vs
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py               # all modes
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py --modes fp32:eager sim:compiled --steps 20
+    python bench/train_step.py --device cuda --precision bf16 --n-layer 6 --n-embd 512 --block-size 256 \
+        --vocab 50304 --batch 32                                        # e.g. the h100 profile's model
+
+Before timing, every mode's first step is checked for gradient flow (guards.py): a compiled path that
+silently gives the transformer blocks zero gradients (as torch 2.11 did) skips the blocks' backward and
+looks fast; such a mode is reported as FAILED instead of timed.
 
 Not a test: numbers depend on the machine. On CPU the torchao and scaled_mm paths are emulations of FP8 GEMMs.
 """
@@ -16,6 +22,7 @@ import time
 
 import torch
 
+from altgrad_lib.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.quant import Quantizer
 from altgrad_lib.surgery import get_policy, quantize_model
@@ -32,7 +39,7 @@ DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:
            "scaled_mm:eager", "scaled_mm:compiled"]
 
 
-def make_step(mode: str, compiled: bool, cfg: GPTConfig):
+def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision: str):
     recipe, backend = MODES[mode]
     torch.manual_seed(0)
     model = GPT(cfg)
@@ -41,12 +48,19 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig):
         for m in model.modules():
             if isinstance(m, Quantizer):
                 m.count = False
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, fused=device == "cuda" or None)
     fwd = torch.compile(model) if compiled else model
+    amp = precision == "bf16"
+    checked = []
 
     def step(x, y):
-        _, loss = fwd(x, y)
+        with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
+            _, loss = fwd(x, y)
         loss.backward()
+        if not checked:   # first step: every trainable parameter must have received a gradient
+            check_gradient_flow(model, 1)
+            checked.append(True)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -54,17 +68,28 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig):
     return step
 
 
-def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int):
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, precision: str):
     """Step function for one mode, already warmed up (compiled modes compile here)."""
     mode, how = mode_key.split(":")
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
-    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
+    y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     t0 = time.perf_counter()
-    step = make_step(mode, how == "compiled", cfg)
+    step = make_step(mode, how == "compiled", cfg, device, precision)
     for _ in range(warmup):
         step(x, y)
-    return (lambda: step(x, y)), time.perf_counter() - t0
+    _sync(device)
+
+    def timed() -> None:
+        step(x, y)
+        _sync(device)
+
+    return timed, time.perf_counter() - t0
 
 
 def main() -> None:
@@ -74,18 +99,30 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i>")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--block-size", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=4097)
     args = ap.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: CUDA is not available on this machine; valid here: cpu")
 
     torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = 64     # one graph per quantizer config is fine; don't fall back to eager
     torch._dynamo.config.cache_size_limit = 64
-    cfg = GPTConfig(n_layer=4, n_head=4, n_embd=128, block_size=128, vocab_size=4097)
-    print(f"torch {torch.__version__} | {platform.processor() or platform.machine()} | threads {args.threads} | "
+    cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
+                    vocab_size=args.vocab)
+    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else \
+        (platform.processor() or platform.machine())
+    print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
           f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after {args.warmup} warmup steps")
     steps, warm_s = {}, {}
     for key in args.modes:
         try:
-            steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup)
+            steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup, args.device, args.precision)
             print(f"{key:20s} ready (build + warmup {warm_s[key]:.0f}s)", flush=True)
         except Exception as e:  # a failing mode should not hide the others
             print(f"{key:20s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
@@ -94,7 +131,7 @@ def main() -> None:
     for _ in range(args.steps):
         for key, step in steps.items():
             t = time.perf_counter()
-            step()
+            step()   # synchronizes on CUDA
             times[key].append(time.perf_counter() - t)
     tok_s = {k: args.batch * cfg.block_size / sorted(v)[len(v) // 2] for k, v in times.items()}
     print(f"\n{'mode':20s} {'tok/s':>9s} {'ms/step':>9s}  overhead vs fp32 (same mode)")
