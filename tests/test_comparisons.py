@@ -1,0 +1,43 @@
+"""Tests for altgrad_lib.comparisons against hand-computed margins."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from altgrad_lib.comparisons import assert_beats_control, control_table, control_verdict
+
+
+def _summary(base, ctrl):
+    rows = [{"run": f"hp s{i}", "final_val_loss": v} for i, v in enumerate(base)]
+    rows += [{"run": f"hp control s{i}", "final_val_loss": v} for i, v in enumerate(ctrl)]
+    rows += [{"run": "fp8 s0", "final_val_loss": 9.0}]
+    return pd.DataFrame(rows)
+
+
+def test_table_pairs_seeds_and_computes_margin():
+    t = control_table(_summary([3.0, 3.1], [3.5, 3.4]), "hp", "hp control")
+    assert list(t.index) == [0, 1]
+    assert t.margin.tolist() == pytest.approx([0.5, 0.3])
+
+
+def test_verdict_needs_three_seed_sigmas():
+    # baseline sd over seeds = 0.1 -> need 0.3; worst margin 0.25 -> not clear
+    base = [3.0, 3.1, 3.2]
+    clear, sentence = control_verdict(control_table(_summary(base, [3.3, 3.35, 3.45]), "hp", "hp control"))
+    assert not clear and "0.250" in sentence and "0.300" in sentence
+    clear, _ = control_verdict(control_table(_summary(base, [3.31, 3.41, 3.51]), "hp", "hp control"))
+    assert clear
+    with pytest.raises(AssertionError, match="NOT clear"):
+        assert_beats_control(control_table(_summary([3.0], [3.05]), "hp", "hp control"))
+
+
+def test_diverged_run_is_never_a_clear_win():
+    clear, sentence = control_verdict(control_table(_summary([math.nan], [5.0]), "hp", "hp control"))
+    assert not clear and "diverged" in sentence
+
+
+def test_unknown_variant_names_the_labels():
+    with pytest.raises(ValueError, match="no runs labelled 'bf16 s<seed>'"):
+        control_table(_summary([3.0], [3.5]), "bf16", "hp control")
