@@ -56,3 +56,19 @@ def assert_beats_control(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NAT
     clear, sentence = control_verdict(table, min_margin)
     assert clear, sentence
     return sentence
+
+
+def with_seed_gaps(summary: pd.DataFrame, baseline: str, value: str = "final_val_loss") -> pd.DataFrame:
+    """Copy of a run_summary with val_gap_pct = 100 · (L − L_baseline) / L_baseline, each run against the
+    baseline of its *own* seed ("<baseline> s<seed>"), so seed-to-seed spread never leaks into a gap."""
+    out = summary.copy()
+    seed = out.run.str.extract(r" s(\d+)$")[0]
+    if seed.isna().any():
+        raise ValueError(f"run labels must end in ' s<seed>'; got {list(out.run[seed.isna()])}")
+    base = _per_seed(summary, baseline, value)
+    missing = sorted(set(seed.astype(int)) - set(base.index))
+    if missing:
+        raise ValueError(f"no '{baseline} s<seed>' run for seed(s) {missing}; labels: {list(summary.run)}")
+    ref = seed.astype(int).map(base)
+    out["val_gap_pct"] = 100 * (out[value] - ref) / ref
+    return out
