@@ -204,7 +204,7 @@ def quantize_tensor(
         res.masked_fill_(xw < 0, math.nan)                          # unsigned: negatives -> NaN
     else:
         res.masked_fill_(~(xw > 0), math.nan)                       # e8m0fnu: zero, negatives -> NaN (as ml_dtypes)
-    return res.to(out_dtype)
+    return _keep_nan(x, res.to(out_dtype))
 
 
 def _bits_supported(x_dtype: torch.dtype, p: KernelParams) -> bool:
@@ -276,7 +276,19 @@ def _quantize_bits(x: torch.Tensor, p: KernelParams, rounding: str, saturate: bo
         r = r | sign
     else:
         r = torch.where((bits < 0) & (a != 0), qnan_bits, r)    # unsigned: negatives -> NaN
-    return r.view(wdt).to(out_dtype)
+    return _keep_nan(x, r.view(wdt).to(out_dtype))
+
+
+def _keep_nan(x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
+    """NaN in -> NaN out, decided in the float domain.
+
+    The kernels already send NaN to NaN through their integer logic, but inductor's *scalar* CPU code
+    (ATEN_CPU_CAPABILITY=default, i.e. CPUs without AVX2) turned some NaN inputs into -0.0 in the compiled
+    kernel while the vectorized code and eager were right; a float-domain select is kept by every backend.
+    """
+    if not torch.compiler.is_compiling():
+        return res                              # eager ops follow the integer logic exactly
+    return torch.where(torch.isnan(x), x, res)
 
 
 def _float_bits(v: float, wdt: torch.dtype) -> int:

