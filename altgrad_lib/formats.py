@@ -66,6 +66,9 @@ _SPECIALS_DOC = {
 }
 
 
+_KERNELS: dict[str, KernelParams] = {}   # kernel constants by key (see FloatFormat.kernel)
+
+
 @dataclass(frozen=True)
 class FloatFormat:
     """A sign/exponent/mantissa format of at most 8 bits with every convention explicit."""
@@ -123,8 +126,10 @@ class FloatFormat:
         s(self, "_finite", tuple(finite))
         s(self, "_max", float(mx))
         s(self, "_emin", emin)
-        s(self, "_kernel", KernelParams(self.mbits, emin, float(mx), 2.0**emin, self.subnormals, self.specials,
-                                        self.signed, self.has_zero, needs_f64, self.bias, self.native))
+        kp = KernelParams(self.mbits, emin, float(mx), 2.0**emin, self.subnormals, self.specials,
+                          self.signed, self.has_zero, needs_f64, self.bias, self.native)
+        s(self, "_kernel_key", repr(kp))
+        _KERNELS.setdefault(self._kernel_key, kp)
         if self.native is not None:   # the torch dtype must have exactly this grid
             codes = torch.arange(256, dtype=torch.uint8).view(getattr(torch, self.native)).double()
             if not torch.equal(torch.unique(codes[torch.isfinite(codes)]), torch.tensor(finite, dtype=torch.float64)):
@@ -152,8 +157,15 @@ class FloatFormat:
     # ---- properties ----
     @property
     def kernel(self) -> KernelParams:
-        """Constants for rounding.quantize_tensor (e.g. to call the generic kernel directly)."""
-        return self._kernel
+        """Constants for rounding.quantize_tensor (e.g. to call the generic kernel directly).
+
+        Looked up in the module table _KERNELS under a string key rather than stored on the object: under
+        torch.compile's default automatic-dynamic mode a float read from an attribute that held another
+        value in an earlier compile (another format at the same place in the model) becomes a SymFloat,
+        which crashed struct.pack and the tracing of autograd.Function backwards. A table entry under a
+        constant key is its own source and never changes value, so dynamo keeps it a constant.
+        """
+        return _KERNELS[self._kernel_key]
 
     @property
     def bits(self) -> int:
@@ -219,8 +231,8 @@ class FloatFormat:
         """
         rbits = None
         if rounding == "stochastic":
-            rbits = random_bits(x, self._kernel, sr_bits, generator)
-        return quantize_tensor(x, self._kernel, rounding, saturate, rbits, sr_bits)
+            rbits = random_bits(x, self.kernel, sr_bits, generator)
+        return quantize_tensor(x, self.kernel, rounding, saturate, rbits, sr_bits)
 
     def quantize_with_bits(self, x: torch.Tensor, rbits: torch.Tensor, sr_bits: int | None = None,
                            saturate: bool = True) -> torch.Tensor:
@@ -228,7 +240,7 @@ class FloatFormat:
 
         Useful under torch.compile (generate the bits outside) and for bit-exact tests against gfloat.
         """
-        return quantize_tensor(x, self._kernel, "stochastic", saturate, rbits, sr_bits)
+        return quantize_tensor(x, self.kernel, "stochastic", saturate, rbits, sr_bits)
 
     def encode(self, x: torch.Tensor, rounding: str = "nearest", saturate: bool = True,
                generator: torch.Generator | None = None) -> torch.Tensor:

@@ -131,7 +131,7 @@ def _qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want
     y = q / s
     if y.dtype != x.dtype:   # never a no-op .to(): see _FakeQuantFn (torch 2.11 compiled zero-gradient bug)
         y = y.to(x.dtype)
-    over = xs.abs() > spec.fmt.max if (want_mask or want_stats) else None
+    over = xs.abs() > spec.fmt.kernel.max if (want_mask or want_stats) else None
     if want_stats:
         n_sat = over.sum()
         n_under = ((xs != 0) & (q == 0)).sum()

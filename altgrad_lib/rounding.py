@@ -33,7 +33,7 @@ op) and pass them to `FloatFormat.quantize_with_bits`, which gives the same bits
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,7 +42,7 @@ ROUNDING_MODES = ("nearest", "stochastic", "toward_zero")
 
 @dataclass(frozen=True)
 class KernelParams:
-    """Python constants the kernel needs, precomputed once per format (see FloatFormat._kernel)."""
+    """Python constants the kernel needs, precomputed once per format (see FloatFormat.kernel)."""
 
     mbits: int
     emin: int              # exponent of the smallest normal value
@@ -55,6 +55,15 @@ class KernelParams:
     needs_f64: bool        # the format's range does not fit float32 normals
     bias: int
     native: str | None = None   # name of an identical torch float8 dtype (eager fast path), e.g. "float8_e4m3fn"
+    # IEEE bit patterns of `max` in float32 / float64, computed here (eagerly) and not inside traced code:
+    # under torch.compile's automatic-dynamic shapes a float read in the kernel can become a SymFloat, which
+    # struct.pack cannot take (RecursionError when a second format is compiled in the same process).
+    max_bits32: int = field(init=False)
+    max_bits64: int = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "max_bits32", _float_bits(self.max, torch.float32))
+        object.__setattr__(self, "max_bits64", _float_bits(self.max, torch.float64))
 
 
 def _work_types(x_dtype: torch.dtype, p: KernelParams) -> tuple[torch.dtype, torch.dtype, int, int]:
@@ -97,7 +106,8 @@ def quantize_tensor(
     rbits: for rounding="stochastic", uniform integers in [0, 2^k) (k = sr_bits, default full work
     precision), e.g. from `random_bits`.  Passing them explicitly makes stochastic rounding reproducible
     and testable bit-for-bit against gfloat.
-    allow_native: in eager mode, round-to-nearest for formats identical to a torch float8 dtype uses torch's
+    allow_native: in eager mode, saturating round-to-nearest for formats identical to a torch float8 dtype
+    clamps to +-max and then uses torch's
     cast (2-5 passes instead of ~13); tests check it is bit-identical to the generic kernel.  Under
     torch.compile the generic kernel is always used (it fuses into one kernel).
     impl: "float" (subnormals by scale-round-unscale; fewest eager passes), "bits" (everything on the
@@ -111,8 +121,8 @@ def quantize_tensor(
     if impl not in ("auto", "float", "bits"):
         raise ValueError(f"impl={impl!r} is not one of ('auto', 'float', 'bits')")
     compiling = torch.compiler.is_compiling()
-    if (allow_native and p.native is not None and rounding == "nearest" and x.dtype in _NATIVE_INPUTS
-            and not compiling and impl == "auto"):
+    if (allow_native and p.native is not None and rounding == "nearest" and saturate
+            and x.dtype in _NATIVE_INPUTS and not compiling and impl == "auto"):
         return _native_rne(x, p, saturate)
     bits_ok = rounding != "stochastic" and _bits_supported(x.dtype, p)
     if impl == "bits" and not bits_ok:
@@ -227,7 +237,7 @@ def _quantize_bits(x: torch.Tensor, p: KernelParams, rounding: str, saturate: bo
     bits = x.to(wdt).view(idt)                      # float32 input: a reinterpreting load, no bitcast op
     a = bits & ~sign_bit                            # |x| bit pattern
     shift = nman - p.mbits
-    max_bits = _float_bits(p.max, wdt)
+    max_bits = p.max_bits32 if idt == torch.int32 else p.max_bits64
     minn_bits = (p.emin + wbias) << nman
     e_u = p.emin - p.mbits + wbias                  # biased exponent of u = smallest spacing
     u_bits, half_u_bits = e_u << nman, (e_u - 1) << nman
@@ -300,18 +310,15 @@ def _float_bits(v: float, wdt: torch.dtype) -> int:
 
 
 def _native_rne(x: torch.Tensor, p: KernelParams, saturate: bool) -> torch.Tensor:
-    """Eager RNE through torch's float8 cast, with our overflow conventions layered on top."""
-    dt = getattr(torch, p.native)
-    if p.specials == "fn":
-        q = x.to(dt).to(x.dtype)                # torch's e4m3fn cast saturates finite values and +-inf
-        if not saturate:
-            # overflow threshold: max + half the top spacing (a tie there rounds to max, whose code is even)
-            thresh = p.max + 2.0 ** (math.floor(math.log2(p.max)) - p.mbits - 1)
-            q.masked_fill_(x.abs() > thresh, math.nan)
-        return q
-    if saturate:
-        xc = x.clamp(-p.max, p.max)             # values in (max, threshold) round to max anyway
-        if p.specials == "ieee":
-            xc = torch.where(torch.isinf(x), x, xc)   # inf is representable: keep it
-        return xc.to(dt).to(x.dtype)
-    return x.to(dt).to(x.dtype)                 # e5m2 -> inf, fnuz -> NaN on overflow (our convention)
+    """Eager RNE through torch's float8 cast for values *inside* the format's range only.
+
+    Out-of-range behaviour is never left to torch's cast: it changed between versions (torch 2.11's
+    float8_e4m3fn cast returns NaN for |x| >= 464 and for inf, 2.13 saturates, compiled CUDA saturates).
+    We clamp to +-max first, so the cast only does in-range RNE (and NaN -> NaN, which every version agrees
+    on); +-inf is put back for IEEE formats. Non-saturating overflow goes through the generic kernel.
+    """
+    xc = x.clamp(-p.max, p.max)                 # NaN stays NaN; values in (max, max + half spacing) -> max anyway
+    q = xc.to(getattr(torch, p.native)).to(x.dtype)
+    if p.specials == "ieee":
+        q = torch.where(torch.isinf(x), x, q)   # inf is representable: keep it
+    return q

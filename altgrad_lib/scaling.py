@@ -121,7 +121,7 @@ def pow2_floor(t: Tensor) -> Tensor:
 
 def _fmt_max_pow2(fmt) -> int:
     """emax of the element format: exponent of the largest power of two <= fmt.max (E4M3: 8, E5M2: 15)."""
-    return math.frexp(float(fmt.max))[1] - 1
+    return math.frexp(fmt.kernel.max)[1] - 1   # kernel.max: a compile-time constant (FloatFormat.kernel)
 
 
 def amax_per_tensor(x: Tensor) -> Tensor:
@@ -177,11 +177,11 @@ def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
         s = (2.0 ** _fmt_max_pow2(fmt)) / pow2_floor(torch.clamp(amax, min=_S_MIN))
         s = torch.clamp(s, min=2.0**-_E8M0_EMAX, max=2.0**_E8M0_EMAX)
     else:
-        s = float(fmt.max) / amax
+        s = fmt.kernel.max / amax              # kernel.max, not fmt.max: stays constant under torch.compile
         # fp32 division may round up so that amax*s lands just above fmt.max: it would count as saturated and
         # the clipped STE would drop the gradient of the largest element. Step one ulp down in that case
         # (checked in fp64, so any later fp32/fp64 product rounds to <= fmt.max).
-        over = amax.double() * s.double() > float(fmt.max)
+        over = amax.double() * s.double() > fmt.kernel.max
         s = torch.where(over, torch.nextafter(s, torch.zeros_like(s)), s)
     if config.margin:
         s = s * (2.0 ** -config.margin)

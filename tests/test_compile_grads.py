@@ -80,3 +80,17 @@ def test_compiled_gradients_match_eager(case, device):
         else:
             rel = float((gc - ge).norm() / ge.norm())
             assert rel < 1e-2, f"{n}: compiled gradient differs from eager by {rel:.2e} (relative L2)"
+
+
+def test_several_recipes_compile_in_one_process_with_default_dynamic():
+    """torch.compile's default automatic-dynamic mode turns constants that change between compiles into
+    symbols; a format constant that reached Python code (struct.pack) crashed the second recipe. No reset
+    between recipes here on purpose. aot_eager keeps it fast: the crash was in tracing, before any backend."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randint(0, 64, (2, 16), generator=g), torch.randint(0, 64, (2, 16), generator=g)
+    for recipe in ("fp8_hybrid", "fmt:E3M4", "fmt:E1M6:E4M3", "fmt:E7M0", _STATEFUL):
+        eager = _grads(_model(recipe, "sim", "cpu"), x, y, None)
+        compiled = _grads(_model(recipe, "sim", "cpu"), x, y, "aot_eager")
+        for n, ge in eager.items():
+            assert torch.equal(compiled[n], ge), f"{_id((recipe, 'sim', 'aot_eager'))}: {n} differs from eager"
