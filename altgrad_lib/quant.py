@@ -11,9 +11,10 @@ rounding draws from its own torch.Generator through a custom op, so it compiles 
 """
 from __future__ import annotations
 
+
 import itertools
 import weakref
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -237,6 +238,8 @@ class Quantizer(nn.Module):
         self.seed = int(seed)
         self.count = count
         self.scaler = Scaler(self.spec.scaling, self.spec.fmt)
+        # eval mode: deterministic rounding, so evaluating never draws from the training SR stream
+        self._eval_spec = replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic" else self.spec
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
@@ -337,7 +340,16 @@ class Quantizer(nn.Module):
         self.n_underflow += n_under
 
     def forward(self, x: Tensor) -> Tensor:
-        """Fake quantization with the spec's STE (autograd)."""
+        """Fake quantization with the spec's STE (autograd).
+
+        In eval mode the quantizer *uses* its state and never updates it: the delayed-scaling history, the
+        counters and the stochastic-rounding stream stay as training left them (stochastic rounding becomes
+        round-to-nearest there), so validation never changes what training does next.
+        """
+        if not self.training:
+            s = self.scaler.scale_peek(x)
+            y, _, _ = _FakeQuantFn.apply(x, s, self._eval_spec, None, False, None)
+            return y
         s = self.scaler.scale_for(x)
         y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.draw_bits(x))
         if self.count:

@@ -8,6 +8,11 @@ decides `s`:
 - ``delayed``   per-tensor, TransformerEngine ``DelayedScaling`` semantics: the scale used at call t comes
                 from the amax history of calls < t (reduced by "max" or "most_recent"), then this call's amax
                 is recorded. First call (history empty): see ``ScalingConfig.delayed_init``.
+                Where it differs from TE (defaults; "te_delayed" = TE's): history 16 (TE 1024); first scale
+                from the first amax (TE: 1.0). Like TE, an amax of 0 (or non-finite) keeps the previous
+                scale. TE updates once per optimizer step, we once per training forward call: the same
+                thing without gradient accumulation. Evaluation (module.eval()) reads the state and never
+                updates it (``Scaler.scale_peek``), as TE does not update outside training steps.
 - ``per_row``   one scale per row (amax along the last dim), i.e. per output channel for a weight.
 - ``per_block`` OCP MX style: blocks of ``block_size`` along the last dim share a power-of-two (E8M0)
                 scale X = 2**(floor(log2(amax_block)) - emax_elem); s = 1/X. A ragged last block is allowed
@@ -94,12 +99,20 @@ class ScalingConfig:
         return asdict(self)
 
     @classmethod
+    def te_delayed(cls) -> ScalingConfig:
+        """TransformerEngine's DelayedScaling defaults (also the string "te_delayed"): history 1024, max,
+        initial scale 1. Our "delayed" default differs on purpose: history 16 (a short CPU run would
+        otherwise scale by a max over its whole life) and a first scale bootstrapped from the first amax
+        instead of 1 (TE's 1 overflows E4M3 on the first step when |x| > 448)."""
+        return cls(kind="delayed", history_len=1024, reduce="max", delayed_init="one")
+
+    @classmethod
     def from_dict(cls, d: dict | str | ScalingConfig) -> ScalingConfig:
         """From a YAML dict ({"kind": "delayed", "history_len": 16}), a bare kind string, or a config."""
         if isinstance(d, ScalingConfig):
             return d
         if isinstance(d, str):
-            return cls(kind=d)
+            return cls.te_delayed() if d == "te_delayed" else cls(kind=d)
         if not isinstance(d, dict):
             raise TypeError(f"scaling config must be a dict, str or ScalingConfig, got {type(d).__name__}")
         valid = [f.name for f in fields(cls)]
@@ -281,7 +294,21 @@ class Scaler(nn.Module):
         self.n_updates += 1
         return s
 
-    def _delayed_scale(self, x: Tensor) -> Tensor:
+    @torch.no_grad()
+    def scale_peek(self, x: Tensor) -> Tensor:
+        """The scale for x *without updating any state* (history, scale, counters): for evaluation.
+
+        Delayed: the scale the next training call would take from the history (bootstrap rule before the
+        first call); the stateless kinds are computed from x as usual. So evaluating never changes what
+        training does next, whatever eval_interval is.
+        """
+        cfg = self.config
+        if cfg.kind == "delayed":
+            return self._delayed_scale(x, update=False)
+        s, _ = stateless_scale(x, self.fmt, cfg)
+        return s
+
+    def _delayed_scale(self, x: Tensor, update: bool = True) -> Tensor:
         cfg = self.config
         amax_now = amax_per_tensor(x)
         # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
@@ -299,11 +326,12 @@ class Scaler(nn.Module):
         if cfg.delayed_init == "current":
             amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
             s_first = scale_from_amax(amax_f, self.fmt, cfg)
-            self.eps_hits += torch.where(first, hit_now, hit.to(torch.int64))
         else:
             s_first = torch.ones_like(s_hist)  # TE's initial scale
-            self.eps_hits += torch.where(first, torch.zeros_like(self.eps_hits), hit.to(torch.int64))
+            hit_now = torch.zeros_like(self.eps_hits)
         s = torch.where(first, s_first, s_hist)
-        self.scale.copy_(s)
-        self._record(amax_now)
+        if update:
+            self.eps_hits += torch.where(first, hit_now, hit.to(torch.int64))
+            self.scale.copy_(s)
+            self._record(amax_now)
         return s

@@ -415,3 +415,17 @@ def test_spec_normalization_short_str_and_round_trip():
     with pytest.raises(ValueError, match="formt.*valid keys.*fmt.*rounding"):
         QuantSpec.from_dict({"formt": "E4M3"})
     assert QuantSpec.from_dict("E4M3") == spec
+
+
+def test_eval_mode_uses_state_without_updating_it():
+    q = Quantizer({"fmt": "E4M3", "scaling": {"kind": "delayed"}, "rounding": "stochastic"}, seed=1)
+    g = torch.Generator().manual_seed(0)
+    q(torch.randn(256, generator=g))
+    state = {k: v.clone() for k, v in q.state_dict().items() if torch.is_tensor(v)}
+    rng = q.generator().get_state().clone()
+    q.eval()
+    x = torch.randn(256, generator=g)
+    y = q(x)
+    assert torch.equal(y, q(x))                               # deterministic: round-to-nearest in eval
+    assert all(torch.equal(state[k], v) for k, v in q.state_dict().items() if torch.is_tensor(v))
+    assert torch.equal(rng, q.generator().get_state())        # the training SR stream did not advance

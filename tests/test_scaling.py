@@ -239,3 +239,22 @@ def test_scaler_records_global_amax_and_scale(kind):
         return
     assert float(sc.amax_history[0]) == 16.0
     assert float(sc.scale) == float(s.amin())
+
+
+def test_scale_peek_reads_but_never_writes_the_delayed_state():
+    sc = Scaler(ScalingConfig(kind="delayed", history_len=4), "E4M3")
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        sc.scale_for(torch.randn(64, generator=g))
+    before = {k: v.clone() for k, v in sc.state_dict().items()}
+    x = torch.randn(64, generator=g) * 100            # an eval batch with a very different amax
+    peek = sc.scale_peek(x)
+    assert all(torch.equal(before[k], v) for k, v in sc.state_dict().items())
+    assert torch.equal(peek, sc.scale_for(x))          # what the next training call uses
+
+
+def test_te_delayed_preset_is_transformer_engines_defaults():
+    te = ScalingConfig.from_dict("te_delayed")
+    assert (te.kind, te.history_len, te.reduce, te.delayed_init) == ("delayed", 1024, "max", "one")
+    sc = Scaler(te, "E4M3")
+    assert float(sc.scale_for(torch.full((8,), 1000.0))) == 1.0   # TE: the first step uses scale 1

@@ -300,3 +300,17 @@ def test_real_overflow_from_huge_lr_is_caught(tmp_path):
 def test_bf16_autocast_runs(tmp_path):
     run = train(tiny(tmp_path, precision="bf16", max_steps=3, recipe="fp8_hybrid"), progress=False)
     assert run.status == "completed" and math.isfinite(run.final_val_loss)
+
+
+def _train_losses(run) -> list[str]:
+    lines = (Path(run.dir) / "metrics.csv").read_text().splitlines()
+    return [ln for ln in lines if ",train/loss," in ln]
+
+
+def test_evaluation_never_changes_training(tmp_path):
+    """Delayed-scaling history, SR streams and counters are read, not written, in eval mode: the training
+    losses of the same run are bit-identical whether it evaluates every 2 steps or only at the end."""
+    often = train(tiny(tmp_path / "a", eval_interval=2, eval_iters=3, ckpt_interval=0), progress=False, verbose=False)
+    rarely = train(tiny(tmp_path / "b", eval_interval=10, eval_iters=3, ckpt_interval=0), progress=False, verbose=False)
+    a, b = _train_losses(often), _train_losses(rarely)
+    assert len(a) == TINY["max_steps"] and a == b
