@@ -33,9 +33,13 @@ class GPTConfig:
     bias: bool = False         # bias in Linear and LayerNorm
     mlp: str = "gelu"          # "gelu" | "swiglu" (SwiGLU creates activation outliers, an FP8 stress case)
     tie_weights: bool = True   # lm_head.weight is transformer.wte.weight
+    # wte / lm_head rows padded to a multiple of this (nanoGPT: 50257 -> 50304). FP8 GEMMs (torch._scaled_mm,
+    # torchao) need dimensions divisible by 16, and GEMMs are faster on round sizes; the padded logits are
+    # dropped before the loss, so the rows are never predicted (their gradient is zero). 1 = no padding.
+    vocab_multiple: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "vocab_multiple"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {v!r}")
@@ -48,6 +52,12 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.mlp={self.mlp!r} unknown; valid choices: {MLP_KINDS}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout={self.dropout!r} must be in [0, 1)")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of wte / lm_head: vocab_size rounded up to a multiple of vocab_multiple."""
+        m = self.vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
 
     @property
     def mlp_hidden(self) -> int:
@@ -135,13 +145,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wte=nn.Embedding(config.padded_vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.transformer.wte.weight
         self.apply(self._init_weights)
@@ -176,7 +186,7 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)                                                        # (B, T, C)
         x = self.transformer.ln_f(x)                                            # (B, T, C)
-        logits = self.lm_head(x)                                                # (B, T, V)
+        logits = self.lm_head(x)[..., :self.config.vocab_size]                  # (B, T, V): padding dropped
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1),

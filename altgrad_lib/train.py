@@ -228,7 +228,11 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     model.train()
     with MetricsWriter(run_dir / METRICS_FILE) as writer:
         if start == 0:
-            writer.log(0, evaluate(fwd, corpus, cfg, device))
+            val0 = evaluate(fwd, corpus, cfg, device)
+            writer.log(0, val0)
+            if not math.isfinite(val0["val/loss"]):
+                return _finish_diverged(cfg, h, run_dir, ckpt_path, 0, val0["val/loss"], math.nan, 0.0,
+                                        {"phase": "eval"})
         bar = _progress_bar(cfg.max_steps, start, progress, cfg.run_name)
         try:
             for step in range(start + 1, cfg.max_steps + 1):
@@ -264,6 +268,9 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     val = evaluate(fwd, corpus, cfg, device)
                     writer.log(step, val)
                     m.update(val)
+                    if not math.isfinite(val["val/loss"]):   # a NaN/inf validation loss is a divergence too
+                        return _finish_diverged(cfg, h, run_dir, ckpt_path, step, val["val/loss"], grad_norm, lr,
+                                                {"phase": "eval"})
                 if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
                     writer.sync()  # metrics up to this step are on disk before the checkpoint says so
                     ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h)
@@ -298,8 +305,10 @@ def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, s
     write_json(run_dir / "summary.json", {"status": "diverged", "final_step": step, "final_val_loss": None,
                                           "config_hash": h, "end_time": now_iso()})
     first = div.get("first_nonfinite") or {}
-    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; first non-finite: "
-         f"{first.get('kind', '?')} {first.get('name', '?')}; last good checkpoint step {last_good}")
+    where = ("validation loss is non-finite" if record.get("phase") == "eval" else
+             f"first non-finite: {first.get('kind', '?')} {first.get('name', '?')}")
+    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; {where}; "
+         f"last good checkpoint step {last_good}")
     return Run.load(run_dir)
 
 

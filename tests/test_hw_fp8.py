@@ -112,15 +112,16 @@ def test_exotic_formats_and_bad_shapes_give_clear_errors(backend):
 
 
 @pytest.mark.parametrize("backend", ["torchao", "scaled_mm"])
-def test_gpt_trains_on_hardware_backends_with_tied_weights(backend):
+@pytest.mark.parametrize("vocab", [256, 4097])   # 4097: gpt2-4k + EOT, not a multiple of 16 (GPT pads it)
+def test_gpt_trains_on_hardware_backends_with_tied_weights(backend, vocab):
     torch.manual_seed(0)
-    cfg = GPTConfig(block_size=32, vocab_size=256, n_layer=1, n_head=4, n_embd=64)
+    cfg = GPTConfig(block_size=32, vocab_size=vocab, n_layer=1, n_head=4, n_embd=64)
     m = GPT(cfg)
     table = quantize_model(m, get_policy("fp8_hybrid_all", backend=backend), verbose=False)
     assert (table["backend"] == backend).all()
     assert len(quantized_modules(m)) == 5
     assert m.lm_head.weight is m.transformer.wte.weight
-    idx = torch.randint(0, 256, (2, 32))
+    idx = torch.randint(0, vocab, (2, 32))
     _, loss = m(idx, idx)
     loss.backward()
     torch.optim.AdamW(m.parameters(), lr=1e-3).step()

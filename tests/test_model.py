@@ -98,3 +98,21 @@ def test_module_names_match_the_surgery_contract():
               "transformer.h.1.attn.c_attn", "transformer.h.1.attn.c_proj", "transformer.h.1.ln_2",
               "transformer.h.1.mlp.c_fc", "transformer.h.1.mlp.c_gate", "transformer.h.1.mlp.c_proj"):
         assert n in names, n
+
+
+def test_vocab_is_padded_for_fp8_gemms_and_padding_is_never_predicted():
+    cfg = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=4097)
+    assert cfg.padded_vocab_size == 4160 and GPTConfig(vocab_size=50257).padded_vocab_size == 50304
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    assert m.transformer.wte.weight.shape == (4160, 32)
+    idx = torch.randint(0, 4097, (2, 8))
+    logits, loss = m(idx, idx)
+    assert logits.shape == (2, 8, 4097)
+    ref = torch.nn.functional.cross_entropy(m.lm_head(m.transformer.ln_f(
+        m.transformer.h[0](m.transformer.wte(idx) + m.transformer.wpe(torch.arange(8)))))[..., :4097].reshape(-1, 4097),
+        idx.reshape(-1))
+    torch.testing.assert_close(loss, ref)
+    loss.backward()
+    assert not m.transformer.wte.weight.grad[4097:].any()      # padded rows: never looked up nor predicted
+    assert GPT(GPTConfig(vocab_size=100, vocab_multiple=1, n_layer=1)).transformer.wte.weight.shape[0] == 100

@@ -314,3 +314,20 @@ def test_evaluation_never_changes_training(tmp_path):
     rarely = train(tiny(tmp_path / "b", eval_interval=10, eval_iters=3, ckpt_interval=0), progress=False, verbose=False)
     a, b = _train_losses(often), _train_losses(rarely)
     assert len(a) == TINY["max_steps"] and a == b
+
+
+def test_nonfinite_validation_loss_is_a_divergence(tmp_path, monkeypatch):
+    import altgrad_lib.train as tr
+
+    real = tr.evaluate
+    calls = []
+
+    def eval_nan_at_second_call(*a, **kw):
+        calls.append(1)
+        out = real(*a, **kw)
+        return {**out, "val/loss": math.nan} if len(calls) == 2 else out
+
+    monkeypatch.setattr(tr, "evaluate", eval_nan_at_second_call)
+    run = train(tiny(tmp_path, eval_interval=5), progress=False, verbose=False)
+    assert run.status == "diverged" and run.divergence["step"] == 5 and run.divergence["phase"] == "eval"
+    assert run.final_val_loss is None
