@@ -24,7 +24,7 @@ import yaml
 from altgrad_lib import checkpoint as ckpt
 from altgrad_lib.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.progress import progress_bar
-from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, PRECISIONS,  # noqa: F401
+from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, NUMERICS_VERSION, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
 from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, make_provenance, now_iso, read_json, read_metrics,
                               truncate_metrics, write_config_yaml, write_json)
@@ -146,6 +146,29 @@ def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
                                f"pick another run_name/out_dir or delete that directory")
 
 
+def _identity(data_sha: str) -> dict[str, Any]:
+    """What besides the config determines a run's numbers: recorded in provenance.json and checkpoints."""
+    return {"numerics_version": NUMERICS_VERSION, "data_sha256": data_sha}
+
+
+def _check_same_numbers(run_dir: Path, data_sha: str) -> None:
+    """Refuse to reuse or resume a run made by other numerics or on other data (say which, and what to do)."""
+    prov_path = run_dir / "provenance.json"
+    if not prov_path.exists():
+        return
+    prov = read_json(prov_path)
+    made = prov.get("numerics_version", 1)   # runs from before the version was recorded
+    sha = (prov.get("git") or {}).get("sha", "unknown")
+    fix = "retrain it with resume=False (CLI: --no-resume), or pick another run_name/out_dir"
+    if made != NUMERICS_VERSION:
+        raise RunConflictError(f"{run_dir} was made by other code (numerics version {made}, git {sha[:12]}); this "
+                               f"code is numerics version {NUMERICS_VERSION}, so its numbers may differ: {fix}")
+    old = prov.get("data_sha256")
+    if old is not None and old != data_sha:
+        raise RunConflictError(f"{run_dir} was trained on other data (content sha256 {old[:12]}, now "
+                               f"{data_sha[:12]}: corpus or licensedcode-data version changed?): {fix}")
+
+
 def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = None, verbose: bool = True,
           on_model: Callable[[torch.nn.Module], None] | None = None,
           on_step: Callable[[int, dict[str, float]], None] | None = None) -> Run:
@@ -161,13 +184,17 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     run_dir = Path(cfg.out_dir) / cfg.run_name
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     _check_run_dir(run_dir, cfg, h)
+    _policy(cfg)  # an unknown recipe fails here, before the run dir is created
+    corpus = _build_corpus(cfg)   # before anything is written: a bad corpus name fails here; its hash is identity
+    data_sha = corpus.meta["content_sha256"]
+    if resume:
+        _check_same_numbers(run_dir, data_sha)
     if resume and (run_dir / "summary.json").exists():
         run = Run.load(run_dir)
         run.reused = True
         _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
         return run
     state = ckpt.load_checkpoint(ckpt_path, h) if resume and ckpt_path.exists() else None  # fail before writing
-    _policy(cfg)  # an unknown recipe fails here, before the run dir is created
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -179,7 +206,7 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     write_config_yaml(run_dir / "config.yaml", cfg.to_dict())
     prov_path = run_dir / "provenance.json"
     if state is None or not prov_path.exists():
-        write_json(prov_path, make_provenance(cfg, h))
+        write_json(prov_path, {**make_provenance(cfg, h), **_identity(data_sha)})
 
     device = _resolve_device(cfg.device)
     prev_det = torch.are_deterministic_algorithms_enabled()
@@ -188,7 +215,6 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        corpus = _build_corpus(cfg)
         model, _ = _build_model(cfg, corpus.vocab_size, verbose)
         model.to(device)
         if cfg.freeze_blocks:
@@ -273,7 +299,8 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                                                 {"phase": "eval"})
                 if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
                     writer.sync()  # metrics up to this step are on disk before the checkpoint says so
-                    ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h)
+                    ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
+                                         extra=_identity(corpus.meta["content_sha256"]))
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
                 if on_step is not None:

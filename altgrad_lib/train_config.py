@@ -25,6 +25,10 @@ BACKENDS = ("sim", "torchao", "scaled_mm")
 MLPS = ("gelu", "swiglu")
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval")
+# Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
+# It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
+# 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
+NUMERICS_VERSION = 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,8 +153,9 @@ class TrainConfig:
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
 
     def config_hash(self) -> str:
-        """sha256 over the canonical JSON of every field that can change the run's numbers."""
+        """sha256 over the canonical JSON of every field that can change the run's numbers + NUMERICS_VERSION."""
         d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS}
+        d["_numerics_version"] = NUMERICS_VERSION
         return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     @property

@@ -331,3 +331,27 @@ def test_nonfinite_validation_loss_is_a_divergence(tmp_path, monkeypatch):
     run = train(tiny(tmp_path, eval_interval=5), progress=False, verbose=False)
     assert run.status == "diverged" and run.divergence["step"] == 5 and run.divergence["phase"] == "eval"
     assert run.final_val_loss is None
+
+
+def test_run_made_by_other_numerics_or_data_is_not_reused(tmp_path):
+    cfg = tiny(tmp_path, max_steps=2, ckpt_interval=0, run_name="r")
+    run = train(cfg, progress=False, verbose=False)
+    prov_path = Path(run.dir) / "provenance.json"
+    prov = json.loads(prov_path.read_text())
+    assert prov["numerics_version"] >= 2 and len(prov["data_sha256"]) == 64
+    assert ckpt.load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")["extra"]["data_sha256"] == prov["data_sha256"]
+    assert train(cfg, progress=False, verbose=False).reused
+    for key, value, words in (("numerics_version", 1, "other code"), ("data_sha256", "0" * 64, "other data")):
+        prov_path.write_text(json.dumps({**prov, key: value}))
+        with pytest.raises(RunConflictError, match=words):
+            train(cfg, progress=False, verbose=False)
+    again = train(cfg, resume=False, progress=False, verbose=False)     # explicit retrain in place
+    assert not again.reused and json.loads(prov_path.read_text())["numerics_version"] == prov["numerics_version"]
+
+
+def test_config_hash_includes_the_numerics_version(monkeypatch):
+    import altgrad_lib.train_config as tc
+
+    h = TrainConfig().config_hash()
+    monkeypatch.setattr(tc, "NUMERICS_VERSION", tc.NUMERICS_VERSION + 1)
+    assert TrainConfig().config_hash() != h
