@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format
+from altgrad_lib.oracles import gfloat_format_info  # noqa: F401  (used by notebook 01)
 
 # ----------------------------------------------------------------------------------------------------
 # provenance
@@ -246,19 +247,6 @@ def matching_references(fmt: FloatFormat | str) -> list[Reference]:
     f = get_format(fmt)
     key = (f.ebits, f.mbits, f.bias, f.specials, f.signed, f.subnormals)
     return [r for r in REFERENCES if r.convention == key]
-
-
-def gfloat_format_info(fmt: FloatFormat | str):
-    """The same convention expressed as a gfloat FormatInfo (gfloat covers any ExMy)."""
-    from gfloat import FormatInfo
-    from gfloat.types import Domain
-
-    f = get_format(fmt)
-    nans = {"ieee": 2**f.mbits - 1, "fn": 1, "fnuz": 0, "none": 0}[f.specials]
-    return FormatInfo(f.short_str(), k=f.bits, precision=f.mbits + 1, bias=f.bias, is_signed=f.signed,
-                      domain=Domain.Extended if f.specials == "ieee" else Domain.Finite,
-                      has_nz=f.specials != "fnuz", num_high_nans=nans,
-                      has_subnormals=f.subnormals, is_twos_complement=False)
 
 
 def all_bf16_values(finite_only: bool = True) -> torch.Tensor:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from altgrad_lib.formats import get_format
 from altgrad_lib.rounding import _bits_supported, quantize_tensor
-from tests.test_formats import ALL, MLD_REF, TORCH_REF, assert_same, gfloat_info, mld_round, probe_inputs
+from helpers import ALL, MLD_REF, TORCH_REF, assert_same, gfloat_info, mld_round, probe_inputs
 
 
 # ------------------------------------------------------------------ RNE bit-exactness vs oracles

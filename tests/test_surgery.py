@@ -283,3 +283,34 @@ def test_compiles_without_graph_breaks_and_matches_eager():
     for a, b in zip(eager, compiled):
         assert torch.equal(a, b)
     assert torch.equal(q.g_quant.n_elements, n_grad_elems)   # the stateless dY path ran (counters: eager only)
+
+
+def test_bf16_autocast_does_not_round_the_quantized_operands_again():
+    """Under autocast the GEMM sees the exact quantized values (as FP8 hardware sees the exact codes): the
+    output is the fp32 result rounded to bf16 once, and it matches an FP64 GEMM of codes computed by gfloat."""
+    import gfloat
+    from gfloat import RoundMode
+
+    from helpers import gfloat_info
+
+    lin, x, gy = _linear_case()
+    layer = _swap(lin, "fmt:E1M6")
+    y32, dx32, dw32 = _fwd_bwd(layer, x, gy.bfloat16().float())
+    xa = x.clone().requires_grad_(True)
+    layer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yac = layer(xa)
+    yac.backward(gy.bfloat16())                                   # as train() does: backward outside autocast
+    yac, dxac, dwac = yac.detach(), xa.grad, layer.weight.grad
+    assert yac.dtype == torch.bfloat16
+    assert torch.equal(yac, y32.bfloat16())                       # one rounding, of the fp32 result
+    assert torch.equal(dxac.float(), dx32) and torch.equal(dwac, dw32)
+    # independent reference: E1M6 codes from gfloat, FP64 GEMM, per-tensor scales fmax/amax as in the spec
+    fmt = get_format("E1M6")
+    fi = gfloat_info(fmt)
+    sx = fmt.max / x.abs().max().double()
+    sw = fmt.max / lin.weight.detach().abs().max().double()
+    cx = torch.from_numpy(gfloat.round_ndarray(fi, (x.double() * sx).numpy(), RoundMode.TiesToEven, sat=True))
+    cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven, sat=True))
+    ref = (cx @ cw.t()) / (sx * sw)
+    assert float(((y32.double() - ref).norm() / ref.norm())) < 1e-5

@@ -1,0 +1,64 @@
+"""Shared test helpers (one copy each): oracle tables, bit-exact comparison, probe inputs.
+
+Imported as `from helpers import ...` (pytest puts tests/ on sys.path), so any single test file runs alone.
+The gfloat FormatInfo of a format lives in the library (altgrad_lib.oracles), shared with notebook 01.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat
+from altgrad_lib.oracles import gfloat_format_info as gfloat_info  # noqa: F401  (re-exported for tests)
+
+ALL = list(BUILTIN_FORMATS)
+TORCH_REF = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2, "E4M3FNUZ": torch.float8_e4m3fnuz,
+             "E5M2FNUZ": torch.float8_e5m2fnuz}
+MLD_REF = {"E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E3M4": "float8_e3m4", "E4M3_IEEE": "float8_e4m3",
+           "E4M3FNUZ": "float8_e4m3fnuz", "E5M2FNUZ": "float8_e5m2fnuz", "E4M3B11FNUZ": "float8_e4m3b11fnuz",
+           "E8M0FNU": "float8_e8m0fnu", "E2M3": "float6_e2m3fn", "E3M2": "float6_e3m2fn", "E2M1": "float4_e2m1fn"}
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise equality treating NaN == NaN and distinguishing -0 from +0."""
+    a, b = a.double(), b.double()
+    same = (a == b) & (torch.signbit(a) == torch.signbit(b))
+    return same | (torch.isnan(a) & torch.isnan(b))
+
+
+def assert_same(ours: torch.Tensor, ref: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    ok = bits_equal(ours, ref)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero().flatten()[:8]
+        rows = [(float(x.flatten()[i]), float(ours.flatten()[i]), float(ref.flatten()[i])) for i in bad]
+        raise AssertionError(f"{what}: {int((~ok).sum())} mismatches of {ok.numel()}; (x, ours, ref): {rows}")
+
+
+def all_bf16_as_f32() -> torch.Tensor:
+    return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+
+
+def probe_inputs(fmt: FloatFormat, n_random: int = 20000, seed: int = 0) -> torch.Tensor:
+    """float32 inputs: all bf16 patterns, random values over the format's range, exact ties between grid
+    neighbours and their f32 neighbours, values around max and the overflow threshold, specials."""
+    g = torch.Generator().manual_seed(seed)
+    v = fmt.values()
+    lo, hi = math.log2(fmt.min_subnormal) - 3, math.log2(fmt.max) + 2
+    rnd = torch.exp2(torch.rand(n_random, generator=g, dtype=torch.float64) * (hi - lo) + lo)
+    rnd = rnd * torch.where(torch.rand(n_random, generator=g) < 0.5, -1.0, 1.0).double()
+    top = torch.tensor([fmt.max, 2 * fmt.max, fmt.max * (1 + 2.0 ** -(fmt.mbits + 1))], dtype=torch.float64)
+    mids = torch.cat([(v[1:] + v[:-1]) / 2, top, top * 1.0001])
+    mids32 = mids.float()
+    near = torch.cat([mids32, torch.nextafter(mids32, torch.tensor(math.inf)), torch.nextafter(mids32, torch.tensor(-math.inf))])
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 3.4e38, -3.4e38])
+    xs = torch.cat([all_bf16_as_f32(), rnd.float(), near, -near, v.float(), specials])
+    return xs
+
+
+def mld_round(x: torch.Tensor, name: str) -> torch.Tensor:
+    dt = getattr(ml_dtypes, name)
+    with np.errstate(invalid="ignore", over="ignore"):   # ml_dtypes warns when it produces NaN/inf
+        return torch.from_numpy(np.asarray(x.numpy(), dtype=dt).astype(np.float32))
