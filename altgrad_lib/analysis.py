@@ -32,6 +32,7 @@ import torch
 
 from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format
 from altgrad_lib.oracles import gfloat_format_info  # noqa: F401  (used by notebook 01)
+from altgrad_lib.quant import sqnr_db  # noqa: F401  (one copy; notebooks call analysis.sqnr_db)
 
 # ----------------------------------------------------------------------------------------------------
 # provenance
@@ -303,14 +304,6 @@ def oracle_agreement(formats: Iterable[FloatFormat | str] | None = None,
 
 # ----------------------------------------------------------------------------------------------------
 # SQNR
-
-
-def sqnr_db(ref: torch.Tensor, test: torch.Tensor) -> float:
-    """10 log10(sum ref^2 / sum (ref - test)^2) in dB; +inf when identical."""
-    ref, test = ref.detach().double(), test.detach().double()
-    noise = (ref - test).pow(2).sum().item()
-    signal = ref.pow(2).sum().item()
-    return math.inf if noise == 0 else 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
 def _capture_linears(model: torch.nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], list]:

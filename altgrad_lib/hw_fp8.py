@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-HW_BACKENDS = ("torchao", "scaled_mm")
+from altgrad_lib.choices import HW_BACKENDS  # noqa: E402
 HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 16
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 import itertools
+import math
 import weakref
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -22,14 +23,22 @@ from torch import Tensor, nn
 
 from altgrad_lib.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.rounding import random_bits
-from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
+from altgrad_lib.scaling import Scaler, ScalingConfig, _choice_error, stateless_scale
 
 STE_MODES = ("identity", "clipped")
 _ROUND_TAG = {"nearest": "rne", "stochastic": "sr", "toward_zero": "rz"}
 
 
-def _choice_error(field: str, value: Any, choices) -> ValueError:
-    return ValueError(f"{field}={value!r} is invalid; valid choices: {', '.join(map(repr, choices))}")
+def sqnr_db(ref: Tensor, approx: Tensor) -> float:
+    """Signal-to-quantization-noise ratio in dB, 10·log10(Σref² / Σ(ref − approx)²), in float64; +inf when
+    identical, -inf for an all-zero reference. Each 6.02 dB is one bit of agreement."""
+    ref, approx = ref.detach().double(), approx.detach().double()
+    noise = float((ref - approx).pow(2).sum())
+    signal = float(ref.pow(2).sum())
+    if noise == 0:
+        return math.inf
+    return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
+
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from altgrad_lib.quant import QuantSpec, Quantizer
+from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-BACKENDS = ("sim", "torchao", "scaled_mm")
+from altgrad_lib.choices import BACKENDS  # noqa: E402
 ROLES = ("input", "weight", "grad_output")
 RECIPES = ("bf16", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:<FMT>[:<GRAD_FMT>]")
 
@@ -363,10 +363,3 @@ def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
         if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or type(m).__name__ == "Float8Linear":
             out[fqn] = m
     return out
-
-
-def sqnr_db(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    """Signal-to-quantization-noise ratio in dB: 20·log10(‖ref‖ / ‖ref − approx‖); inf when identical."""
-    ref, approx = ref.detach().double(), approx.detach().double()
-    noise = (ref - approx).norm()
-    return float("inf") if noise == 0 else float(20 * torch.log10(ref.norm() / noise))

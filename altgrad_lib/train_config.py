@@ -19,10 +19,9 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-PRECISIONS = ("fp32", "bf16")
-DEVICES = ("auto", "cpu", "cuda")
-BACKENDS = ("sim", "torchao", "scaled_mm")
-MLPS = ("gelu", "swiglu")
+from altgrad_lib.choices import BACKENDS, DEVICES, PRECISIONS
+from altgrad_lib.choices import MLP_KINDS as MLPS
+
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval")
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).

@@ -62,3 +62,28 @@ def mld_round(x: torch.Tensor, name: str) -> torch.Tensor:
     dt = getattr(ml_dtypes, name)
     with np.errstate(invalid="ignore", over="ignore"):   # ml_dtypes warns when it produces NaN/inf
         return torch.from_numpy(np.asarray(x.numpy(), dtype=dt).astype(np.float32))
+
+
+def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.Tensor, fmt_xw: str = "E4M3",
+                               fmt_g: str = "E5M2") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, dX, dW) of a per-tensor current-scaled quantized linear, from gfloat's rounding and FP64 GEMMs.
+
+    Independent of our kernels: scales fmt.max / amax in float64, codes by gfloat (RNE, saturating), every
+    product and sum in float64. A faithful implementation differs only by fp32 rounding and the rare code
+    that flips at a rounding tie, i.e. by far less than the quantization error itself.
+    """
+    import gfloat
+    from gfloat import RoundMode
+
+    from altgrad_lib.formats import get_format
+
+    def q(t: torch.Tensor, name: str) -> torch.Tensor:
+        f = get_format(name)
+        t = t.detach().double().reshape(-1, t.shape[-1])
+        s = f.max / float(t.abs().max())
+        codes = gfloat.round_ndarray(gfloat_info(f), (t * s).numpy(), RoundMode.TiesToEven, sat=True)
+        return torch.from_numpy(codes) / s
+
+    xq, wq, gq = q(x, fmt_xw), q(w, fmt_xw), q(grad_y, fmt_g)
+    y = xq @ wq.t()
+    return y.reshape(*x.shape[:-1], -1), (gq @ wq).reshape(x.shape), gq.t() @ xq

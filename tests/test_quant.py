@@ -12,14 +12,9 @@ import torch
 import yaml
 
 from altgrad_lib.formats import get_format
-from altgrad_lib.quant import STE_MODES, QuantSpec, Quantizer, fake_quant
+from altgrad_lib.quant import STE_MODES, QuantSpec, Quantizer, fake_quant, sqnr_db
 from altgrad_lib.surgery import _QuantizeGradOutput
 from altgrad_lib.scaling import Scaler, ScalingConfig, stateless_scale
-
-
-def sqnr_db(x: torch.Tensor, y: torch.Tensor) -> float:
-    x, y = x.double(), y.double()
-    return float(10 * torch.log10(x.pow(2).sum() / (x - y).pow(2).sum()))
 
 
 def gaussian(n_rows=64, n_cols=512, seed=0):
