@@ -9,6 +9,31 @@ import importlib
 
 __version__ = "0.1.0"
 
+# torch versions whose numerics we test: 2.13 (CI, CPU) and 2.11 (the stock image of rented GPU boxes).
+# Outside this range float8 casts, torch.compile and autograd.Function tracing have changed under us
+# before (e.g. 2.11's compiled autograd.Function dropped gradients), so refuse rather than guess.
+TORCH_SUPPORTED = ((2, 11), (2, 14))   # inclusive (major, minor) range
+_OVERRIDE = "ALTGRAD_ALLOW_ANY_TORCH"
+
+
+def _check_torch() -> None:
+    import os
+    import re
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("torch")
+    except PackageNotFoundError:
+        raise ImportError("altgrad_lib needs torch: `pip install torch==2.13.0` (CPU wheel) before the rest") from None
+    m = re.match(r"(\d+)\.(\d+)", v)
+    lo, hi = TORCH_SUPPORTED
+    if m and not (lo <= (int(m[1]), int(m[2])) <= hi) and not os.environ.get(_OVERRIDE):
+        raise ImportError(f"altgrad_lib supports torch {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}, found torch {v}; install "
+                          f"torch==2.13.0, or set {_OVERRIDE}=1 to run untested numerics at your own risk")
+
+
+_check_torch()
+
 _LAZY = {
     "get_format": "formats", "FloatFormat": "formats", "BUILTIN_FORMATS": "formats",
     "ScalingConfig": "scaling", "QuantSpec": "quant", "Quantizer": "quant", "fake_quant": "quant",
@@ -16,7 +41,7 @@ _LAZY = {
     "TokenCorpus": "data", "load_corpus": "data", "get_tokenizer": "tokenizers",
     "TrainConfig": "train_config", "Run": "runs",
 }
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "TORCH_SUPPORTED", *_LAZY]
 
 
 def __getattr__(name: str):
