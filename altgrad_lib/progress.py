@@ -6,11 +6,19 @@ import sys
 from typing import Any
 
 
+def _in_kernel() -> bool:
+    """True inside a running Jupyter kernel (JupyterLab, papermill), not merely when ipykernel was imported
+    (pytest with nbval imports it too, and a widget bar there has no frontend)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def progress_bar(total: int, *, desc: str, enabled: bool | None = None, initial: int = 0, unit: str = "it") -> Any:
     # tqdm.auto's choice, minus its warning when ipywidgets is missing: widget bar in a kernel that has
     # ipywidgets, else the text bar. Redraws are rate-limited where each one is stored: a papermill
     # notebook keeps every stderr update, and in a log file every redraw is a new line.
-    in_kernel = "ipykernel" in sys.modules
+    in_kernel = _in_kernel()
     if in_kernel and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.notebook import tqdm
         mininterval = 0.5
