@@ -16,8 +16,9 @@ therefore follows one pattern:
     P = guard.check(globals(), choices={"backends": BACKENDS})   # dict of the declared parameters
 
 A parameter is a name annotated in the parameters cell (`__annotations__` of the notebook's namespace). A name
-defined after `watch` that is not declared and not private (`_...`, which covers IPython's `_i3`/`_3` history
-names) can only have come from injection: `check` rejects it, naming the closest declared name. In JupyterLab
+defined or rebound after `watch` (`-p plots 1` would shadow an import) that is not declared and not private
+(`_...`, which covers IPython's `_i3`/`_3` history names) can only have come from injection: `check` rejects it,
+naming the closest declared name. In JupyterLab
 nothing is injected and the check passes; running `check` again without re-running `watch` skips the name check
 (later cells have defined more names by then) but still validates every value.
 """
@@ -32,12 +33,12 @@ __all__ = ["ParamGuard", "watch", "check_value", "closest_name"]
 
 def watch(namespace: Mapping[str, Any]) -> "ParamGuard":
     """Note the names defined before the parameters cell; call in the cell just before it."""
-    return ParamGuard(frozenset(namespace))
+    return ParamGuard(dict(namespace))
 
 
 class ParamGuard:
-    def __init__(self, before: frozenset[str]):
-        self._before: frozenset[str] | None = before
+    def __init__(self, before: dict[str, Any]):
+        self._before: dict[str, Any] | None = before   # name -> object: a reassigned import counts as injected
 
     def check(self, namespace: dict[str, Any], *, choices: Mapping[str, tuple] | None = None) -> dict[str, Any]:
         """Declared parameters -> values, after rejecting unknown injected names and wrong types or choices.
@@ -51,8 +52,9 @@ class ParamGuard:
                              "e.g. `lr: float = 1e-3  # help`")
         problems = []
         if self._before is not None:
-            extra = sorted(n for n in set(namespace) - self._before - set(declared)
-                           if not n.startswith("_") and namespace[n] is not self)   # `guard = watch(...)` itself
+            extra = sorted(n for n, v in namespace.items()
+                           if n not in declared and not n.startswith("_") and v is not self   # `guard = watch()`
+                           and (n not in self._before or self._before[n] is not v))
             problems += [_unknown_message(n, declared) for n in extra]
             self._before = None   # see the module docstring: a second check cannot tell injected from later names
         params = {}

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from altgrad_lib import analysis, notebook_params
 from altgrad_lib.choices import BACKENDS
@@ -71,6 +74,19 @@ def test_unknown_name_with_nothing_close_and_several_problems_in_one_error():
         check("zzz = 1\nlr = 'fast'\n")
     msg = str(ei.value)
     assert "'zzz' (no declared parameter is close)" in msg and "lr='fast' has type str, expected float" in msg
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True).filter(lambda n: not keyword.iskeyword(n)))
+def test_any_undeclared_public_name_is_rejected_by_name(name):
+    assume(name not in ("lr", "max_docs", "backends", "compile_model", "guard"))
+    with pytest.raises(ValueError, match=f"unknown notebook parameter '{name}'"):
+        check(f"{name} = 1\n")
+
+
+def test_rebinding_a_name_defined_before_the_parameters_is_rejected():
+    with pytest.raises(ValueError, match="unknown notebook parameter 'notebook_params'"):
+        check("notebook_params = 1\n")                  # -p plots 1 would shadow the notebook's import
 
 
 def test_private_names_and_the_guard_itself_are_not_parameters():
@@ -191,6 +207,7 @@ def _first_cells(nb_path: Path, out: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_papermill_fails_on_a_typo_and_runs_with_a_valid_parameter(tmp_path):
     import papermill as pm
 
@@ -207,6 +224,7 @@ def test_papermill_fails_on_a_typo_and_runs_with_a_valid_parameter(tmp_path):
     assert "fmt=E5M2" in banner and "n_sr=64" in banner
 
 
+@pytest.mark.slow
 def test_papermill_rejects_a_bad_backend_before_anything_trains(tmp_path, monkeypatch):
     import papermill as pm
 
