@@ -50,6 +50,9 @@ class ParamGuard:
         if not declared:
             raise ValueError("no notebook parameters declared: write the parameters cell as annotated assignments, "
                              "e.g. `lr: float = 1e-3  # help`")
+        undeclared_choices = sorted(set(choices or {}) - set(declared))
+        if undeclared_choices:   # a notebook bug, not a user error
+            raise KeyError(f"choices given for undeclared parameter(s) {undeclared_choices}")
         problems = []
         if self._before is not None:
             extra = sorted(n for n, v in namespace.items()
@@ -69,9 +72,6 @@ class ParamGuard:
                 problems.append(str(e))
         if problems:
             raise ValueError("; ".join(problems) + f" (valid parameters: {', '.join(declared)})")
-        unknown_choice_keys = sorted(set(choices or {}) - set(declared))
-        if unknown_choice_keys:   # a notebook bug, not a user error
-            raise KeyError(f"choices given for undeclared parameter(s) {unknown_choice_keys}")
         return params
 
 
@@ -94,7 +94,10 @@ def _unknown_message(name: str, declared: list[str]) -> str:
 
 
 def check_value(name: str, value: Any, annotation: Any, choices: tuple | None = None) -> Any:
-    """`value` checked against a parameter's type annotation (and choices); returns it, ints widened for floats."""
+    """`value` checked against a parameter's type annotation (and choices); returns it, ints widened for floats.
+
+    A list parameter must be non-empty and without repeats (a notebook loops over it: `seeds=[]` would train
+    nothing, `seeds=[0, 0]` one run twice under one label)."""
     tp = _resolve(annotation)
     ok, out = _match(value, tp)
     if not ok:
@@ -106,8 +109,12 @@ def check_value(name: str, value: Any, annotation: Any, choices: tuple | None = 
         if bad:
             raise ValueError(f"parameter {name}={value!r}: {', '.join(map(repr, bad))} invalid; "
                              f"valid choices: {tuple(choices)}")
-        if isinstance(out, list) and not out:
-            raise ValueError(f"parameter {name}=[] is empty; valid choices: {tuple(choices)}")
+    if isinstance(out, list):
+        if not out:
+            raise ValueError(f"parameter {name}=[] is empty" + (f"; valid choices: {tuple(choices)}" if choices else ""))
+        repeats = sorted({repr(v) for i, v in enumerate(out) if v in out[:i]})
+        if repeats:
+            raise ValueError(f"parameter {name}={value!r} repeats {', '.join(repeats)}")
     return out
 
 

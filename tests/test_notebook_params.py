@@ -98,6 +98,7 @@ def test_private_names_and_the_guard_itself_are_not_parameters():
     ("backends = 'sim'\n", r"backends='sim' has type str, expected list\[str\].*-y or -f"),   # papermill -p: text
     ("backends = ['sim', 'tpu']\n", r"'tpu' invalid; valid choices: \('sim', 'torchao', 'scaled_mm'\)"),
     ("backends = []\n", r"backends=\[\] is empty"),
+    ("backends = ['sim', 'torchao', 'sim']\n", r"repeats 'sim'"),
     ("max_docs = 1.5\n", r"max_docs=1.5 has type float, expected int \| None"),
     ("compile_model = 1\n", r"compile_model=1 has type int, expected bool"),
 ])
