@@ -449,15 +449,21 @@ def run_summary(runs: Mapping[str, Any], baseline: str | None = None) -> pd.Data
 # training notebooks (02, 03)
 
 
-def train_config_from(namespace: Mapping[str, Any], **overrides: Any):
-    """TrainConfig from the notebook's parameter globals: every name that is a TrainConfig field.
+def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), **overrides: Any):
+    """TrainConfig from a notebook's declared parameters (the dict `ParamGuard.check` returns), never its globals.
 
-    nanoGPT-style: the papermill parameters cell *is* the config, and a params/*.yaml maps 1:1 onto it.
+    nanoGPT-style: the papermill parameters cell *is* the config, and a params/*.yaml maps 1:1 onto it. Every
+    parameter must be a TrainConfig key (or an alias such as `compile_model`) or be named in `extra` (the
+    notebook's own parameters, e.g. `backends`), so a parameter cannot be dropped on the way without an error.
     """
-    from altgrad_lib.train import TrainConfig
+    from altgrad_lib.train_config import KEY_ALIASES, TrainConfig
 
-    d = {k: namespace[k] for k in TrainConfig.keys() if k in namespace}
-    return TrainConfig.from_dict({**d, **overrides})
+    extra = set(extra)
+    stray = sorted(k for k in params if k not in extra and k not in TrainConfig.keys() and k not in KEY_ALIASES)
+    if stray:
+        raise ValueError(f"notebook parameter(s) {stray} are neither TrainConfig keys nor declared as extra; "
+                         f"valid keys: {TrainConfig.keys()}")
+    return TrainConfig.from_dict({**{k: v for k, v in params.items() if k not in extra}, **overrides})
 
 
 def gpt_config(cfg: Any, vocab_size: int):

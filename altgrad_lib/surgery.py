@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-from altgrad_lib.choices import BACKENDS  # noqa: E402
+from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES  # noqa: E402
 ROLES = ("input", "weight", "grad_output")
-RECIPES = ("bf16", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:<FMT>[:<GRAD_FMT>]")
+RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:<FMT>[:<GRAD_FMT>]")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
 _SUFFIX_TO_CLASS = {
@@ -177,7 +177,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
                seed: int | None = None) -> QuantPolicy:
     """Named recipe or per-layer dict -> QuantPolicy. `backend`/`seed` override the recipe's.
 
-    bf16           nothing quantized (the high-precision baseline; the autocast dtype is a TrainConfig matter)
+    hp             nothing quantized: the high-precision baseline (old name "bf16", still accepted); whether it
+                   runs in fp32 or under bf16 autocast is TrainConfig.precision
     fp8_hybrid     X, W in E4M3 and dY in E5M2, current per-tensor scaling; lm_head kept high precision, common
                    practice because the vocab projection is the most quantization-sensitive GEMM
     fp8_hybrid_all as fp8_hybrid, lm_head included
@@ -190,7 +191,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
         policy = QuantPolicy.from_dict(name_or_dict)
     elif isinstance(name_or_dict, str):
         name = name_or_dict.strip()
-        if name == "bf16":
+        name = RECIPE_ALIASES.get(name, name)
+        if name == "hp":
             layers = {"*": None}
         elif name == "fp8_hybrid":
             layers = _hybrid("E4M3", "E5M2", lm_head=False)

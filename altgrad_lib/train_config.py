@@ -19,7 +19,7 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import BACKENDS, DEVICES, PRECISIONS
+from altgrad_lib.choices import BACKENDS, DEVICES, PRECISIONS, RECIPE_ALIASES
 from altgrad_lib.choices import MLP_KINDS as MLPS
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
@@ -28,6 +28,9 @@ NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "gr
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
 NUMERICS_VERSION = 2
+# Other names accepted for a key. Notebooks call the compile flag `compile_model` (a global `compile` would shadow
+# the builtin), and their params/*.yaml files also go to `altgrad train -f`.
+KEY_ALIASES = {"compile_model": "compile"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -55,7 +58,7 @@ class TrainConfig:
     dropout: float = 0.0
     bias: bool = False
     # quantization
-    recipe: str | dict = "bf16"        # recipe name (surgery.RECIPES, "fmt:E3M4", ...) or a per-layer policy dict
+    recipe: str | dict = "hp"          # recipe name (surgery.RECIPES, "fmt:E3M4", ...) or a per-layer policy dict
     backend: str = "sim"
     freeze_blocks: bool = False        # control run: transformer blocks frozen, only embeddings / ln_f / lm_head train
     # optimization
@@ -86,6 +89,8 @@ class TrainConfig:
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
         if isinstance(self.recipe, dict):
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
+        elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
+            object.__setattr__(self, "recipe", RECIPE_ALIASES[self.recipe])
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("mlp", self.mlp, MLPS)
@@ -126,6 +131,10 @@ class TrainConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
         if not isinstance(d, Mapping):
             raise TypeError(f"TrainConfig.from_dict expects a mapping, got {type(d).__name__}")
+        both = [(a, k) for a, k in KEY_ALIASES.items() if a in d and k in d]
+        if both:
+            raise ValueError(f"TrainConfig: {both[0][0]!r} is another name for {both[0][1]!r}; give only one of them")
+        d = {KEY_ALIASES.get(k, k): v for k, v in d.items()}
         unknown = sorted(set(d) - set(cls.keys()))
         if unknown:
             raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {cls.keys()}")

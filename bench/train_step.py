@@ -29,7 +29,7 @@ from altgrad_lib.surgery import get_policy, quantize_model
 
 # (recipe, backend) per mode name
 MODES = {
-    "fp32": ("bf16", "sim"),          # "bf16" recipe = nothing quantized; the model runs in fp32
+    "fp32": ("hp", "sim"),            # "hp" recipe = nothing quantized; the model runs in fp32
     "sim": ("fp8_hybrid", "sim"),
     "torchao": ("fp8_hybrid", "torchao"),
     "scaled_mm": ("fp8_hybrid", "scaled_mm"),

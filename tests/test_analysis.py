@@ -241,3 +241,13 @@ def test_notebook01_pipeline_runs_for_every_format(name):
     sr = analysis.sr_bias_variance(f, n_samples=64)
     assert len(sr) >= 4 and sr.x.between(sr.lo, sr.hi).all()
     assert analysis.format_overview(f).loc["name", "value"] == f.name
+
+
+def test_train_config_from_takes_only_declared_parameters():
+    # a notebook passes the dict of its declared parameters, never globals(); anything else is an error
+    cfg = analysis.train_config_from({"lr": 2e-3, "compile_model": True, "backends": ["sim"], "seeds": [0]},
+                                     extra=("backends", "seeds"))
+    assert cfg.lr == 2e-3 and cfg.compile is True and cfg.n_layer == 2           # untouched keys: defaults
+    with pytest.raises(ValueError, match=r"\['backends'\] are neither TrainConfig keys nor declared as extra"):
+        analysis.train_config_from({"lr": 2e-3, "backends": ["sim"]})
+    assert analysis.train_config_from({"recipe": "bf16"}, max_steps=3).recipe == "hp"   # overrides, alias

@@ -68,4 +68,4 @@ def test_bad_key_and_bad_type_are_clear_errors(capsys):
 def test_print_config_resolves_run_dir(tmp_path, capsys):
     assert main(["train", "-p", f"out_dir={tmp_path}", "-p", "seed=3", "--print-config"]) == 0
     out = capsys.readouterr().out
-    assert str(tmp_path) in out and '"run_name": "bf16-s3-' in out
+    assert str(tmp_path) in out and '"run_name": "hp-s3-' in out

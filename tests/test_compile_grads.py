@@ -29,7 +29,7 @@ _ROW_BLOCK = {"name": "row_block", "layers": {"*": {
 # (recipe, backend, compile backend)
 INDUCTOR = [("fp8_hybrid", "sim"), ("fp8_hybrid_all", "torchao"), ("fp8_hybrid_all", "scaled_mm"),
             (_STATEFUL, "sim")]
-AOT_EAGER = [("bf16", "sim"), ("fp8_hybrid", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"),
+AOT_EAGER = [("hp", "sim"), ("fp8_hybrid", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"),
              ("fmt:E3M4", "sim"), ("fmt:E1M6:E4M3", "sim"), ("fmt:E7M0", "sim"), (_ROW_BLOCK, "sim"),
              (_STATEFUL, "sim"), ("fp8_hybrid_all", "scaled_mm")]
 CASES = [(r, b, "inductor") for r, b in INDUCTOR] + [(r, b, "aot_eager") for r, b in AOT_EAGER]

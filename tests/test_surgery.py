@@ -50,7 +50,8 @@ def _swap(lin: nn.Linear, policy, layer_class="mlp_up") -> QuantizedLinear:
 # ----------------------------------------------------------------------------- policies
 
 def test_recipes_and_layer_classes():
-    assert get_policy("bf16").spec_for("mlp_up") is None
+    assert get_policy("hp").spec_for("mlp_up") is None
+    assert get_policy("bf16") == get_policy("hp") and get_policy("bf16").name == "hp"   # old name: an alias
     hyb = get_policy("fp8_hybrid")
     s = hyb.spec_for("attn_qkv")
     assert (s.input.fmt.name, s.weight.fmt.name, s.grad_output.fmt.name) == ("E4M3", "E4M3", "E5M2")
@@ -93,7 +94,7 @@ def test_policy_from_dict_round_trip():
     assert p.spec_for("attn_qkv").grad_output is None and p.spec_for("attn_qkv").input.rounding == "stochastic"
     assert p.spec_for("lm_head") is None and p.spec_for("mlp_down").input.fmt.name == "E4M3"
     assert QuantPolicy.from_dict(p.to_dict()) == p
-    for name in ("fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:E2M3", "bf16"):
+    for name in ("fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:E2M3", "hp"):
         assert QuantPolicy.from_dict(get_policy(name).to_dict()) == get_policy(name)
     # a recipe as base with overrides
     q = get_policy({"recipe": "fp8_hybrid", "backend": "torchao", "layers": {"mlp_down": None}})
@@ -216,9 +217,9 @@ def test_tied_weights_stay_tied():
     assert len(list(m.parameters())) == len(list(_gpt().parameters()))
 
 
-def test_bf16_recipe_changes_nothing():
+def test_hp_recipe_changes_nothing():
     ref, m = _gpt(), _gpt()
-    table = quantize_model(m, "bf16", verbose=False)
+    table = quantize_model(m, "hp", verbose=False)
     assert (table["backend"] == "-").all()
     idx = torch.randint(0, 256, (2, 32))
     assert torch.equal(ref(idx)[0], m(idx)[0])

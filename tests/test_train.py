@@ -264,7 +264,7 @@ def test_divergence_is_recorded_and_names_the_layer(tmp_path):
 
 
 def test_nonfinite_gradient_names_the_parameter(tmp_path):
-    cfg = tiny(tmp_path, recipe="bf16", dropout=0.0, max_steps=4, ckpt_interval=0)
+    cfg = tiny(tmp_path, recipe="hp", dropout=0.0, max_steps=4, ckpt_interval=0)
     target = "transformer.h.0.attn.c_proj.weight"
 
     def on_model(model):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from altgrad_lib.train_config import TrainConfig, lr_at
+from altgrad_lib.train_config import KEY_ALIASES, TrainConfig, lr_at
 
 
 def test_config_unknown_key_lists_valid_keys():
@@ -55,8 +55,8 @@ def test_config_hash_covers_exactly_the_result_fields():
     for k, v in {"lr": 2e-3, "seed": 1, "recipe": "fp8_hybrid", "eval_interval": 7, "precision": "bf16"}.items():
         assert base.replace(**{k: v}).config_hash() != h, k
     assert TrainConfig(lr=1).config_hash() == TrainConfig(lr=1.0).config_hash()
-    assert base.auto_run_name() == f"bf16-s0-{h[:8]}"
-    assert "bf16" in base.short_str()
+    assert base.auto_run_name() == f"hp-s0-{h[:8]}"
+    assert base.short_str().startswith("hp[sim]")
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -81,6 +81,25 @@ def test_training_params_files_are_valid_and_02_03_share_the_baseline(profile):
         if not f.exists():
             pytest.skip(f"{f} not present")
         d = yaml.safe_load(f.read_text()) or {}
-        cfgs[nb] = TrainConfig.from_dict({k: v for k, v in d.items() if k in TrainConfig.keys()})
-    baseline_03 = cfgs["03_fp8_baseline"].replace(recipe="bf16")
+        cfgs[nb] = TrainConfig.from_dict({k: v for k, v in d.items() if k in TrainConfig.keys() or k in KEY_ALIASES})
+    baseline_03 = cfgs["03_fp8_baseline"].replace(recipe="hp")
     assert cfgs["02_bf16_baseline"].config_hash() == baseline_03.config_hash()
+
+
+def test_bf16_recipe_is_an_alias_recorded_as_hp():
+    # "bf16" quantized nothing and ran in fp32: the old name still works but every record says "hp"
+    old, new = TrainConfig(recipe="bf16"), TrainConfig(recipe="hp")
+    assert old.recipe == "hp" and old == new and old.config_hash() == new.config_hash()
+    assert old.to_dict()["recipe"] == "hp" and old.auto_run_name().startswith("hp-s0-")
+    assert TrainConfig.from_yaml(None, ["recipe=bf16"]).short_str().startswith("hp[sim]")
+    assert TrainConfig(recipe="bf16", precision="bf16").precision == "bf16"   # the autocast dtype is untouched
+
+
+def test_compile_model_is_the_notebook_name_of_compile(tmp_path):
+    assert TrainConfig.from_dict({"compile_model": True}).compile is True
+    p = tmp_path / "nb.yaml"
+    p.write_text("compile_model: true\nmax_steps: 3\n")           # a notebook params file, as `altgrad train -f` reads it
+    c = TrainConfig.from_yaml(p)
+    assert c.compile is True and "compile_model" not in c.to_dict()
+    with pytest.raises(ValueError, match="give only one"):
+        TrainConfig.from_dict({"compile_model": True, "compile": False})
