@@ -87,3 +87,15 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
     xq, wq, gq = q(x, fmt_xw), q(w, fmt_xw), q(grad_y, fmt_g)
     y = xq @ wq.t()
     return y.reshape(*x.shape[:-1], -1), (gq @ wq).reshape(x.shape), gq.t() @ xq
+
+
+def tiny_study_dict(tmp_path, max_steps: int = 6, **changes) -> dict:
+    """params/studies/ci_formats.yaml as a dict, shortened to `max_steps`, runs and index under tmp_path."""
+    from pathlib import Path
+
+    import yaml
+
+    d = yaml.safe_load((Path(__file__).resolve().parent.parent / "params" / "studies" / "ci_formats.yaml").read_text())
+    d["config"] = {**d["config"], "max_steps": max_steps, "eval_interval": 0, "ckpt_interval": 2,
+                   "out_dir": str(tmp_path / "runs")}
+    return {**d, **changes}
