@@ -6,3 +6,4 @@ HW_BACKENDS = BACKENDS[1:]
 MLP_KINDS = ("gelu", "swiglu")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)
