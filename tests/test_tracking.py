@@ -34,6 +34,7 @@ def _metrics(run) -> pd.DataFrame:
 
 
 def test_tensorboard_mirror_equals_metrics_csv_and_changes_no_number(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard not installed (extra: pip install 'altgrad[tracking]')")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = _cfg(tmp_path / "tb", logger="tensorboard")
@@ -54,6 +55,7 @@ def test_tensorboard_mirror_equals_metrics_csv_and_changes_no_number(tmp_path):
 
 
 def test_wandb_offline_mirror_equals_metrics_csv(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb not installed (extra: pip install 'altgrad[tracking]')")
     monkeypatch.delenv("WANDB_MODE", raising=False)                   # offline is the default, not the env's
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _cfg(tmp_path, logger="wandb")
@@ -75,6 +77,7 @@ def test_a_failing_tracker_warns_once_and_the_run_completes(tmp_path, monkeypatc
     def broken(self, step, metrics):
         raise OSError("disk full\nmore")
 
+    pytest.importorskip("tensorboard", reason="tensorboard not installed (extra: pip install 'altgrad[tracking]')")
     monkeypatch.setattr(tracking.TrackedWriter, "_log", broken)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
