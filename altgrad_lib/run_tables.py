@@ -148,6 +148,24 @@ def run_frame(runs: Iterable[Any] | Mapping[str, Any], keys: Iterable[str] = RUN
     return pd.DataFrame(rows)
 
 
+def load_metrics(index: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:
+    """Every run's metrics.csv in one long tidy frame: run, the `keys` columns of the index, step, name, value.
+
+    `index` is a study index (study.csv) or a run_frame: one row per run with a `run_dir` (or `run`) column.
+    Runs without a metrics file (failed before the first step) contribute no rows.
+    """
+    from altgrad_lib.runs import read_metrics
+
+    keys = list(keys)
+    frames = []
+    for d in index.to_dict("records"):
+        m = read_metrics(Path(d["run_dir"]) / "metrics.csv")
+        if len(m):
+            frames.append(m.assign(run=d["run"], **{k: d[k] for k in keys}))
+    cols = ["run", *keys, "step", "name", "value"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
 # ----------------------------------------------------------------------------------------------------
 # training notebooks (02, 03)
 

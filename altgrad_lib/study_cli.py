@@ -51,6 +51,11 @@ def cmd_study(args: argparse.Namespace) -> int:
     if study.comparisons:
         import pandas as pd
 
-        with pd.option_context("display.width", 200, "display.max_columns", 30):
-            print(study.claims(index).to_string(index=False))
+        claims = study.claims(index)
+        keep = [c for c in claims.columns if c not in ("baseline", "diff_lo", "diff_hi", "t", "df", "n_nonfinite",
+                                                       "n_nonfinite_baseline", "comparison")]
+        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
+            for name, t in claims.groupby("comparison", sort=False):
+                print(f"\nclaims: {name} (mean ± 95 % CI over seeds, Welch p, Hedges' g)")
+                print(t[keep].to_string(index=False))
     return 1 if counts.get("failed") else 0
