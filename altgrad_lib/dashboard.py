@@ -153,9 +153,8 @@ class Dashboard:
         return m
 
     def redraw(self) -> Figure:
-        if self.fig is not None:
-            plt.close(self.fig)
         self.fig = curves(self.selection(), self.metric.value, self.hue.value)
+        plt.close(self.fig)  # shown only where we display it (the inline backend would add a stale copy)
         self.out.clear_output(wait=True)
         with self.out:
             from IPython.display import display
