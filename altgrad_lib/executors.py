@@ -11,6 +11,13 @@ or whose worker process dies, comes back as `ok=False` with a one-line error; th
 - `local` (default): `workers` processes (spawned, so no forked torch thread pools), each running
   `threads` torch threads (default: the machine's cores divided among the workers). With `workers=1`
   jobs run in this process, one after another.
+  Measured on the shared 2-core dev box (load ~11 from other jobs), a study of 2 tiny fp8_hybrid runs (1 layer,
+  64 wide, 30 steps): 1 worker x 1 thread 28-34 s wall (6.5 s CPU); 2 workers x 1 thread 40-57 s (11.6 s CPU:
+  each process pays ~5 s of torch/dynamo import); 1 worker x 2 threads 112-137 s (33 s CPU: two OpenMP threads
+  on tiny GEMMs spin against the other load). So the default is 1 worker; side by side pays only when a run
+  is long against the ~5 s start-up of a worker process, and `--threads 1` wins on a busy machine.
+  A worker process that dies (OOM, segfault) breaks the pool: the jobs still queued in it come back failed
+  ("worker process died"); re-running the study retries them (finished runs are reused).
 - `ray`: one Ray task per job, `cpus_per_job` / `gpus_per_job` reserved each, on the cluster at `address`
   ("auto" = the one `ray start` made on this node; None = a private local instance). Ray is imported only
   here; without it the error names the extra to install. Every node needs altgrad_lib importable

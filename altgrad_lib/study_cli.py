@@ -16,7 +16,8 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     sp.add_argument("-f", "--file", required=True, help="study YAML (params/studies/*.yaml)")
     sp.add_argument("--executor", default="local", choices=("local", "ray"), help="where runs execute (default local)")
     sp.add_argument("--workers", type=int, default=1,
-                    help="local: worker processes (default 1; on 2 cores 2 tiny runs side by side are no faster)")
+                    help="local: worker processes (default 1: on 2 cores two tiny runs side by side were slower than "
+                         "one after the other, see executors.py)")
     sp.add_argument("--threads", type=int, default=None,
                     help="torch threads per worker / Ray task (default: cores // workers; Ray: cpus per job)")
     sp.add_argument("--address", default="auto", help="ray: cluster address (default auto = `ray start` on this node)")
