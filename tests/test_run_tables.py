@@ -48,3 +48,20 @@ def test_run_frame_reads_config_not_labels_and_masks_unfinished_runs():
     assert f.seed.tolist() == [3, 1] and f.variant.tolist() == ["bf16", "fp8_hybrid"]
     assert f.final_val_loss.iloc[0] == 2.0 and math.isnan(f.final_val_loss.iloc[1])  # last finite 2.5 is no result
     assert f.status.tolist() == ["completed", "diverged"]
+
+
+def test_load_metrics_stacks_every_runs_file_with_its_axis_values(tmp_path):
+    from altgrad_lib.runs import MetricsWriter
+
+    for name, v in (("a", 1.5), ("b", 2.5)):
+        (tmp_path / name).mkdir()
+        with MetricsWriter(tmp_path / name / "metrics.csv") as w:
+            w.log(0, {"val/loss": v})
+            w.log(5, {"val/loss": v - 1, "train/loss": v})
+    index = pd.DataFrame({"run": ["a", "b", "c"], "recipe": ["bf16", "fp8", "fp8"], "seed": [0, 0, 1],
+                          "run_dir": [str(tmp_path / n) for n in "abc"]})          # c failed: no metrics file
+    m = run_tables.load_metrics(index, ["recipe", "seed"])
+    assert list(m.columns) == ["run", "recipe", "seed", "step", "name", "value"]
+    assert len(m) == 6 and set(m.run) == {"a", "b"}
+    assert m[(m.run == "b") & (m.step == 5) & (m.name == "val/loss")].value.item() == 1.5
+    assert (m[m.run == "b"].recipe == "fp8").all()
