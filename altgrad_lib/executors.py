@@ -16,8 +16,8 @@ or whose worker process dies, comes back as `ok=False` with a one-line error; th
   each process pays ~5 s of torch/dynamo import); 1 worker x 2 threads 112-137 s (33 s CPU: two OpenMP threads
   on tiny GEMMs spin against the other load). So the default is 1 worker; side by side pays only when a run
   is long against the ~5 s start-up of a worker process, and `--threads 1` wins on a busy machine.
-  A worker process that dies (OOM, segfault) breaks the pool: the jobs still queued in it come back failed
-  ("worker process died"); re-running the study retries them (finished runs are reused).
+  A worker process that dies (OOM, segfault) breaks the pool; the jobs it left unfinished are then retried
+  one per fresh process, so only the job that kills its process comes back failed ("worker process died").
 - `ray`: one Ray task per job, `cpus_per_job` / `gpus_per_job` reserved each, on the cluster at `address`
   ("auto" = the one `ray start` made on this node; None = a private local instance). Ray is imported only
   here; without it the error names the extra to install. Every node needs altgrad_lib importable
@@ -99,16 +99,24 @@ class LocalExecutor:
             return
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
 
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
-                                 mp_context=mp.get_context("spawn")) as pool:
+        ctx = mp.get_context("spawn")
+        orphans = []
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=ctx) as pool:
             futures = {pool.submit(_call, fn, item, threads): item for item in items}
             for fut in as_completed(futures):
                 try:
-                    out = fut.result()
-                except Exception as e:  # the worker process died (killed, out of memory, segfault)
+                    yield futures[fut], fut.result()
+                except BrokenProcessPool:  # a worker died (killed, out of memory, segfault): culprit unknown
+                    orphans.append(futures[fut])
+        for item in orphans:  # retry each alone, so only the job that kills its process fails
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as solo:
+                try:
+                    out = solo.submit(_call, fn, item, threads).result()
+                except BrokenProcessPool as e:
                     out = Outcome(False, None, f"worker process died: {one_line(e)}")
-                yield futures[fut], out
+            yield item, out
 
 
 def import_ray() -> Any:

@@ -41,6 +41,18 @@ def test_local_workers_are_processes_with_their_own_thread_count():
     assert os.getpid() not in pids and 1 <= len(pids) <= 2 and {o.value[1] for o in ok} == {1}
 
 
+def die_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(3)                       # the worker process dies: no exception reaches the pool
+    return x + 10
+
+
+def test_a_dying_worker_fails_only_its_own_job():
+    out = dict(LocalExecutor(workers=2, threads=1).map(die_on_two, [1, 2, 3]))
+    assert not out[2].ok and out[2].error.startswith("worker process died")
+    assert out[1].ok and out[1].value == 11 and out[3].ok and out[3].value == 13
+
+
 def test_bad_executor_settings():
     with pytest.raises(ValueError, match=r"executor='slurm' invalid; valid choices: \('local', 'ray'\)"):
         get_executor("slurm")
