@@ -150,10 +150,11 @@ class Study:
         return self.dir / INDEX_FILE
 
     def axis_columns(self) -> list[str]:
+        """Index columns: the axes, the keys explicit points set, and always `seed` (statistics need it)."""
         cols = list(self.axes)
         for p in self.points:
             cols += [k for k in p if k not in cols]
-        return cols
+        return cols if "seed" in cols else [*cols, "seed"]
 
     def expand(self) -> list[StudyPoint]:
         """Product points (axes order), then explicit points; duplicates (same run name) kept once."""

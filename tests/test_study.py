@@ -55,6 +55,7 @@ def test_axis_values_in_names_points_and_duplicates(tmp_path):
     assert names[0].startswith("bf16-lr0.001-s3-") and names[1].startswith("bf16-lr0.002-s3-")
     assert names[2].startswith("bf16-freeze_blocks-s3-")
     assert s.axis_columns() == ["lr", "seed", "freeze_blocks"]
+    assert Study.from_dict({"name": "t", "axes": {"lr": [1e-3]}}).axis_columns() == ["lr", "seed"]
 
 
 @pytest.mark.parametrize("d, match", [
