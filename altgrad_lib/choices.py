@@ -9,3 +9,4 @@ DEVICES = ("auto", "cpu", "cuda")
 # Old recipe names that still work, resolved to the canonical name, which is what configs record and print.
 # "bf16" quantized nothing and ran in fp32 unless precision="bf16": the autocast dtype is `precision`, not the recipe.
 RECIPE_ALIASES = {"bf16": "hp"}
+LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)

@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="start from scratch even if the run dir holds a checkpoint or a finished run")
     tp.add_argument("--no-progress", action="store_true", help="no progress bar")
     tp.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    from altgrad_lib.study_cli import add_study_parser  # `altgrad study -f params/studies/x.yaml`
+
+    add_study_parser(sub)
     return ap
 
 
@@ -75,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         return _cmd_train(args)
+    if args.command == "study":
+        from altgrad_lib.study_cli import cmd_study
+
+        return cmd_study(args)
     return 2  # unreachable: argparse enforces the sub-command
 
 

@@ -6,12 +6,15 @@
 writing executed notebooks to `outputs/notebooks/<notebook>/<params>.ipynb` and a summary table to
 `outputs/sweep/summary.csv`. A failing notebook is recorded and the sweep goes on, so one bad format
 never loses the others; the exit code is non-zero if any notebook failed.
+
+Notebooks run through the same executors as studies (executors.py): one after another in this process by
+default; `--workers N` (local processes) or `--executor ray` run them side by side. Only notebooks that
+share no run may run side by side (03 reuses the baseline 02 trains), so keep the default for those.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +69,7 @@ def plan_jobs(profile: str, out_dir: Path, only: list[str] | None = None) -> lis
 def run_job(job: Job, kernel: str) -> tuple[str, str]:
     import papermill as pm  # imported lazily: only the sweep needs it
 
+    print(f"start {job.label}", flush=True)
     params = yaml.safe_load(job.params_file.read_text()) or {}
     job.output.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -76,6 +80,12 @@ def run_job(job: Job, kernel: str) -> tuple[str, str]:
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
 
 
+def _run_item(item: tuple[Job, str]) -> tuple[str, str]:
+    """Executor job (module level, picklable): one notebook."""
+    job, kernel = item
+    return run_job(job, kernel)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu", help="params profile for training notebooks (cpu, h100)")
@@ -83,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "outputs" / "notebooks"), help="where executed notebooks go")
     ap.add_argument("--kernel", default="python3")
     ap.add_argument("--dry-run", action="store_true", help="list the jobs and exit")
+    ap.add_argument("--executor", default="local", choices=("local", "ray"), help="where notebooks run")
+    ap.add_argument("--workers", type=int, default=1, help="local: notebooks side by side (default 1)")
+    ap.add_argument("--address", default="auto", help="ray: cluster address")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -96,14 +109,17 @@ def main(argv: list[str] | None = None) -> int:
 
     summary_path = ROOT / "outputs" / "sweep" / "summary.csv"
     summary_path.parent.mkdir(parents=True, exist_ok=True)
+    from altgrad_lib.executors import ExecutorError, get_executor
+
+    try:
+        executor = get_executor(args.executor, workers=args.workers, address=args.address)
+    except (ExecutorError, ValueError) as e:
+        raise SystemExit(f"sweep: error: {e}") from None
     rows = []
-    for i, job in enumerate(jobs, 1):
-        print(f"\n[{i}/{len(jobs)}] {job.label}", flush=True)
-        t0 = time.time()
-        status, error = run_job(job, args.kernel)
+    for i, ((job, _), out) in enumerate(executor.map(_run_item, [(job, args.kernel) for job in jobs]), 1):
+        status, error = out.value if out.ok else ("failed", out.error)
         rows.append({"notebook": job.notebook.stem, "params": str(job.params_file.relative_to(ROOT)),
-                     "status": status, "seconds": round(time.time() - t0, 1),
-                     "output": str(job.output), "error": error})
+                     "status": status, "seconds": round(out.seconds, 1), "output": str(job.output), "error": error})
         # Written after every job so an interrupted sweep still leaves its record.
         pd.DataFrame(rows).to_csv(summary_path, index=False)
         print(f"[{i}/{len(jobs)}] {job.label}: {status} in {rows[-1]['seconds']} s {error}", flush=True)

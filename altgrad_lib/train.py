@@ -252,7 +252,8 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     tokens_per_step = cfg.batch_size * cfg.block_size
     t_run = time.perf_counter()
     model.train()
-    with MetricsWriter(run_dir / METRICS_FILE) as writer:
+    from altgrad_lib.tracking import mirrored  # logger="none": the plain writer, nothing imported
+    with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
         if start == 0:
             val0 = evaluate(fwd, corpus, cfg, device)
             writer.log(0, val0)

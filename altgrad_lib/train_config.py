@@ -19,11 +19,11 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import BACKENDS, DEVICES, PRECISIONS, RECIPE_ALIASES
+from altgrad_lib.choices import BACKENDS, DEVICES, LOGGERS, PRECISIONS, RECIPE_ALIASES
 from altgrad_lib.choices import MLP_KINDS as MLPS
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
-NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval")
+NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger")
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
@@ -82,6 +82,7 @@ class TrainConfig:
     log_interval: int = 1
     grad_guard_interval: int = 0       # gradient-flow guard (guards.py): first step of each process; N > 0 also
                                        # every N steps; -1 = off
+    logger: str = "none"               # mirror metrics to "wandb" (offline, in the run dir) | "tensorboard" (tracking.py)
 
     def __post_init__(self) -> None:
         hints = _field_types()
@@ -94,6 +95,7 @@ class TrainConfig:
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("mlp", self.mlp, MLPS)
+        _check_choice("logger", self.logger, LOGGERS)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
             raise ValueError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
         for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "eval_iters",

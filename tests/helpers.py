@@ -87,3 +87,51 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
     xq, wq, gq = q(x, fmt_xw), q(w, fmt_xw), q(grad_y, fmt_g)
     y = xq @ wq.t()
     return y.reshape(*x.shape[:-1], -1), (gq @ wq).reshape(x.shape), gq.t() @ xq
+
+
+def tiny_study_dict(tmp_path, max_steps: int = 6, **changes) -> dict:
+    """params/studies/ci_formats.yaml as a dict, shortened to `max_steps`, runs and index under tmp_path."""
+    from pathlib import Path
+
+    import yaml
+
+    d = yaml.safe_load((Path(__file__).resolve().parent.parent / "params" / "studies" / "ci_formats.yaml").read_text())
+    d["config"] = {**d["config"], "max_steps": max_steps, "eval_interval": 0, "ckpt_interval": 2,
+                   "out_dir": str(tmp_path / "runs")}
+    return {**d, **changes}
+
+
+def read_wandb_history(path) -> list[dict]:
+    """History rows of an offline W&B run file (run-*.wandb), parsed independently of wandb's reader.
+
+    The file is a LevelDB-style log: a 7-byte header (":W&B", magic, version), then 32 KiB blocks of chunks
+    (crc32 u32, length u16, type u8: 1 full, 2 first, 3 middle, 4 last) holding protobuf `Record`s.
+    """
+    import json
+    import struct
+    from pathlib import Path
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    b = Path(path).read_bytes()
+    assert b[:4] == b":W&B", b[:7]
+    block, pos, buf, rows = 32768, 7, b"", []
+    while pos + 7 <= len(b):
+        left = block - pos % block
+        if left < 7:                                  # block trailer too small for a chunk header: padding
+            pos += left
+            continue
+        _, n, kind = struct.unpack("<IHB", b[pos:pos + 7])
+        pos += 7
+        if n == 0 and kind == 0:                      # zero padding up to the block end
+            pos += left - 7
+            continue
+        buf += b[pos:pos + n]
+        pos += n
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            buf = b""
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item})
+    return rows

@@ -46,3 +46,21 @@ def test_repository_params_cover_every_notebook_for_both_profiles():
             if nb.stem not in sweep.PER_FORMAT_NOTEBOOKS:
                 assert (sweep.PARAMS_DIR / nb.stem / f"{profile}.yaml").exists(), (nb.stem, profile)
 
+
+
+def _fake_run_job(job, kernel):
+    if "e7m0" in job.params_file.name:
+        raise RuntimeError("kernel died\ntraceback")        # not caught by run_job: the executor isolates it
+    return "ok", ""
+
+
+def test_sweep_runs_jobs_through_the_executor_and_isolates_a_crash(fake_project, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setattr(sweep, "ROOT", fake_project)
+    monkeypatch.setattr(sweep, "run_job", _fake_run_job)
+    assert sweep.main(["--out", str(fake_project / "out")]) == 1            # one failed -> non-zero exit
+    table = pd.read_csv(fake_project / "outputs" / "sweep" / "summary.csv").set_index("params")
+    assert table.status.to_dict() == {"params/01_formats/e4m3.yaml": "ok", "params/01_formats/e7m0.yaml": "failed",
+                                      "params/02_bf16_baseline/cpu.yaml": "ok"}
+    assert table.loc["params/01_formats/e7m0.yaml", "error"] == "RuntimeError: kernel died"

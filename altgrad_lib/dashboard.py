@@ -1,0 +1,178 @@
+"""Figures of a study and the ipywidgets dashboard of notebook 06 (study analysis).
+
+Inputs are the tidy frames of the study layer: the index (study.csv, one row per run) and the long metrics
+frame (run_tables.load_metrics: run, axis columns, step, name, value). Every figure function returns a
+matplotlib Figure, so the same code draws in JupyterLab, under papermill and in tests.
+
+`Dashboard` wires dropdowns (metric, colour-by axis, and one filter per axis) to a redraw; `redraw()` is
+what the widgets call, so tests drive it by setting `.value` on the dropdowns. Under papermill (no widget
+frontend) `show()` still displays the current figure as a static image, so the executed notebook is complete.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+ALL = "(all)"
+
+
+def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "") -> Figure:
+    """One line per level of `hue`: mean over the runs of that level at each step, band = min..max (seeds)."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    m = metrics[metrics.name == metric]
+    for i, (level, g) in enumerate(m.groupby(hue, sort=True)):
+        stat = g.groupby("step").value.agg(["mean", "min", "max", "count"])
+        ax.plot(stat.index, stat["mean"], color=f"C{i}", label=f"{hue}={level} (n={int(stat['count'].max())})")
+        if (stat["count"] > 1).any():
+            ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i}", alpha=0.2, lw=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric)
+    ax.set_title(title or f"{metric} by {hue} (mean over seeds, band = min..max)")
+    if len(m):
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, f"no '{metric}' rows for this selection", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
+def parallel_coordinates(frame: pd.DataFrame, label: str, columns: Sequence[str]) -> Figure:
+    """One line per `label` level (mean over its runs) through `columns`, each axis scaled to its own min..max.
+
+    Columns that are missing or all NaN (e.g. diagnostics the runs did not record) are left out and named
+    in the title, so an absent measurement is never drawn as a value.
+    """
+    present = [c for c in columns if c in frame and frame[c].notna().any()]
+    missing = [c for c in columns if c not in present]
+    means = frame.groupby(label)[present].mean(numeric_only=True) if present else pd.DataFrame()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if len(present) >= 1 and len(means):
+        lo, hi = means.min(), means.max()
+        scaled = (means - lo) / (hi - lo).replace(0, 1)
+        for i, (name, row) in enumerate(scaled.iterrows()):
+            ax.plot(range(len(present)), row.to_numpy(), marker="o", color=f"C{i}", label=str(name))
+        ax.set_xticks(range(len(present)), [f"{c}\n[{lo[c]:.3g} .. {hi[c]:.3g}]" for c in present], fontsize=8)
+        ax.set_yticks([0, 1], ["min", "max"])
+        ax.legend(fontsize=8)
+    title = f"per {label}: mean over runs, each axis scaled to its range"
+    ax.set_title(title + (f"\nnot recorded: {', '.join(missing)}" if missing else ""), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def layer_heatmap(diag: pd.DataFrame, metric: str, role: str | None = None) -> Figure:
+    """Layer x step image of one diagnostic metric (diagnostics.csv: step, layer, role, metric, value)."""
+    d = diag[(diag.metric == metric) & ((diag.role == role) if role else True)]
+    table = d.pivot_table(index="layer", columns="step", values="value", aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(table) + 1)))
+    if len(table):
+        im = ax.imshow(table.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis")
+        ax.set_yticks(range(len(table)), table.index, fontsize=7)
+        steps = table.columns.to_numpy()
+        ticks = np.linspace(0, len(steps) - 1, min(8, len(steps))).astype(int)
+        ax.set_xticks(ticks, steps[ticks])
+        fig.colorbar(im, ax=ax, label=metric)
+    ax.set_xlabel("step")
+    ax.set_title(f"{metric}{f' ({role})' if role else ''} per layer and step")
+    fig.tight_layout()
+    return fig
+
+
+def final_values(metrics: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
+    """Per run: the last logged value of each metric in `names` (columns = names)."""
+    m = metrics[metrics.name.isin(list(names))].sort_values("step")
+    return m.groupby(["run", "name"]).value.last().unstack("name").reset_index()
+
+
+def next_gpu_hour(index: pd.DataFrame, label: Sequence[str], events: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per configuration (the `label` columns, seeds pooled): how many runs completed / diverged / failed,
+    the earliest divergence step and, when early-warning events exist, the earliest warning step.
+
+    A configuration is `stable` when every seed completed; `diverges` when any seed diverged (the warning
+    lead = divergence step - first warning step says how early the diagnostics saw it coming).
+    """
+    label = list(label)
+    g = index.groupby(label, dropna=False)
+    out = pd.DataFrame({"runs": g.size(), "completed": g.status.apply(lambda s: int((s == "completed").sum())),
+                        "diverged": g.status.apply(lambda s: int((s == "diverged").sum())),
+                        "failed": g.status.apply(lambda s: int((s == "failed").sum())),
+                        "first_divergence_step": g.diverged_at_step.min(),
+                        "mean_final_val_loss": g.final_val_loss.mean()})
+    if events is not None and len(events):
+        first = events.groupby("run").step.min().rename("first_warning_step")
+        w = index[["run", *label]].merge(first, left_on="run", right_index=True, how="left")
+        out["first_warning_step"] = w.groupby(label, dropna=False).first_warning_step.min()
+        out["warning_lead_steps"] = out.first_divergence_step - out.first_warning_step
+    out["verdict"] = np.where(out.failed > 0, "failed (see error)", np.where(out.diverged > 0, "diverges",
+                                                                             np.where(out.completed == out.runs,
+                                                                                      "stable", "incomplete")))
+    return out.reset_index().sort_values(["verdict", "mean_final_val_loss"])
+
+
+def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
+    """Each figure as <name>.png and <name>.svg under out_dir; returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figs.items():
+        for ext in ("png", "svg"):
+            p = out / f"{name}.{ext}"
+            fig.savefig(p, bbox_inches="tight")
+            paths.append(p)
+    return paths
+
+
+class Dashboard:
+    """Dropdowns (metric, colour by, one filter per axis) that redraw `curves` into an Output widget."""
+
+    def __init__(self, metrics: pd.DataFrame, axes: Sequence[str], metric: str = "val/loss"):
+        import ipywidgets as w
+
+        self.metrics, self.axes = metrics, list(axes)
+        names = sorted(metrics.name.unique())
+        self.metric = w.Dropdown(options=names, value=metric if metric in names else names[0], description="metric")
+        self.hue = w.Dropdown(options=self.axes, value=self.axes[0], description="colour by")
+        self.filters = {a: w.Dropdown(options=[ALL, *sorted(metrics[a].astype(str).unique())], value=ALL,
+                                      description=a) for a in self.axes}
+        self.out = w.Output()
+        self.fig: Figure | None = None
+        for wid in (self.metric, self.hue, *self.filters.values()):
+            wid.observe(lambda change: self.redraw(), names="value")
+        self.redraw()
+
+    def selection(self) -> pd.DataFrame:
+        m = self.metrics
+        for a, wid in self.filters.items():
+            if wid.value != ALL:
+                m = m[m[a].astype(str) == wid.value]
+        return m
+
+    def redraw(self) -> Figure:
+        self.fig = curves(self.selection(), self.metric.value, self.hue.value)
+        plt.close(self.fig)  # shown only where we display it (the inline backend would add a stale copy)
+        self.out.clear_output(wait=True)
+        with self.out:
+            from IPython.display import display
+
+            display(self.fig)
+        return self.fig
+
+    def widget(self) -> Any:
+        import ipywidgets as w
+
+        return w.VBox([w.HBox([self.metric, self.hue]), w.HBox(list(self.filters.values())), self.out])
+
+    def show(self, static: bool = True) -> None:
+        """Display the widget box (JupyterLab redraws it) and, if `static`, the current figure as a plain image
+        too (papermill has no widget frontend, so only that image lands in the executed notebook)."""
+        from IPython.display import display
+
+        display(self.widget())
+        if static:
+            display(self.fig)
+

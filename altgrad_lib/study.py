@@ -1,0 +1,255 @@
+"""Studies: one base config, axes to vary, every run trained once, one index of what came out.
+
+A study file (`params/studies/*.yaml`):
+
+    name: ci_formats                      # the index goes to <outputs>/studies/<name>/study.csv
+    base: ../02_bf16_baseline/cpu.yaml    # optional TrainConfig YAML, relative to this file
+    config: {max_steps: 40, n_layer: 1}   # optional inline TrainConfig keys on top of `base`
+    axes:                                 # cartesian product, in this order
+      recipe: [bf16, fp8_hybrid]
+      seed: [0, 1]
+    points:                               # optional extra runs (axis values of their own), e.g. a control
+      - {recipe: bf16, freeze_blocks: true, seed: 0}
+    comparisons:                          # optional: what the claims table compares (stats.claims_table)
+      - {axis: recipe, baseline: bf16}
+
+Every point is a TrainConfig (axes override base). Its run name is the recipe, the other axis values the
+point sets, `s<seed>` and the first 8 hex digits of the config hash, e.g. `fp8_hybrid-lr0.002-s1-3f2a9c1b`:
+stable across expansions, and equal to `TrainConfig.auto_run_name()` when only recipe and seed vary, so a
+study and a notebook that train the same config share one run directory (runs go to the base config's
+`out_dir`, default `<outputs>/runs`).
+
+`run_study` hands every point to train() through an executor (executors.py): a finished run is reused, an
+interrupted one resumes from its checkpoint, a missing one is trained. After every run the index
+`study.csv` (run, axis values, status, final numbers, run dir) is rewritten atomically. A diverged run is a
+result (status `diverged`, with its step); a run that raises is `failed` with its one-line error; neither
+stops the others.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import yaml
+
+from altgrad_lib.train_config import TrainConfig
+
+STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
+INDEX_FILE = "study.csv"
+STATUSES = ("pending", "completed", "diverged", "failed")
+RESULT_COLUMNS = ("status", "reused", "error", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
+                  "diverged_at_step", "seconds", "run_dir")
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    """One run of a study: its own axis values, the full config, and the stable run name."""
+    name: str
+    axes: dict[str, Any]
+    config: TrainConfig
+
+
+def _slug(v: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(v)).strip("_") or "x"
+
+
+def run_name(axes: Mapping[str, Any], cfg: TrainConfig) -> str:
+    """`<recipe>-<other axis values>-s<seed>-<hash8>`; only recipe and seed varied -> cfg.auto_run_name()."""
+    parts = [_slug(cfg.recipe_name)]
+    for k, v in axes.items():
+        if k in ("recipe", "seed"):
+            continue
+        if isinstance(v, bool):
+            parts.append(k if v else f"no_{k}")
+        elif isinstance(v, str):
+            parts.append(_slug(v))
+        elif isinstance(v, float):
+            parts.append(f"{k}{v:g}")
+        else:
+            parts.append(_slug(f"{k}{v}"))
+    name = "-".join([*parts, f"s{cfg.seed}", cfg.config_hash()[:8]])
+    return name if len(name) <= 120 else f"{name[:100]}-{cfg.config_hash()[:8]}"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    base: dict[str, Any] = field(default_factory=dict)            # TrainConfig keys (base file + inline config)
+    axes: dict[str, tuple] = field(default_factory=dict)
+    points: tuple[dict[str, Any], ...] = ()
+    comparisons: tuple[dict[str, Any], ...] = ()
+    description: str = ""
+    out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
+
+    def __post_init__(self) -> None:
+        if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
+            raise ValueError(f"Study.name={self.name!r} must be a non-empty plain name ([A-Za-z0-9_.+-])")
+        valid = [k for k in TrainConfig.keys() if k not in ("run_name", "out_dir")]
+        for k, vals in self.axes.items():
+            if k not in valid:
+                raise ValueError(f"study axis {k!r} is not a TrainConfig key; valid keys: {valid}")
+            if not isinstance(vals, (list, tuple)) or not vals:
+                raise ValueError(f"study axis {k!r} needs a non-empty list of values, got {vals!r}")
+        for p in self.points:
+            bad = sorted(set(p) - set(valid)) if isinstance(p, Mapping) else [repr(p)]
+            if bad:
+                raise ValueError(f"study point {p!r}: {bad} not TrainConfig key(s); valid keys: {valid}")
+        for c in self.comparisons:
+            if not isinstance(c, Mapping) or "axis" not in c or "baseline" not in c:
+                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' (optional 'by', 'value')")
+        if not self.axes and not self.points:
+            raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
+        TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
+
+    # -- construction
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path = ".", out_dir: str = "") -> "Study":
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a study must be a YAML mapping with keys {STUDY_KEYS}, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(STUDY_KEYS))
+        if unknown:
+            raise ValueError(f"unknown study key(s) {unknown}; valid keys: {STUDY_KEYS}")
+        base: dict[str, Any] = {}
+        if d.get("base"):
+            bp = Path(d["base"]) if Path(d["base"]).is_absolute() else Path(base_dir) / d["base"]
+            if not bp.is_file():
+                raise FileNotFoundError(f"study base config {bp} not found (paths are relative to the study file)")
+            base.update(yaml.safe_load(bp.read_text()) or {})
+        base.update(d.get("config") or {})
+        axes = {k: tuple(v) if isinstance(v, list) else v for k, v in (d.get("axes") or {}).items()}
+        return cls(name=str(d.get("name", "")), base=base, axes=axes, points=tuple(d.get("points") or ()),
+                   comparisons=tuple(d.get("comparisons") or ()), description=str(d.get("description", "")),
+                   out_dir=out_dir)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, out_dir: str = "") -> "Study":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"study file {path} not found")
+        d = yaml.safe_load(path.read_text()) or {}
+        if isinstance(d, Mapping) and "name" not in d:
+            d = {**d, "name": path.stem}
+        return cls.from_dict(d, base_dir=path.parent, out_dir=out_dir)
+
+    # -- views
+    @property
+    def dir(self) -> Path:
+        from altgrad_lib.runs import outputs_dir
+
+        return Path(self.out_dir).expanduser().resolve() if self.out_dir else outputs_dir() / "studies" / self.name
+
+    @property
+    def index_path(self) -> Path:
+        return self.dir / INDEX_FILE
+
+    def axis_columns(self) -> list[str]:
+        """Index columns: the axes, the keys explicit points set, and always `seed` (statistics need it)."""
+        cols = list(self.axes)
+        for p in self.points:
+            cols += [k for k in p if k not in cols]
+        return cols if "seed" in cols else [*cols, "seed"]
+
+    def expand(self) -> list[StudyPoint]:
+        """Product points (axes order), then explicit points; duplicates (same run name) kept once."""
+        combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
+        out: dict[str, StudyPoint] = {}
+        for axes in [*combos, *[dict(p) for p in self.points]]:
+            cfg = TrainConfig.from_dict({**self.base, **axes})
+            name = run_name(axes, cfg)
+            out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
+        return list(out.values())
+
+    def short_str(self) -> str:
+        sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
+        return f"Study({self.name}: {sizes or '-'} + {len(self.points)} point(s) = {len(self.expand())} runs)"
+
+    def results(self) -> pd.DataFrame:
+        """The index as a tidy frame (one row per run; axis columns, status, final numbers)."""
+        if not self.index_path.exists():
+            raise FileNotFoundError(f"{self.index_path} does not exist yet: run the study first")
+        return pd.read_csv(self.index_path, float_precision="round_trip")
+
+    def claims(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+        """stats.claims_table for every comparison of the study file, stacked (column `comparison`)."""
+        from altgrad_lib.stats import claims_table
+
+        frame = self.results() if frame is None else frame
+        tables = []
+        for c in self.comparisons:
+            by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
+            t = claims_table(frame, c["axis"], c["baseline"], by=by, value=c.get("value", "final_val_loss"))
+            tables.append(t.assign(comparison=f"{c['axis']} vs {c['baseline']}"))
+        return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+
+
+def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
+    """Worker job: train (reuse, resume) one point; returns its index fields. Raises on failure."""
+    from altgrad_lib.run_tables import run_frame
+    from altgrad_lib.train import train
+
+    run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False)
+    row = run_frame([run], keys=()).iloc[0].to_dict()
+    div = run.divergence or {}
+    return {"status": run.status, "reused": bool(run.reused), "error": "",
+            **{k: row[k] for k in ("final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s")},
+            "diverged_at_step": div.get("step", math.nan) if run.diverged else math.nan, "run_dir": str(run.dir)}
+
+
+def _axis_value(cfg: TrainConfig, key: str) -> Any:
+    return cfg.recipe_name if key == "recipe" else getattr(cfg, key)
+
+
+def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pd.DataFrame(rows).to_csv(tmp, index=False)
+    os.replace(tmp, path)  # readers (a notebook, a second shell) never see half an index
+
+
+def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
+    """Run every point of `study` through `executor` (default: local, one worker); returns the index."""
+    from altgrad_lib.executors import LocalExecutor
+
+    executor = executor or LocalExecutor()
+    points = study.expand()
+    cols = study.axis_columns()
+    rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) for k in cols}, "status": "pending",
+                     "reused": False, "error": "", "final_train_loss": math.nan, "final_val_loss": math.nan,
+                     "val_ppl": math.nan, "tokens_per_s": math.nan, "diverged_at_step": math.nan,
+                     "seconds": math.nan, "run_dir": str(p.config.run_dir)} for p in points}
+    order = [p.name for p in points]
+    _write_index(study.index_path, [rows[n] for n in order])
+    log(f"{study.short_str()} on {executor.short_str()}; index {study.index_path}")
+    t0 = time.perf_counter()
+    jobs = [(p.name, p.config.to_dict(), resume) for p in points]
+    for i, ((name, _, _), out) in enumerate(executor.map(_job, jobs), 1):
+        row = rows[name]
+        if out.ok:
+            row.update(out.value)
+        else:
+            row.update(status="failed", error=out.error)
+        row["seconds"] = round(out.seconds, 2)
+        _write_index(study.index_path, [rows[n] for n in order])
+        extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
+                 f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
+        log(f"[{i}/{len(points)}] {name}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
+            f"({row['seconds']} s)")
+    log(f"study {study.name}: {len(points)} runs in {time.perf_counter() - t0:.1f} s -> {study.index_path}")
+    return study.results()
+
+
+def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
+    _, config, resume = job
+    return run_point(config, resume)
+

@@ -1,0 +1,62 @@
+"""`altgrad study -f params/studies/x.yaml [--executor local|ray] ...`: the study sub-command.
+
+cli.py adds it with `add_study_parser(sub)` and dispatches to `cmd_study`; kept here so the study layer
+owns its command line.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    sp = sub.add_parser("study", help="run a study: base config x axes, reuse finished runs, index study.csv",
+                        description="Expand a study file into runs, train the missing ones (reuse finished, resume "
+                                    "interrupted), and keep <outputs>/studies/<name>/study.csv.")
+    sp.add_argument("-f", "--file", required=True, help="study YAML (params/studies/*.yaml)")
+    sp.add_argument("--executor", default="local", choices=("local", "ray"), help="where runs execute (default local)")
+    sp.add_argument("--workers", type=int, default=1,
+                    help="local: worker processes (default 1: on 2 cores two tiny runs side by side were slower than "
+                         "one after the other, see executors.py)")
+    sp.add_argument("--threads", type=int, default=None,
+                    help="torch threads per worker / Ray task (default: cores // workers; Ray: cpus per job)")
+    sp.add_argument("--address", default="auto", help="ray: cluster address (default auto = `ray start` on this node)")
+    sp.add_argument("--cpus-per-run", type=float, default=1, help="ray: CPUs reserved per run")
+    sp.add_argument("--gpus-per-run", type=float, default=0, help="ray: GPUs reserved per run")
+    sp.add_argument("--out", default="", help="study directory (default <outputs>/studies/<name>)")
+    sp.add_argument("--no-resume", action="store_true", help="retrain every run from scratch")
+    sp.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    return sp
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from altgrad_lib.executors import ExecutorError, get_executor
+    from altgrad_lib.study import Study, run_study
+
+    try:
+        study = Study.from_yaml(args.file, out_dir=args.out)
+        points = study.expand()
+        if args.dry_run:
+            print(study.short_str())
+            for p in points:
+                print(f"  {p.name}  {p.axes}")
+            return 0
+        executor = get_executor(args.executor, workers=args.workers, threads=args.threads, address=args.address,
+                                cpus_per_job=args.cpus_per_run, gpus_per_job=args.gpus_per_run)
+        index = run_study(study, executor, resume=not args.no_resume)
+    except (ValueError, TypeError, FileNotFoundError, ExecutorError) as e:
+        print(f"altgrad study: error: {e}", file=sys.stderr)
+        return 2
+    counts = index.status.value_counts().to_dict()
+    print("status: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if study.comparisons:
+        import pandas as pd
+
+        claims = study.claims(index)
+        keep = [c for c in claims.columns if c not in ("baseline", "diff_lo", "diff_hi", "t", "df", "n_nonfinite",
+                                                       "n_nonfinite_baseline", "comparison")]
+        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
+            for name, t in claims.groupby("comparison", sort=False):
+                print(f"\nclaims: {name} (mean ± 95 % CI over seeds, Welch p, Hedges' g)")
+                print(t[keep].to_string(index=False))
+    return 1 if counts.get("failed") else 0

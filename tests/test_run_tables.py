@@ -1,0 +1,77 @@
+"""Tests for altgrad_lib.run_tables: summaries and loss tables of hand-made runs, the provenance banner.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from altgrad_lib import run_tables
+
+
+def _fake_run(losses: list[float], name: str) -> SimpleNamespace:
+    rows = []
+    for step, v in enumerate(losses):
+        rows += [(step, "train/loss", v + 0.1), (step, "val/loss", v), (step, "tokens_per_s", 1000.0)]
+    return SimpleNamespace(dir=name, metrics=pd.DataFrame(rows, columns=["step", "name", "value"]),
+                           diverged=False)
+
+
+def test_run_summary_gap_and_loss_table():
+    runs = {"bf16": _fake_run([3.0, 2.0], "a"), "fp8": _fake_run([3.0, 2.2], "b")}
+    s = run_tables.run_summary(runs, baseline="bf16").set_index("run")
+    assert s.loc["fp8", "val_gap_pct"] == pytest.approx(10.0)
+    assert s.loc["bf16", "val_ppl"] == pytest.approx(math.exp(2.0))
+    lt = run_tables.loss_table(runs)
+    assert set(lt.split) == {"train", "val"} and len(lt) == 8
+
+
+def test_provenance_banner_mentions_versions_and_seed():
+    text = run_tables.provenance_banner({"seed": 7, "fmt": "E4M3"})
+    assert "torch" in text and "seed 7" in text and "git" in text and "fmt=E4M3" in text
+    assert run_tables.params_hash({"a": 1, "b": 2}) == run_tables.params_hash({"b": 2, "a": 1})
+
+
+def test_run_frame_reads_config_not_labels_and_masks_unfinished_runs():
+    from altgrad_lib.train_config import TrainConfig
+
+    def run(recipe, seed, status, losses):
+        r = _fake_run(losses, f"/x/{recipe}-s{seed}")
+        r.config, r.status = TrainConfig(recipe=recipe, seed=seed), status
+        return r
+
+    f = run_tables.run_frame({"any label": run("bf16", 3, "completed", [3.0, 2.0]),
+                              "other": run("fp8_hybrid", 1, "diverged", [3.0, 2.5])})
+    assert list(f.columns[:5]) == ["run", "variant", "recipe", "backend", "seed"]
+    assert f.seed.tolist() == [3, 1] and f.variant.tolist() == ["bf16", "fp8_hybrid"]
+    assert f.final_val_loss.iloc[0] == 2.0 and math.isnan(f.final_val_loss.iloc[1])  # last finite 2.5 is no result
+    assert f.status.tolist() == ["completed", "diverged"]
+
+
+def test_load_metrics_stacks_every_runs_file_with_its_axis_values(tmp_path):
+    from altgrad_lib.runs import MetricsWriter
+
+    for name, v in (("a", 1.5), ("b", 2.5)):
+        (tmp_path / name).mkdir()
+        with MetricsWriter(tmp_path / name / "metrics.csv") as w:
+            w.log(0, {"val/loss": v})
+            w.log(5, {"val/loss": v - 1, "train/loss": v})
+    index = pd.DataFrame({"run": ["a", "b", "c"], "recipe": ["bf16", "fp8", "fp8"], "seed": [0, 0, 1],
+                          "run_dir": [str(tmp_path / n) for n in "abc"]})          # c failed: no metrics file
+    m = run_tables.load_metrics(index, ["recipe", "seed"])
+    assert list(m.columns) == ["run", "recipe", "seed", "step", "name", "value"]
+    assert len(m) == 6 and set(m.run) == {"a", "b"}
+    assert m[(m.run == "b") & (m.step == 5) & (m.name == "val/loss")].value.item() == 1.5
+    assert (m[m.run == "b"].recipe == "fp8").all()
+
+
+def test_train_config_from_takes_only_declared_parameters():
+    # a notebook passes the dict of its declared parameters, never globals(); anything else is an error
+    cfg = run_tables.train_config_from({"lr": 2e-3, "compile_model": True, "backends": ["sim"], "seeds": [0]},
+                                       extra=("backends", "seeds"))
+    assert cfg.lr == 2e-3 and cfg.compile is True and cfg.n_layer == 2           # untouched keys: defaults
+    with pytest.raises(ValueError, match=r"\['backends'\] are neither TrainConfig keys nor declared as extra"):
+        run_tables.train_config_from({"lr": 2e-3, "backends": ["sim"]})
+    assert run_tables.train_config_from({"recipe": "bf16"}, max_steps=3).recipe == "hp"   # overrides, alias
