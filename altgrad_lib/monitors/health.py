@@ -6,7 +6,7 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     flush_frac       non-zero inputs that became 0 / numel (= underflow_frac unless some zero became non-zero)
     subnormal_frac   outputs on the format's subnormal grid (0 < |y·s| < min_normal) / numel
     nan_in, inf_in, nan_out, inf_out   counts
-    amax             max |x| (NaN ignored), in the tensor's own units
+    amax             max |x| over finite elements (NaN/Inf are counted above), in the tensor's own units
     scale            the scale s in use (per_row / per_block: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
@@ -58,7 +58,7 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
         "subnormal_frac": f(sub),
         "nan_in": torch.isnan(x).sum(), "inf_in": torch.isinf(x).sum(),
         "nan_out": torch.isnan(y).sum(), "inf_out": torch.isinf(y).sum(),
-        "amax": torch.nan_to_num(x.abs(), nan=0.0).amax() if x.numel() else torch.zeros((), device=x.device),
+        "amax": torch.where(finite_in, x.abs(), 0).amax() if x.numel() else torch.zeros((), device=x.device),
         "scale": s.amin() if s.numel() > 1 else s.reshape(()),
         "eps_hits": torch.as_tensor(eps_hits, device=x.device),
         "sqnr_db": sqnr,
