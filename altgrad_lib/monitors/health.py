@@ -14,9 +14,10 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
 Two monitors use it:
     NumericsMonitor  every metric above, from an eager replay of the diagnostic step (probe.py); under
                      torch.compile too, because the replay is eager.
-    CountersMonitor  the cheap path: the counters Quantizer keeps during the training step itself
-                     (saturation = overflow_frac, flush-to-zero = flush_frac, scale, amax, eps hits), as
-                     fractions over all steps since the previous diagnostic step. Under torch.compile the dY
+    CountersMonitor  the cheap path: the counters Quantizer keeps during the training step itself, as
+                     metrics ctr.sat_frac (= overflow_frac), ctr.flush_frac (= flush_frac), ctr.eps_hits, and
+                     the scaler's ctr.scale / ctr.amax (last call); fractions are over all training steps
+                     since the previous diagnostic step. Under torch.compile the dY
                      quantizer of a stateless scaling kind runs without counters (surgery.grad_counters_live),
                      so those rows are NaN and events.csv says "unavailable" — never a silent zero.
 """
@@ -101,17 +102,17 @@ class CountersMonitor(Monitor):
         for (fqn, role, q, live), a, b in zip(self.points, now, last):
             if not live:
                 for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax"):
-                    ctx.emit(fqn, role, m, math.nan)
+                    ctx.emit(fqn, role, f"ctr.{m}", math.nan)
                 if not self.noted:
                     ctx.event("unavailable:counters", f"{fqn}/{role}", math.nan, math.nan)
                 continue
             d = (a - b).to(torch.float64)
             n = d[0].clamp_min(1)
-            ctx.emit(fqn, role, "sat_frac", d[1] / n)
-            ctx.emit(fqn, role, "flush_frac", d[2] / n)
-            ctx.emit(fqn, role, "eps_hits", d[3])
-            ctx.emit(fqn, role, "scale", q.scaler.scale)
-            ctx.emit(fqn, role, "amax", q.scaler.amax_history[0])
+            ctx.emit(fqn, role, "ctr.sat_frac", d[1] / n)
+            ctx.emit(fqn, role, "ctr.flush_frac", d[2] / n)
+            ctx.emit(fqn, role, "ctr.eps_hits", d[3])
+            ctx.emit(fqn, role, "ctr.scale", q.scaler.scale)
+            ctx.emit(fqn, role, "ctr.amax", q.scaler.amax_history[0])
         self.noted = True
         self.last = now
 
