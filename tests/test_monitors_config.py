@@ -14,7 +14,7 @@ def test_presets_and_intervals():
     off, cheap, full = (DiagnosticsConfig.from_value(p) for p in ("off", "cheap", "full"))
     assert not off.enabled and off.short_str() == "diag:off"
     assert cheap.active_groups == CHEAP_GROUPS and cheap.every == 10
-    assert full.active_groups == tuple(MONITORS) and full.every == 50
+    assert full.active_groups == tuple(MONITORS) and full.every == 100
     d = DiagnosticsConfig.from_value({"interval": 25, "group_intervals": {"grid": 100}})
     assert d.preset == "full" and d.every == 25 and d.interval_of("grid") == 100
     assert [s for s in range(1, 201) if d.due("grid", s)] == [1, 100, 200]

@@ -113,3 +113,9 @@ def test_grad_stiffness_corr_matches_numpy():
     a = np.log2(np.abs(g[keep].double().numpy()))
     b = np.log2(grid.stiffness(w0, E4M3, S)[keep].double().numpy())
     assert float(grid.grad_stiffness_corr(g, w0, E4M3, S)) == pytest.approx(np.corrcoef(a, b)[0, 1], rel=1e-9)
+
+
+def test_delta_code_from_codes_equals_delta_code():
+    w0, w1 = _weights()
+    c0, c1 = grid.codes(w0, E4M3, 3.0), grid.codes(w1, E4M3, 2.5)
+    assert torch.equal(grid.delta_code_from_codes(c0, c1, E4M3), grid.delta_code(w0, w1, E4M3, 3.0, 2.5))

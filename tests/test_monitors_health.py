@@ -60,7 +60,7 @@ def test_health_matches_independent_counts(scale):
     assert h["inf_out"] == 0            # E4M3 saturates: inf -> ±448
     assert h["amax"] == np.abs(xn[finite]).max() and h["scale"] == scale and h["eps_hits"] == 3
     both = np.isfinite(xn) & np.isfinite(yn)
-    assert h["sqnr_db"] == pytest.approx(sqnr_db(torch.from_numpy(xn[both]), torch.from_numpy(yn[both])), rel=1e-9)
+    assert h["sqnr_db"] == pytest.approx(sqnr_db(torch.from_numpy(xn[both]), torch.from_numpy(yn[both])), rel=1e-6)  # float32 squares
 
 
 def test_underflow_is_te_definition_not_flush_when_zeros_appear_and_vanish():

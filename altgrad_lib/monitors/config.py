@@ -28,8 +28,8 @@ MONITORS: dict[str, str] = {
     "gradients": "altgrad_lib.monitors.gradients:GradientsMonitor",
     "numerics": "altgrad_lib.monitors.health:NumericsMonitor",
     "shadow": "altgrad_lib.monitors.gradients:ShadowMonitor",
+    "grid": "altgrad_lib.monitors.grid:GridMonitor",         # before weights: it leaves the codes for staleness
     "weights": "altgrad_lib.monitors.weights:WeightsMonitor",
-    "grid": "altgrad_lib.monitors.grid:GridMonitor",
     "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
     "events": "altgrad_lib.monitors.events:EventsMonitor",
 }
@@ -37,7 +37,7 @@ CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
     "cheap": (CHEAP_GROUPS, 10),
-    "full": (tuple(MONITORS), 50),
+    "full": (tuple(MONITORS), 100),   # a full diagnostic step costs ~4 training steps (bench/diagnostics.py)
 }
 OUTPUT_FORMATS = ("csv",)
 
@@ -48,7 +48,7 @@ def _err(name: str, value: Any, valid: Any) -> ValueError:
 
 @dataclass(frozen=True)
 class DiagnosticsConfig:
-    """What the monitors record. interval 0 = the preset's default (cheap 10, full 50); groups None = the
+    """What the monitors record. interval 0 = the preset's default (cheap 10, full 100); groups None = the
     preset's groups. group_intervals overrides the interval per group (e.g. {"curvature": 200})."""
 
     preset: str = "full"

@@ -42,13 +42,14 @@ class GradientsMonitor(Monitor):
         for name, p in self.att.model.named_parameters():
             if p.grad is None:
                 continue
-            g = p.grad.detach().double()
+            g = p.grad.detach()
             layer, role = _split(name)
-            norm = g.norm()
+            norm = torch.linalg.vector_norm(g, dtype=torch.float64)
+            var, mean = torch.var_mean(g.float(), unbiased=False)
             ctx.emit(layer, role, "grad_norm", norm)
-            ctx.emit(layer, role, "grad_mean", g.mean())
-            ctx.emit(layer, role, "grad_var", g.var(unbiased=False))
-            ctx.emit(layer, role, "grad_to_weight", norm / p.detach().double().norm())
+            ctx.emit(layer, role, "grad_mean", mean)
+            ctx.emit(layer, role, "grad_var", var)
+            ctx.emit(layer, role, "grad_to_weight", norm / torch.linalg.vector_norm(p.detach(), dtype=torch.float64))
 
     def on_step(self, ctx: StepContext) -> None:
         ctx.emit("", "", "grad_norm_total", ctx.grad_norm)

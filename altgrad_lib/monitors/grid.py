@@ -6,10 +6,12 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
 
     codes(w, fmt, s)                    uint8 code of Q(w·s) (formats.encode)
     grid_rank(w, fmt, s)                index of Q(w·s) in fmt.values() (ascending; −0 and +0 share a rank)
+    rank_of_code(fmt)                   that index for every code (a lookup table)
     stiffness(w, fmt, s)                S = ULP in weight units = fmt.ulp(w·s) / s
     misalignment(w, fmt, s)             |w·s − Q(w·s)| / ULP(w·s), in [0, ½] for round-to-nearest
     stall_mask / stall_rate(w0, w1, fmt, s)   |Δw·s| < ULP(w0·s)/2: the update is below half a grid step
     delta_code(w0, w1, fmt, s0, s1)     grid steps each weight moved: rank(w1) − rank(w0)
+    delta_code_from_codes(c0, c1, fmt)  the same from known codes
     delta_code_hist(dc, max_abs)        counts for −max_abs..max_abs (the ends collect everything beyond)
     bit_names(fmt), bit_flip_fractions(c0, c1, fmt)   per code bit (MSB first: sign, e.., m..) flip fraction
     code_usage(codes, fmt)              counts per code (2**bits,); usage_entropy_bits(counts)
@@ -38,10 +40,16 @@ def codes(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     return fmt.encode(_ws(w, s))
 
 
+def rank_of_code(fmt: Any, device: Any = "cpu") -> torch.Tensor:
+    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0)."""
+    v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
+    vals = fmt.values()
+    r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
+    return r.clamp_max(len(vals) - 1).to(device)
+
+
 def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
-    q = fmt.quantize(_ws(w, s)).double()
-    vals = fmt.values().to(q.device)
-    return torch.searchsorted(vals, q.nan_to_num(nan=0.0)).clamp_max(len(vals) - 1)
+    return rank_of_code(fmt, w.device)[codes(w, fmt, s).long()]
 
 
 def stiffness(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
@@ -63,6 +71,12 @@ def stall_rate(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> to
 
 def delta_code(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s0: Any = 1.0, s1: Any = 1.0) -> torch.Tensor:
     return grid_rank(w1, fmt, s1) - grid_rank(w0, fmt, s0)
+
+
+def delta_code_from_codes(c0: torch.Tensor, c1: torch.Tensor, fmt: Any) -> torch.Tensor:
+    """delta_code when the codes are already known (rank lookup, no re-rounding)."""
+    r = rank_of_code(fmt, c0.device)
+    return r[c1.long()] - r[c0.long()]
 
 
 def delta_code_hist(dc: torch.Tensor, max_abs: int) -> torch.Tensor:
@@ -105,8 +119,8 @@ def log2_hist(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     """Counts of floor(log2 v) for v > 0 (finite), clamped to [lo, hi]: (hi − lo + 1,) bins."""
     v = v.reshape(-1)
     v = v[(v > 0) & torch.isfinite(v)]
-    e = torch.floor(torch.log2(v.double())).clamp(lo, hi).long() - lo
-    return torch.bincount(e, minlength=hi - lo + 1)
+    e = torch.frexp(v).exponent - 1            # exact floor(log2 v), no rounding of a log near powers of two
+    return torch.bincount(e.clamp(lo, hi).long() - lo, minlength=hi - lo + 1)
 
 
 def grad_stiffness_corr(g: torch.Tensor, w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
@@ -158,7 +172,7 @@ class GridMonitor(Monitor):
             c0, c1 = codes(w0, fmt, s0), codes(w1, fmt, s1)
             ctx.cache.setdefault("codes_post", {})[fqn] = c1
             ctx.emit(fqn, "W", "moved_frac", (c0 != c1).double().mean())
-            dh = delta_code_hist(delta_code(w0, w1, fmt, s0, s1), self.cfg.dcode_max)
+            dh = delta_code_hist(delta_code_from_codes(c0, c1, fmt), self.cfg.dcode_max)
             ctx.emit_hist(fqn, "W", "hist.dcode", dh, list(range(-self.cfg.dcode_max, self.cfg.dcode_max + 1)))
             for name, f in zip(bit_names(fmt), bit_flip_fractions(c0, c1, fmt)):
                 ctx.emit(fqn, "W", f"flips:{name}", f)

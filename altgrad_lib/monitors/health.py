@@ -40,29 +40,29 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
     x, y = x.to(wdt), y.to(wdt)
     s = torch.as_tensor(s, dtype=torch.float32, device=x.device)
     n = max(x.numel(), 1)
-    xs = x * s
+    ax = x.abs()
     finite_in = torch.isfinite(x)
-    over = (xs.abs() > fmt.max) & finite_in
+    zx, zy = x == 0, y == 0
     ys = (y * s).abs()
     # y·s is back on the grid up to the rounding of the division; subnormals are far below min_normal·(1-2^-12)
-    sub = (y != 0) & torch.isfinite(y) & (ys < fmt.min_normal * (1 - 2.0 ** -12)) if fmt.has_zero else torch.zeros_like(over)
+    sub = ((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero else torch.zeros((), device=x.device)
     both = finite_in & torch.isfinite(y)
-    xd, yd = torch.where(both, x, 0).double(), torch.where(both, y, 0).double()
-    signal, noise = xd.pow(2).sum(), (xd - yd).pow(2).sum()
-    sqnr = torch.where(noise > 0, 10 * torch.log10(signal / noise), torch.tensor(math.inf, dtype=torch.float64,
-                                                                                    device=x.device))
-    f = lambda t: t.sum().to(torch.float64) / n  # noqa: E731
+    xb = torch.where(both, x, 0)
+    d = xb - torch.where(both, y, 0)          # exact: y is x rounded to a nearby grid point
+    signal, noise = torch.sum(xb * xb, dtype=torch.float64), torch.sum(d * d, dtype=torch.float64)
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=x.device)
+    f = lambda c: c.to(torch.float64) / n  # noqa: E731
     return {
-        "overflow_frac": f(over),
-        "underflow_frac": ((y == 0).sum() - (x == 0).sum()).to(torch.float64) / n,
-        "flush_frac": f((x != 0) & (y == 0)),
+        "overflow_frac": f(((ax * s > fmt.max) & finite_in).sum()),
+        "underflow_frac": f(zy.sum() - zx.sum()),
+        "flush_frac": f((zy & ~zx).sum()),
         "subnormal_frac": f(sub),
         "nan_in": torch.isnan(x).sum(), "inf_in": torch.isinf(x).sum(),
         "nan_out": torch.isnan(y).sum(), "inf_out": torch.isinf(y).sum(),
-        "amax": torch.where(finite_in, x.abs(), 0).amax() if x.numel() else torch.zeros((), device=x.device),
+        "amax": torch.nan_to_num(ax, nan=0.0, posinf=0.0).amax() if x.numel() else torch.zeros((), device=x.device),
         "scale": s.amin() if s.numel() > 1 else s.reshape(()),
         "eps_hits": torch.as_tensor(eps_hits, device=x.device),
-        "sqnr_db": sqnr,
+        "sqnr_db": torch.where(noise > 0, 10 * torch.log10(signal / noise), inf),
     }
 
 
