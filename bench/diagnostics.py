@@ -103,8 +103,9 @@ def main() -> None:
             out = f"{tmp}/{key.replace('@', '_')}"
             os.makedirs(out)
             steps[key] = Stepper(MODES[key], cfg, args.recipe, args.device, args.compile, out)
-            # warm-up (and compile) outside the timed blocks, up to a multiple of the block so blocks are alike
-            while steps[key].n < max(args.warmup, 1) or steps[key].n % args.block:
+            # warm-up (and compile) outside the timed blocks; any `block` consecutive steps after it hold
+            # block / interval diagnostic steps, since block is a multiple of every interval
+            while steps[key].n < max(args.warmup, 1):
                 steps[key](*batches[steps[key].n % len(batches)])
             totals[key] = 0.0
             print(f"{key:14s} ready ({steps[key].diag.short_str()})", flush=True)
@@ -112,7 +113,7 @@ def main() -> None:
             for key, step in steps.items():
                 t = time.perf_counter()
                 for i in range(args.block):
-                    step(*batches[i % len(batches)])
+                    step(*batches[(step.n + i) % len(batches)])
                 totals[key] += time.perf_counter() - t
     base = totals.get("off")
     n = args.rounds * args.block

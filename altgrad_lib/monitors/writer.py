@@ -38,6 +38,7 @@ class TidyWriter:
 
     def _open(self) -> None:
         if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists() or self.path.stat().st_size == 0
             self._fh = open(self.path, "a", encoding="utf-8")
             if new:
