@@ -285,6 +285,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 loss_v = float(loss.item())
                 if not (math.isfinite(loss_v) and math.isfinite(grad_norm)):
                     writer.log(step, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm})
+                    diag.after_step(step, loss_v, grad_norm, lr)   # the divergence step's rows and events
                     record = diagnose_nonfinite(model, snap, x, y, lambda: _autocast(cfg, device))
                     return _finish_diverged(cfg, h, run_dir, ckpt_path, step, loss_v, grad_norm, lr, record)
                 optimizer.step()

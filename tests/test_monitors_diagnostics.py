@@ -189,3 +189,47 @@ def test_no_tensor_work_on_steps_that_log_nothing(tmp_path):
     assert len(busy.ops) > 100
     d.close()
     assert set(read_diagnostics(tmp_path)["step"]) == {5}
+
+
+def test_the_divergence_step_is_recorded(tmp_path):
+    # lr=1e30: after one AdamW step the first LayerNorm overflows (as in test_train.py)
+    cfg = tiny(tmp_path, recipe="fp8_hybrid", dropout=0.0, lr=1e30, min_lr=0.0, warmup_steps=0, grad_clip=0.0,
+               diagnostics={"groups": ["numerics", "events"], "interval": 1})
+    run = train(cfg, progress=False, verbose=False)
+    assert run.diverged and run.divergence["step"] == 2
+    ev = read_events(run.dir)
+    assert ev[ev["kind"] == "loss_nonfinite"]["step"].tolist() == [2]
+    df = read_diagnostics(run.dir)
+    bad = df[(df["step"] == 2) & df["metric"].isin(["nan_in", "inf_in"]) & (df["value"] > 0)]
+    assert "transformer.h.0.attn.c_attn" in set(bad["layer"])   # the replay sees the first quantized victim
+
+
+def test_counters_without_counting_or_on_hardware_paths_say_unavailable(tmp_path):
+    from altgrad_lib.model import GPT, GPTConfig
+    from altgrad_lib.quant import Quantizer
+    from altgrad_lib.surgery import quantize_model
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
+    quantize_model(model, "fp8_hybrid", verbose=False)
+    for m in model.modules():
+        if isinstance(m, Quantizer):
+            m.count = False
+    d = Diagnostics(DiagnosticsConfig(groups=("counters",), interval=1), tmp_path / "nocount", model)
+    d.start(0, None)
+    d.after_backward(1, None, None, None)
+    d.after_step(1, 1.0, 1.0, 1e-3)
+    d.close()
+    df = read_diagnostics(tmp_path / "nocount")
+    assert len(df) == 4 * 3 * 5 and df["value"].isna().all()
+    assert (read_events(tmp_path / "nocount")["kind"] == "unavailable:counters").sum() == 12
+
+    hw = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
+    quantize_model(hw, {"name": "hw", "recipe": "fp8_hybrid", "backend": "scaled_mm"}, verbose=False)
+    d = Diagnostics(DiagnosticsConfig(groups=("counters", "grid"), interval=1), tmp_path / "hw", hw,
+                    backend="scaled_mm")
+    d.start(0, None)
+    d.after_backward(1, None, None, None)
+    d.after_step(1, 1.0, 1.0, 1e-3)
+    d.close()
+    kinds = set(read_events(tmp_path / "hw")["kind"])
+    assert kinds == {"unavailable:counters", "unavailable:grid"}

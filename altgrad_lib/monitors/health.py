@@ -87,7 +87,8 @@ class CountersMonitor(Monitor):
             for role, attr in ROLE_ATTR.items():
                 q = getattr(mod, attr, None)
                 if q is not None and hasattr(q, "n_elements"):
-                    live = role != "dY" or grad_counters_live(q, att.compiled)
+                    # count=False quantizers keep no counters; compiled dY of stateless scaling neither
+                    live = q.count and (role != "dY" or grad_counters_live(q, att.compiled))
                     self.points.append((fqn, role, q, live))
         self.last: list[torch.Tensor] | None = None   # counters at the previous diagnostic step
         self.noted = False
