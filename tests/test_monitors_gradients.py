@@ -60,3 +60,31 @@ def test_shadow_grads_equal_an_unquantized_model_and_leave_training_untouched():
     lq.backward()
     w = "transformer.h.0.mlp.c_fc.weight"
     assert float(grad_snr_db(dict(quant.named_parameters())[w].grad, shadow[w])) < 60
+
+
+def test_gradient_rows_and_clipping_counts(tmp_path):
+    from altgrad_lib.monitors import read_diagnostics
+    from altgrad_lib.monitors.config import DiagnosticsConfig
+    from altgrad_lib.monitors.diagnostics import Diagnostics
+    plain, _ = _models()
+    x = torch.randint(0, 64, (2, 8))
+    _, loss = plain(x, x)
+    loss.backward()
+    d = Diagnostics(DiagnosticsConfig(groups=("gradients",), interval=4), tmp_path, plain, grad_clip=1.0)
+    d.start(0, None)
+    norms = [0.5, 2.0, 3.0, 0.9, 1.5, 0.2, 0.1, 4.0]           # clipped: steps 2, 3, 5, 8
+    for step, gn in enumerate(norms, start=1):
+        d.after_backward(step, x, x, None)
+        d.after_step(step, 1.0, gn, 1e-3)
+    d.close()
+    df = read_diagnostics(tmp_path).set_index(["step", "layer", "role", "metric"])["value"]
+    assert [df[(s, "", "", "clipped_frac")] for s in (1, 4, 8)] == [0.0, 2 / 3, 2 / 4]
+    assert [df[(s, "", "", "clipped")] for s in (1, 4, 8)] == [0.0, 0.0, 1.0]
+    w = dict(plain.named_parameters())["transformer.h.0.mlp.c_fc.weight"]
+    g = w.grad.double().numpy()
+    key = (1, "transformer.h.0.mlp.c_fc", "weight")
+    assert df[key + ("grad_norm",)] == pytest.approx(np.linalg.norm(g), rel=1e-12)
+    assert df[key + ("grad_mean",)] == pytest.approx(g.mean(), rel=1e-5, abs=1e-12)
+    assert df[key + ("grad_var",)] == pytest.approx(g.var(), rel=1e-5)
+    assert df[key + ("grad_to_weight",)] == pytest.approx(np.linalg.norm(g) / np.linalg.norm(w.double().detach().numpy()),
+                                                          rel=1e-12)

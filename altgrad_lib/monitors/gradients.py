@@ -3,7 +3,8 @@
 GradientsMonitor (cheap, from the step's own .grad before clipping), rows (layer = module fqn, role =
 parameter name "weight" / "bias"): grad_norm, grad_mean, grad_var (population), grad_to_weight = ||g|| / ||w||
 (the layer-wise gradient ratio); and (layer "", role "") grad_norm_total, clipped (1 when the total norm
-exceeded grad_clip, so the step was scaled down).
+exceeded grad_clip, so the step was scaled down) and clipped_frac (share of the steps since the previous
+diagnostic step, this one included, that were clipped; counted every step from the loop's floats, no sync).
 
 ShadowMonitor: the same step replayed with quantization off in FP32 (probe.Probe.shadow_grads: same batch,
 weights, dropout masks); per parameter grad_snr_db = 10·log10(Σ g32² / Σ (g − g32)²) (quant.sqnr_db with the
@@ -38,6 +39,15 @@ def _split(name: str) -> tuple[str, str]:
 
 
 class GradientsMonitor(Monitor):
+    def __init__(self, att) -> None:
+        super().__init__(att)
+        self.seen = self.clipped = 0     # steps since the last diagnostic step, and how many were clipped
+
+    def observe(self, step: int, loss: float, grad_norm: float, events) -> None:
+        clip = self.att.grad_clip
+        self.seen += 1
+        self.clipped += int(clip > 0 and grad_norm > clip)
+
     def on_backward(self, ctx: StepContext) -> None:
         for name, p in self.att.model.named_parameters():
             if p.grad is None:
@@ -55,6 +65,14 @@ class GradientsMonitor(Monitor):
         ctx.emit("", "", "grad_norm_total", ctx.grad_norm)
         clip = self.att.grad_clip
         ctx.emit("", "", "clipped", float(clip > 0 and ctx.grad_norm > clip))
+        ctx.emit("", "", "clipped_frac", self.clipped / max(self.seen, 1))
+        self.seen = self.clipped = 0
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen, "clipped": self.clipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen, self.clipped = int(state.get("seen", 0)), int(state.get("clipped", 0))
 
 
 class ShadowMonitor(Monitor):
