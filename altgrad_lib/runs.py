@@ -187,20 +187,21 @@ class MetricsWriter:
         self.close()
 
 
-def truncate_metrics(path: str | Path, keep_through_step: int) -> int:
+def truncate_metrics(path: str | Path, keep_through_step: int, header: str = METRICS_HEADER) -> int:
     """Drop rows with step > `keep_through_step` (and a torn last line from a crash); atomic rewrite.
 
     Called on resume so the file equals the one an uninterrupted run writes. Returns rows dropped.
+    Any tidy CSV whose first column is the step works (`header` names its columns, e.g. diagnostics.csv).
     """
     path = Path(path)
     if not path.exists():
         return 0
-    kept, dropped = [METRICS_HEADER], 0
+    kept, dropped, ncols = [header], 0, header.count(",") + 1
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True)):
-        if i == 0 and line == METRICS_HEADER:
+        if i == 0 and line == header:
             continue
         parts = line.rstrip("\n").split(",")
-        ok = line.endswith("\n") and len(parts) == 3
+        ok = line.endswith("\n") and len(parts) == ncols
         try:
             ok = ok and int(parts[0]) <= keep_through_step
         except ValueError:

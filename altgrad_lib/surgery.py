@@ -231,8 +231,14 @@ class _QuantizeGradOutput(torch.autograd.Function):
         return _quantize_grad(ctx.quantizer, grad_y), None
 
 
+def grad_counters_live(quantizer: Quantizer, compiled: bool) -> bool:
+    """Does the dY quantizer update its counters / scale buffer? Not in compiled runs with stateless scaling
+    (see _quantize_grad): monitors must report those as unavailable, never as zero."""
+    return not compiled or quantizer.spec.scaling.kind == "delayed"
+
+
 def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
-    if not torch.compiler.is_compiling() or quantizer.spec.scaling.kind == "delayed":
+    if grad_counters_live(quantizer, torch.compiler.is_compiling()):
         return quantizer.quantize(grad_y)   # stateful: scaler history, counters, generator
     # Under torch.compile, mutating the quantizer's buffers inside an autograd.Function backward forces a graph
     # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row/per_block

@@ -221,6 +221,8 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
             freeze_blocks(model)
         if on_model is not None:
             on_model(model)
+        from altgrad_lib.monitors.diagnostics import Diagnostics
+        diag = Diagnostics.for_run(cfg, run_dir, model, lambda: _autocast(cfg, device))   # off: does nothing
         optimizer = _make_optimizer(model, cfg, device)
         start = 0
         if state is not None:
@@ -230,12 +232,13 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
             prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start, "command": " ".join(sys.argv)})
             write_json(prov_path, prov)
             _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
+        diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
         del state
         if verbose:
             n = sum(p.numel() for p in model.parameters())
             _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
                  f"{device.type}, steps {start}->{cfg.max_steps}")
-        return _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step)
+        return _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag)
     finally:
         if cfg.deterministic:
             torch.use_deterministic_algorithms(prev_det)
@@ -243,7 +246,7 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
 
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
-          on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
+          on_step: Callable[[int, dict[str, float]], None] | None, diag: Any) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     from altgrad_lib.surgery import quantized_modules
@@ -275,6 +278,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 with _autocast(cfg, device):
                     _, loss = fwd(x, y)
                 loss.backward()
+                diag.after_backward(step, x, y, snap)   # grads before clipping; nothing on steps it skips
                 gi = cfg.grad_guard_interval
                 if gi >= 0 and (step == start + 1 or (gi > 0 and step % gi == 0)):
                     check_gradient_flow(model, step, quantized)  # raises GradientFlowError
@@ -282,12 +286,14 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 loss_v = float(loss.item())
                 if not (math.isfinite(loss_v) and math.isfinite(grad_norm)):
                     writer.log(step, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm})
+                    diag.after_step(step, loss_v, grad_norm, lr)   # the divergence step's rows and events
                     record = diagnose_nonfinite(model, snap, x, y, lambda: _autocast(cfg, device))
                     return _finish_diverged(cfg, h, run_dir, ckpt_path, step, loss_v, grad_norm, lr, record)
                 optimizer.step()
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 dt = time.perf_counter() - t0
+                diag.after_step(step, loss_v, grad_norm, lr)
                 m = {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm}
                 if step % cfg.log_interval == 0 or step == cfg.max_steps:
                     writer.log(step, {**m, "perf/tokens_per_s": tokens_per_step / max(dt, 1e-9)})
@@ -300,14 +306,17 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                                                 {"phase": "eval"})
                 if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
                     writer.sync()  # metrics up to this step are on disk before the checkpoint says so
+                    diag.sync()
                     ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
-                                         extra=_identity(corpus.meta["content_sha256"]))
+                                         extra={**_identity(corpus.meta["content_sha256"]),
+                                                "diagnostics": diag.state_dict()})
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
                 if on_step is not None:
                     on_step(step, m)
         finally:
             bar.close()
+            diag.close()
     metrics = read_metrics(run_dir / METRICS_FILE)
     val = metrics[metrics["name"] == "val/loss"]
     final_val = float(val["value"].iloc[-1]) if len(val) else None

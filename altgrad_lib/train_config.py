@@ -23,7 +23,8 @@ from altgrad_lib.choices import BACKENDS, DEVICES, LOGGERS, PRECISIONS, RECIPE_A
 from altgrad_lib.choices import MLP_KINDS as MLPS
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
-NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger")
+NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
+                     "diagnostics")   # monitors never change training (tests/test_monitors_train.py)
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
@@ -83,6 +84,9 @@ class TrainConfig:
     grad_guard_interval: int = 0       # gradient-flow guard (guards.py): first step of each process; N > 0 also
                                        # every N steps; -1 = off
     logger: str = "none"               # mirror metrics to "wandb" (offline, in the run dir) | "tensorboard" (tracking.py)
+    # diagnostics (altgrad_lib/monitors): "off" | "cheap" | "full" or a dict of DiagnosticsConfig fields;
+    # `-p diagnostics.interval=25` sets one field (a dict without "preset" means "full")
+    diagnostics: str | dict = "off"
 
     def __post_init__(self) -> None:
         hints = _field_types()
@@ -123,6 +127,10 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.run_name={self.run_name!r} must be a plain directory name")
         if not isinstance(self.recipe, (str, dict)) or (isinstance(self.recipe, str) and not self.recipe):
             raise ValueError(f"TrainConfig.recipe={self.recipe!r} must be a recipe name or a policy dict")
+        from altgrad_lib.monitors.config import DiagnosticsConfig   # torch-free
+        diag = DiagnosticsConfig.from_value(self.diagnostics)              # one-line error on a bad value
+        if isinstance(self.diagnostics, dict):
+            object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
 
     # -- construction
     @classmethod
@@ -133,6 +141,7 @@ class TrainConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
         if not isinstance(d, Mapping):
             raise TypeError(f"TrainConfig.from_dict expects a mapping, got {type(d).__name__}")
+        d = _fold_dotted(d)
         both = [(a, k) for a, k in KEY_ALIASES.items() if a in d and k in d]
         if both:
             raise ValueError(f"TrainConfig: {both[0][0]!r} is another name for {both[0][1]!r}; give only one of them")
@@ -230,6 +239,29 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     names = " | ".join(getattr(get_origin(t) or t, "__name__", str(t)) for t in options)
     raise TypeError(f"TrainConfig.{name}={value!r} has type {type(value).__name__}, expected {names}; "
                     f"valid keys: {TrainConfig.keys()}")
+
+
+# dict-valued fields that accept dotted keys ("diagnostics.interval": 25); how a string value becomes a dict
+_DOTTED_BASE = {"diagnostics": lambda v: {} if v == "off" else {"preset": v},
+                "recipe": lambda v: {"recipe": v}}
+
+
+def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
+    """{"diagnostics": "cheap", "diagnostics.interval": 1} -> {"diagnostics": {"preset": "cheap", "interval": 1}}.
+    Other keys with a dot are left alone (and rejected as unknown)."""
+    out = dict(d)
+    for key in [k for k in d if isinstance(k, str) and "." in k and k.split(".")[0] in _DOTTED_BASE]:
+        head, *path = key.split(".")
+        base = out.get(head, getattr(TrainConfig, head))
+        base = copy.deepcopy(base) if isinstance(base, Mapping) else _DOTTED_BASE[head](base)
+        cur = base
+        for part in path[:-1]:
+            cur = cur.setdefault(part, {})
+            if not isinstance(cur, dict):
+                raise ValueError(f"TrainConfig key {key!r}: {part!r} is not a mapping")
+        cur[path[-1]] = out.pop(key)
+        out[head] = base
+    return out
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -1,0 +1,151 @@
+"""DiagnosticsConfig: which monitor groups run, how often, and where they write (torch-free: the CLI's
+--help and TrainConfig validation import it).
+
+`TrainConfig.diagnostics` holds a preset name ("off" | "cheap" | "full") or a dict of these fields, e.g.
+`{"preset": "full", "interval": 25}`; from the shell `-p diagnostics=cheap -p diagnostics.interval=1`.
+A dict without "preset" means "full".
+
+Groups (what each measures: see the module named in MONITORS):
+    counters     quantizer counters of the training step itself (saturation, flush-to-zero, scale, eps hits)
+    gradients    per-parameter gradient norm / mean / var, grad-to-weight ratio, clipping events
+    numerics     per quantized tensor (X, W, dY) health from an eager replay of the step (TE-style
+                 under/overflow, subnormals, NaN/Inf, amax, scale, eps hits, SQNR); works under torch.compile
+    shadow       gradient SNR and cosine against an FP32 shadow (same batch and weights, quantization off)
+    weights      log2-magnitude histograms, fraction at +-max, staleness, KL to a baseline run
+    grid         stiffness field, misalignment, stall rate, Δcode, bit flips, code usage, grad-stiffness corr.
+    activations  kurtosis of each Linear's input, attention entropy per head, dead MLP units over a window
+    events       divergence early warnings (loss / grad-norm spikes, kurtosis trend, attention-entropy drop)
+A new monitor (e.g. curvature) plugs in with one MONITORS entry "group": "module:Class" (see base.Monitor).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+# group -> "module:Class" (imported lazily by Diagnostics, so this table stays torch-free)
+MONITORS: dict[str, str] = {
+    "counters": "altgrad_lib.monitors.health:CountersMonitor",
+    "gradients": "altgrad_lib.monitors.gradients:GradientsMonitor",
+    "numerics": "altgrad_lib.monitors.health:NumericsMonitor",
+    "shadow": "altgrad_lib.monitors.gradients:ShadowMonitor",
+    "grid": "altgrad_lib.monitors.grid:GridMonitor",         # before weights: it leaves the codes for staleness
+    "weights": "altgrad_lib.monitors.weights:WeightsMonitor",
+    "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
+    "events": "altgrad_lib.monitors.events:EventsMonitor",
+}
+CHEAP_GROUPS = ("counters", "gradients", "events")
+PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
+    "off": ((), 0),
+    "cheap": (CHEAP_GROUPS, 10),
+    "full": (tuple(MONITORS), 100),   # a full diagnostic step costs ~4 training steps (bench/diagnostics.py)
+}
+OUTPUT_FORMATS = ("csv",)
+
+
+def _err(name: str, value: Any, valid: Any) -> ValueError:
+    return ValueError(f"DiagnosticsConfig.{name}={value!r} is invalid; valid: {valid}")
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    """What the monitors record. interval 0 = the preset's default (cheap 10, full 100); groups None = the
+    preset's groups. group_intervals overrides the interval per group (e.g. {"curvature": 200})."""
+
+    preset: str = "full"
+    interval: int = 0
+    groups: tuple[str, ...] | None = None
+    group_intervals: Mapping[str, int] = field(default_factory=dict)
+    window: int = 8                     # diagnostic steps in the dead-unit window and the early-warning trends
+    hist_min_log2: int = -24            # log2-magnitude histogram bins [2^k, 2^(k+1)), k clamped to [min, max]
+    hist_max_log2: int = 8
+    dcode_max: int = 4                  # Δcode histogram bins -dcode_max..dcode_max (ends are "or more")
+    spike_sigma: float = 6.0            # loss / grad-norm spike: value > EMA + spike_sigma·EMA-std
+    kurtosis_alarm: float = 50.0        # excess kurtosis of a Linear input above this is an alarm
+    kurtosis_trend: float = 2.0         # ... and so is kurtosis above this factor times its window mean
+    entropy_drop: float = 0.5           # a head's attention entropy below this fraction of its window mean
+    baseline_run: str = ""              # run dir whose diagnostics.csv (weights group) is the KL reference
+    output_format: str = "csv"
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise _err("preset", self.preset, tuple(PRESETS))
+        if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < 0:
+            raise _err("interval", self.interval, "an int >= 0 (0 = the preset's default)")
+        if self.groups is not None:
+            groups = (self.groups,) if isinstance(self.groups, str) else tuple(self.groups)
+            bad = [g for g in groups if g not in MONITORS]
+            if bad:
+                raise _err("groups", bad[0] if len(bad) == 1 else bad, tuple(MONITORS))
+            object.__setattr__(self, "groups", groups)
+        gi = dict(self.group_intervals or {})
+        for g, n in gi.items():
+            if g not in MONITORS:
+                raise _err("group_intervals", g, tuple(MONITORS))
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise _err(f"group_intervals[{g!r}]", n, "an int >= 1")
+        object.__setattr__(self, "group_intervals", gi)
+        for name in ("window", "dcode_max"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise _err(name, v, "an int >= 1")
+        if not self.hist_min_log2 < self.hist_max_log2:
+            raise _err("hist_min_log2", self.hist_min_log2, f"an int < hist_max_log2={self.hist_max_log2}")
+        for name in ("spike_sigma", "kurtosis_alarm", "kurtosis_trend"):
+            if not float(getattr(self, name)) > 0:
+                raise _err(name, getattr(self, name), "a number > 0")
+        if not 0 < float(self.entropy_drop) < 1:
+            raise _err("entropy_drop", self.entropy_drop, "a number in (0, 1)")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise _err("output_format", self.output_format, OUTPUT_FORMATS)
+
+    # -- construction
+    @classmethod
+    def from_value(cls, value: "str | Mapping[str, Any] | DiagnosticsConfig | None") -> "DiagnosticsConfig":
+        """A preset name, a dict of fields, None ("off") or a DiagnosticsConfig."""
+        if isinstance(value, DiagnosticsConfig):
+            return value
+        if value is None:
+            value = "off"
+        if isinstance(value, str):
+            if value not in PRESETS:
+                raise _err("preset", value, tuple(PRESETS))
+            return cls(preset=value)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"diagnostics={value!r} must be a preset name {tuple(PRESETS)} or a dict of "
+                            f"{[f.name for f in fields(cls)]}")
+        unknown = sorted(set(value) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown diagnostics key(s) {unknown}; valid keys: {[f.name for f in fields(cls)]}")
+        return cls(**dict(value))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["groups"] = list(self.groups) if self.groups is not None else None
+        d["group_intervals"] = dict(self.group_intervals)
+        return d
+
+    # -- views
+    @property
+    def enabled(self) -> bool:
+        return bool(self.active_groups)
+
+    @property
+    def active_groups(self) -> tuple[str, ...]:
+        return self.groups if self.groups is not None else PRESETS[self.preset][0]
+
+    @property
+    def every(self) -> int:
+        """The diagnostic interval in steps (the preset's default when interval is 0)."""
+        return self.interval or PRESETS[self.preset][1] or PRESETS["full"][1]
+
+    def interval_of(self, group: str) -> int:
+        return int(self.group_intervals.get(group, self.every))
+
+    def due(self, group: str, step: int) -> bool:
+        """Does `group` record at this (1-based) step? Every interval, and at step 1 for a starting point."""
+        return step == 1 or step % self.interval_of(group) == 0
+
+    def short_str(self) -> str:
+        if not self.enabled:
+            return "diag:off"
+        return f"diag:{self.preset}@{self.every}[{','.join(self.active_groups)}]"

@@ -1,0 +1,93 @@
+"""Gradients: per-parameter statistics of the training step, clipping, and the FP32 shadow comparison.
+
+GradientsMonitor (cheap, from the step's own .grad before clipping), rows (layer = module fqn, role =
+parameter name "weight" / "bias"): grad_norm, grad_mean, grad_var (population), grad_to_weight = ||g|| / ||w||
+(the layer-wise gradient ratio); and (layer "", role "") grad_norm_total, clipped (1 when the total norm
+exceeded grad_clip, so the step was scaled down) and clipped_frac (share of the steps since the previous
+diagnostic step, this one included, that were clipped; counted every step from the loop's floats, no sync).
+
+ShadowMonitor: the same step replayed with quantization off in FP32 (probe.Probe.shadow_grads: same batch,
+weights, dropout masks); per parameter grad_snr_db = 10·log10(Σ g32² / Σ (g − g32)²) (quant.sqnr_db with the
+shadow as reference) and grad_cos (cosine of g and g32); and the same over all parameters (layer "*").
+For recipes that quantize nothing (bf16) the shadow differs only by autocast.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from altgrad_lib.monitors.base import Monitor, StepContext
+
+
+def grad_snr_db(g: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """10·log10(Σ ref² / Σ (g − ref)²) in float64 (+inf when equal); a 0-d tensor, no sync."""
+    g, ref = g.detach().double(), ref.detach().double()
+    noise, signal = (g - ref).pow(2).sum(), ref.pow(2).sum()
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=g.device)
+    return torch.where(noise > 0, 10 * torch.log10(signal / noise), inf)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = a.detach().double().reshape(-1), b.detach().double().reshape(-1)
+    return (a @ b) / (a.norm() * b.norm())
+
+
+def _split(name: str) -> tuple[str, str]:
+    layer, _, role = name.rpartition(".")
+    return layer, role
+
+
+class GradientsMonitor(Monitor):
+    def __init__(self, att) -> None:
+        super().__init__(att)
+        self.seen = self.clipped = 0     # steps since the last diagnostic step, and how many were clipped
+
+    def observe(self, step: int, loss: float, grad_norm: float, events) -> None:
+        clip = self.att.grad_clip
+        self.seen += 1
+        self.clipped += int(clip > 0 and grad_norm > clip)
+
+    def on_backward(self, ctx: StepContext) -> None:
+        for name, p in self.att.model.named_parameters():
+            if p.grad is None:
+                continue
+            g = p.grad.detach()
+            layer, role = _split(name)
+            norm = torch.linalg.vector_norm(g, dtype=torch.float64)
+            var, mean = torch.var_mean(g.float(), unbiased=False)
+            ctx.emit(layer, role, "grad_norm", norm)
+            ctx.emit(layer, role, "grad_mean", mean)
+            ctx.emit(layer, role, "grad_var", var)
+            ctx.emit(layer, role, "grad_to_weight", norm / torch.linalg.vector_norm(p.detach(), dtype=torch.float64))
+
+    def on_step(self, ctx: StepContext) -> None:
+        ctx.emit("", "", "grad_norm_total", ctx.grad_norm)
+        clip = self.att.grad_clip
+        ctx.emit("", "", "clipped", float(clip > 0 and ctx.grad_norm > clip))
+        ctx.emit("", "", "clipped_frac", self.clipped / max(self.seen, 1))
+        self.seen = self.clipped = 0
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen, "clipped": self.clipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen, self.clipped = int(state.get("seen", 0)), int(state.get("clipped", 0))
+
+
+class ShadowMonitor(Monitor):
+    def on_backward(self, ctx: StepContext) -> None:
+        ref = self.att.probe.shadow_grads(ctx.x, ctx.y, ctx.snap)
+        gs, rs = [], []
+        for name, p in self.att.model.named_parameters():
+            if p.grad is None or name not in ref:
+                continue
+            layer, role = _split(name)
+            ctx.emit(layer, role, "grad_snr_db", grad_snr_db(p.grad, ref[name]))
+            ctx.emit(layer, role, "grad_cos", cosine(p.grad, ref[name]))
+            gs.append(p.grad.detach().reshape(-1))
+            rs.append(ref[name].reshape(-1))
+        if gs:
+            g, r = torch.cat(gs), torch.cat(rs)
+            ctx.emit("*", "", "grad_snr_db", grad_snr_db(g, r))
+            ctx.emit("*", "", "grad_cos", cosine(g, r))

@@ -1,0 +1,124 @@
+"""Numerical health of quantized tensors (X, W, dY of each QuantizedLinear).
+
+tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y = Q(x·s)/s:
+    overflow_frac    finite inputs with |x·s| > fmt.max (saturated to ±max, or inf/NaN without saturation)
+    underflow_frac   TransformerEngine's definition: (zeros after quantization − zeros before) / numel
+    flush_frac       non-zero inputs that became 0 / numel (= underflow_frac unless some zero became non-zero)
+    subnormal_frac   outputs on the format's subnormal grid (0 < |y·s| < min_normal) / numel
+    nan_in, inf_in, nan_out, inf_out   counts
+    amax             max |x| over finite elements (NaN/Inf are counted above), in the tensor's own units
+    scale            the scale s in use (per_row / per_block: the smallest)
+    eps_hits         how often the amax hit the scaling eps floor in this call
+    sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
+
+Two monitors use it:
+    NumericsMonitor  every metric above, from an eager replay of the diagnostic step (probe.py); under
+                     torch.compile too, because the replay is eager.
+    CountersMonitor  the cheap path: the counters Quantizer keeps during the training step itself, as
+                     metrics ctr.sat_frac (= overflow_frac), ctr.flush_frac (= flush_frac), ctr.eps_hits, and
+                     the scaler's ctr.scale / ctr.amax (last call); fractions are over all training steps
+                     since the previous diagnostic step. Under torch.compile the dY
+                     quantizer of a stateless scaling kind runs without counters (surgery.grad_counters_live),
+                     so those rows are NaN and events.csv says "unavailable" — never a silent zero.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from altgrad_lib.monitors.base import Monitor, StepContext
+
+ROLE_ATTR = {"X": "x_quant", "W": "w_quant", "dY": "g_quant"}
+
+
+def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt: Any,
+                  eps_hits: torch.Tensor | int = 0) -> dict[str, torch.Tensor]:
+    """Health metrics of one quantization y = Q(x·s)/s (see module docstring); 0-d tensors, no host sync."""
+    wdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    x, y = x.to(wdt), y.to(wdt)
+    s = torch.as_tensor(s, dtype=torch.float32, device=x.device)
+    n = max(x.numel(), 1)
+    ax = x.abs()
+    finite_in = torch.isfinite(x)
+    zx, zy = x == 0, y == 0
+    ys = (y * s).abs()
+    # y·s is back on the grid up to the rounding of the division; subnormals are far below min_normal·(1-2^-12)
+    sub = ((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero else torch.zeros((), device=x.device)
+    both = finite_in & torch.isfinite(y)
+    xb = torch.where(both, x, 0)
+    d = xb - torch.where(both, y, 0)          # exact: y is x rounded to a nearby grid point
+    signal, noise = torch.sum(xb * xb, dtype=torch.float64), torch.sum(d * d, dtype=torch.float64)
+    inf = torch.tensor(math.inf, dtype=torch.float64, device=x.device)
+    f = lambda c: c.to(torch.float64) / n  # noqa: E731
+    return {
+        "overflow_frac": f(((ax * s > fmt.max) & finite_in).sum()),
+        "underflow_frac": f(zy.sum() - zx.sum()),
+        "flush_frac": f((zy & ~zx).sum()),
+        "subnormal_frac": f(sub),
+        "nan_in": torch.isnan(x).sum(), "inf_in": torch.isinf(x).sum(),
+        "nan_out": torch.isnan(y).sum(), "inf_out": torch.isinf(y).sum(),
+        "amax": torch.nan_to_num(ax, nan=0.0, posinf=0.0).amax() if x.numel() else torch.zeros((), device=x.device),
+        "scale": s.amin() if s.numel() > 1 else s.reshape(()),
+        "eps_hits": torch.as_tensor(eps_hits, device=x.device),
+        "sqnr_db": torch.where(noise > 0, 10 * torch.log10(signal / noise), inf),
+    }
+
+
+class NumericsMonitor(Monitor):
+    replay_numerics = True
+
+    def on_backward(self, ctx: StepContext) -> None:
+        for (fqn, role), stats in ctx.cache["replay"]["health"].items():
+            for metric, v in stats.items():
+                ctx.emit(fqn, role, metric, v)
+
+
+_COUNTERS = ("n_elements", "n_saturated", "n_underflow")
+
+
+class CountersMonitor(Monitor):
+    def __init__(self, att) -> None:
+        super().__init__(att)
+        from altgrad_lib.surgery import grad_counters_live
+        self.points: list[tuple[str, str, Any, bool]] = []   # fqn, role, quantizer, counters live
+        for fqn, mod in att.quantized.items():
+            for role, attr in ROLE_ATTR.items():
+                q = getattr(mod, attr, None)
+                if q is not None and hasattr(q, "n_elements"):
+                    # count=False quantizers keep no counters; compiled dY of stateless scaling neither
+                    live = q.count and (role != "dY" or grad_counters_live(q, att.compiled))
+                    self.points.append((fqn, role, q, live))
+        self.last: list[torch.Tensor] | None = None   # counters at the previous diagnostic step
+        self.noted = False
+
+    def _now(self) -> list[torch.Tensor]:
+        return [torch.stack([getattr(q, c) for c in _COUNTERS] + [q.scaler.eps_hits]).clone()
+                for _, _, q, _ in self.points]
+
+    def on_step(self, ctx: StepContext) -> None:
+        now = self._now()
+        last = self.last if self.last is not None else [torch.zeros_like(t) for t in now]
+        for (fqn, role, q, live), a, b in zip(self.points, now, last):
+            if not live:
+                for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax"):
+                    ctx.emit(fqn, role, f"ctr.{m}", math.nan)
+                if not self.noted:
+                    ctx.event("unavailable:counters", f"{fqn}/{role}", math.nan, math.nan)
+                continue
+            d = (a - b).to(torch.float64)
+            n = d[0].clamp_min(1)
+            ctx.emit(fqn, role, "ctr.sat_frac", d[1] / n)
+            ctx.emit(fqn, role, "ctr.flush_frac", d[2] / n)
+            ctx.emit(fqn, role, "ctr.eps_hits", d[3])
+            ctx.emit(fqn, role, "ctr.scale", q.scaler.scale)
+            ctx.emit(fqn, role, "ctr.amax", q.scaler.amax_history[0])
+        self.noted = True
+        self.last = now
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last": self.last, "noted": self.noted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last, self.noted = state.get("last"), bool(state.get("noted", False))

@@ -1,0 +1,161 @@
+"""Eager replays of a diagnostic step on a private copy of the model, so monitors never touch training.
+
+The copy is made once (deepcopy at attach, before torch.compile wraps the model) and, at each replay,
+gets the live weights (still the pre-update ones: replays run between backward and optimizer.step) and
+the pre-step snapshot of buffers, stochastic-rounding generators and torch RNG (checkpoint.snapshot_state),
+so the replay sees exactly what the training step saw: same batch, weights, scales, SR bits and dropout
+masks. The torch RNG is restored afterwards and the live model, its grads and its quantizers are never
+written. The copy is eager even when training is compiled, which is how dY statistics stay available there.
+
+    replay(ctx, ...)     quantized forward (+ backward for dY) with hooks: per-tensor health (X, W, dY),
+                         each Linear's input kurtosis, per-head attention entropy, MLP units that fired
+    shadow_grads(ctx)    FP32 shadow: quantizers removed, autocast off; gradients by name
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from altgrad_lib.monitors.activations import attention_entropy, kurtosis
+from altgrad_lib.monitors.health import tensor_health
+
+
+def _quantized_sim(model: nn.Module) -> dict[str, nn.Module]:
+    from altgrad_lib.surgery import QuantizedLinear
+    return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+
+
+class Probe:
+    def __init__(self, model: nn.Module, autocast: Callable[[], contextlib.AbstractContextManager]) -> None:
+        self.model = model
+        self.copy = copy.deepcopy(model)
+        self.copy.train()
+        self.autocast = autocast
+        self._pairs = list(zip([p for _, p in self.copy.named_parameters()],
+                               [p for _, p in model.named_parameters()]))
+
+    # -- state -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _load(self, snap: dict[str, Any] | None) -> None:
+        for pc, p in self._pairs:
+            pc.copy_(p)
+        if snap is not None:
+            self.copy.load_state_dict(snap["state"], strict=False)
+        else:
+            names = {n for n, _ in self.model.named_parameters()}
+            self.copy.load_state_dict({k: v for k, v in self.model.state_dict().items() if k not in names},
+                                      strict=False)
+
+    @contextlib.contextmanager
+    def _rng(self, snap: dict[str, Any] | None) -> Iterator[None]:
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices):   # the live RNG streams come back untouched
+            if snap is not None:
+                torch.set_rng_state(snap["rng"]["torch"])   # the step's own dropout masks
+                if snap["rng"]["cuda"] is not None:
+                    torch.cuda.set_rng_state_all(snap["rng"]["cuda"])
+            yield
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for p in self.copy.parameters() if p.requires_grad]
+
+    # -- quantized replay --------------------------------------------------------------------------------
+    def replay(self, x: torch.Tensor, y: torch.Tensor, snap: dict[str, Any] | None, *, numerics: bool,
+               activations: bool) -> dict[str, Any]:
+        """{"health": {(fqn, role): {metric: tensor}}, "kurtosis": {fqn: tensor},
+        "attn_entropy": {fqn: (nh,) tensor}, "fired": {fqn: (hidden,) bool}}."""
+        out: dict[str, Any] = {"health": {}, "kurtosis": {}, "attn_entropy": {}, "fired": {}}
+        self._load(snap)
+        handles: list[Any] = []
+        patched: list[nn.Module] = []
+        if numerics:
+            for fqn, mod in _quantized_sim(self.copy).items():
+                for role, q in (("X", mod.x_quant), ("W", mod.w_quant)):
+                    if q is not None:
+                        handles += _health_hooks(q, fqn, role, out["health"])
+                if mod.g_quant is not None:
+                    _patch_grad_quantizer(mod.g_quant, fqn, out["health"])
+                    patched.append(mod.g_quant)
+        if activations:
+            from altgrad_lib.model import MLP, CausalSelfAttention
+            for fqn, mod in self.copy.named_modules():
+                if isinstance(mod, nn.Linear):
+                    handles.append(mod.register_forward_pre_hook(
+                        lambda m, inp, fqn=fqn: out["kurtosis"].__setitem__(fqn, kurtosis(inp[0].detach()))))
+                if isinstance(mod, CausalSelfAttention):
+                    handles.append(mod.c_attn.register_forward_hook(
+                        lambda m, inp, o, fqn=fqn, nh=mod.n_head: out["attn_entropy"].__setitem__(
+                            fqn, attention_entropy(*_qk(o.detach(), nh)))))
+                if isinstance(mod, MLP):
+                    pre = mod.c_gate if mod.kind == "swiglu" else mod.c_fc   # the unit's activation input
+                    handles.append(pre.register_forward_hook(
+                        lambda m, inp, o, fqn=fqn: out["fired"].__setitem__(
+                            fqn, (o.detach() > 0).flatten(0, -2).any(0))))
+        try:
+            with self._rng(snap), self.autocast():
+                _, loss = self.copy(x, y)
+            if numerics and any(m.g_quant is not None for m in _quantized_sim(self.copy).values()):
+                with self._rng(snap):   # autograd.grad: the copy's .grad stay None
+                    torch.autograd.grad(loss, self._params(), allow_unused=True)
+        finally:
+            for h in handles:
+                h.remove()
+            for q in patched:
+                del q.quantize
+        return out
+
+    # -- FP32 shadow -------------------------------------------------------------------------------------
+    def shadow_grads(self, x: torch.Tensor, y: torch.Tensor, snap: dict[str, Any] | None) -> dict[str, torch.Tensor]:
+        """Gradients (by parameter name) of the same step with every quantizer removed and autocast off."""
+        self._load(snap)
+        mods = _quantized_sim(self.copy)
+        saved = {fqn: (m.x_quant, m.w_quant, m.g_quant) for fqn, m in mods.items()}
+        names = [n for n, p in self.copy.named_parameters() if p.requires_grad]
+        try:
+            for m in mods.values():
+                m.x_quant = m.w_quant = m.g_quant = None
+            with self._rng(snap):
+                _, loss = self.copy(x, y)
+                grads = torch.autograd.grad(loss, self._params(), allow_unused=True)
+        finally:
+            for fqn, m in mods.items():
+                m.x_quant, m.w_quant, m.g_quant = saved[fqn]
+        return {n: g for n, g in zip(names, grads) if g is not None}
+
+
+def _qk(c_attn_out: torch.Tensor, n_head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    B, T, C3 = c_attn_out.shape
+    C = C3 // 3
+    q, k, _ = c_attn_out.float().split(C, dim=2)                     # 2 x (B, T, C)
+    q = q.view(B, T, n_head, C // n_head).transpose(1, 2)            # (B, nh, T, hs)
+    k = k.view(B, T, n_head, C // n_head).transpose(1, 2)            # (B, nh, T, hs)
+    return q, k
+
+
+def _health_hooks(q: nn.Module, fqn: str, role: str, sink: dict) -> list[Any]:
+    pending: dict[str, Any] = {}
+
+    def pre(m, inp):
+        pending["s"] = m.scaler.scale_peek(inp[0])   # the scale this call will use (no state change)
+        pending["eps"] = m.scaler.eps_hits.clone()
+
+    def post(m, inp, out):
+        sink[(fqn, role)] = tensor_health(inp[0].detach(), out.detach(), pending["s"], m.spec.fmt,
+                                          m.scaler.eps_hits - pending["eps"])
+    return [q.register_forward_pre_hook(pre), q.register_forward_hook(post)]
+
+
+def _patch_grad_quantizer(q: nn.Module, fqn: str, sink: dict) -> None:
+    orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
+
+    def quantize(g: torch.Tensor) -> torch.Tensor:
+        s = q.scaler.scale_peek(g)
+        eps0 = q.scaler.eps_hits.clone()
+        out = orig(g)
+        sink[(fqn, "dY")] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        return out
+    q.quantize = quantize
