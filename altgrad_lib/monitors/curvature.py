@@ -21,7 +21,8 @@ What it never changes (`hessian_mode`)
       bit-exactly; `.grad` never touched (torch.autograd.grad); the double-backward graph is freed before
       returning, and with several batches after each batch (memory does not grow with the batch count).
     Measure on the eager model (double backward does not go through torch.compile) with the "sim" backend (the
-    hardware-FP8 autograd Functions are not twice differentiable: refused with a clear error).
+    hardware-FP8 autograd Functions are not twice differentiable: refused with a clear error). The forward runs
+    without autocast (fp32) unless loss_fn enters it.
 
 Stability alarm
     For gradient descent on a quadratic, a step is stable iff lr·λ_max < 2 (`GD_STABILITY_LIMIT`). Adam's step is
