@@ -4,12 +4,14 @@ Trains ordinary `train()` runs whose LR is the base config's × k (and optionall
 weights), measuring the top Hessian eigenvalue (monitors.curvature, STE surrogate on quantized models) every
 `--interval` steps on a fixed validation batch from the `on_step` hook (measuring changes nothing in the run).
 Per run it reports:
-  event  the first step whose train loss is non-finite or at least twice the lowest loss so far;
-  alarm  the first measured step with lr·λ_max > 2 (the GD stability bound on the raw Hessian);
-  lead   event − alarm in steps (> 0: warned in time; "missed": no alarm before the event; "false": alarm, no event).
-Report only: nothing here is tuned. The GD bound is not Adam's (whose edge is on the preconditioned sharpness,
-monitors.curvature.adam_stability_limit); the optimizer is not reachable from train()'s hooks, so the raw
-Hessian's bound is what is measured here.
+  event       the first step whose train loss is non-finite or at least twice the lowest loss so far;
+  alarm       the first measured step with lr·λ_max(H) > 2 (the GD stability bound on the raw Hessian);
+  alarm_adam  the first measured step with lr·λ_max(P⁻¹H) > (2 + 2β1)/(1 − β1) (= 38): AdamW's preconditioned
+              sharpness against its edge of stability (Cohen et al. 2022; P = √v̂ + ε from the run's optimizer);
+  lead        event − alarm in steps (> 0: warned in time; "missed": no alarm before the event; "false": alarm but
+              no event in the run; "none": neither), lead_adam the same for alarm_adam.
+Report only: nothing here is tuned. The optimizer is taken from train() by wrapping train._make_optimizer (a
+measurement hook for this script only).
 
     ALTGRAD_OUTPUTS=/tmp/ew HF_HUB_OFFLINE=1 .venv/bin/python bench/early_warning.py \
         --recipes bf16 fmt:E5M2 --k 1 10 100 --seeds 0 1 2 3 4 --steps 60 --interval 3
@@ -40,33 +42,55 @@ def first_event(losses: pd.Series) -> int | None:
     return None
 
 
+def _lead(event: int | None, alarm: int | None) -> str:
+    if event is None:
+        return "false" if alarm is not None else "none"
+    return "missed" if alarm is None or alarm >= event else str(event - alarm)
+
+
 def measure(cfg: TrainConfig, interval: int, iters: int) -> tuple[pd.DataFrame, dict]:
+    import altgrad_lib.train as tr
+
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
     batch = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED, step=0)
     holder: dict = {}
     rows: list[dict] = []
+    adam_limit = cv.adam_stability_limit(cfg.beta1)
 
     def on_step(step: int, m: dict) -> None:
         if step % interval == 0 and math.isfinite(m["train/loss"]):
-            lam, n = cv.top_eigenvalue(holder["model"], cv.gpt_loss, batch, iters=iters, tol=1e-3)
-            rows.append({"step": step, "lr": m["train/lr"], "lambda_max": lam, "lr_lambda_max": m["train/lr"] * lam,
-                         "power_iters": n})
+            model, opt = holder["model"], holder["opt"]
+            lam, n = cv.top_eigenvalue(model, cv.gpt_loss, batch, iters=iters, tol=1e-3)
+            ps = [p for p in model.parameters() if p.requires_grad]
+            lam_p, _ = cv.top_eigenvalue(model, cv.gpt_loss, batch, iters=iters, tol=1e-3,
+                                         precond=cv.adam_preconditioner(opt, ps))
+            rows.append({"step": step, "lr": m["train/lr"], "lr_lambda_max": m["train/lr"] * lam,
+                         "lr_lambda_adam": m["train/lr"] * lam_p, "power_iters": n})
 
-    run = train(cfg, resume=False, progress=False, verbose=False, on_model=lambda mod: holder.update(model=mod),
-                on_step=on_step)
-    curv = pd.DataFrame(rows)
-    losses = run.metric("train/loss").sort_index()
-    event = first_event(losses)
-    alarms = curv[curv["lr_lambda_max"] > cv.GD_STABILITY_LIMIT]["step"] if len(curv) else pd.Series([], dtype=int)
-    alarm = int(alarms.iloc[0]) if len(alarms) else None
-    if event is None:
-        lead = "false" if alarm is not None else "none"
-    elif alarm is None or alarm >= event:
-        lead = "missed"
-    else:
-        lead = str(event - alarm)
+    real = tr._make_optimizer
+
+    def capture(*a, **kw):
+        holder["opt"] = real(*a, **kw)
+        return holder["opt"]
+
+    tr._make_optimizer = capture
+    try:
+        run = train(cfg, resume=False, progress=False, verbose=False, on_model=lambda mod: holder.update(model=mod),
+                    on_step=on_step)
+    finally:
+        tr._make_optimizer = real
+    curv = pd.DataFrame(rows, columns=["step", "lr", "lr_lambda_max", "lr_lambda_adam", "power_iters"])
+    event = first_event(run.metric("train/loss").sort_index())
+
+    def first(col: str, limit: float) -> int | None:
+        hit = curv[curv[col] > limit]["step"]
+        return int(hit.iloc[0]) if len(hit) else None
+
+    alarm, alarm_adam = first("lr_lambda_max", cv.GD_STABILITY_LIMIT), first("lr_lambda_adam", adam_limit)
     summary = {"recipe": cfg.recipe_name, "lr": cfg.lr, "seed": cfg.seed, "status": run.status, "event": event,
-               "alarm": alarm, "lead": lead, "max_lr_lambda": float(curv["lr_lambda_max"].max()) if len(curv) else math.nan}
+               "alarm": alarm, "lead": _lead(event, alarm), "alarm_adam": alarm_adam,
+               "lead_adam": _lead(event, alarm_adam), "max_lr_lambda": float(curv["lr_lambda_max"].max()),
+               "max_lr_lambda_adam": float(curv["lr_lambda_adam"].max())}
     return curv, summary
 
 
@@ -93,12 +117,15 @@ def main() -> None:
     df = pd.DataFrame(out)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(df.to_string(index=False))
-        print("\nper (recipe, k): runs with an event, alarms in time (lead > 0), median lead, missed, false alarms")
+        print("\nper (recipe, k): runs with an event; per alarm: in time (lead > 0), median lead, missed, false")
         for (recipe, k), g in df.groupby(["recipe", "k"]):
-            leads = [int(x) for x in g["lead"] if x.isdigit()]
-            print(f"  {recipe:>10} k={k:<5g} events {int(g['event'].notna().sum())}/{len(g)}  in time {len(leads)}  "
-                  f"median lead {pd.Series(leads).median() if leads else float('nan'):.1f} steps  "
-                  f"missed {int((g['lead'] == 'missed').sum())}  false {int((g['lead'] == 'false').sum())}")
+            parts = []
+            for col in ("lead", "lead_adam"):
+                leads = [int(x) for x in g[col] if x.isdigit()]
+                med = pd.Series(leads, dtype=float).median() if leads else float("nan")
+                parts.append(f"{col}: in time {len(leads)}, median {med:.1f} steps, missed "
+                             f"{int((g[col] == 'missed').sum())}, false {int((g[col] == 'false').sum())}")
+            print(f"  {recipe:>10} k={k:<5g} events {int(g['event'].notna().sum())}/{len(g)} | " + " | ".join(parts))
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 
