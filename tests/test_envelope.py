@@ -139,3 +139,12 @@ def test_real_warmup_sensitivity_table_and_summary(out_dir):
         capped = [min(r.final_val_loss, r.initial_loss) if r.stable else r.initial_loss for r in g.itertuples()]
         assert s["best_final_loss"] == min(capped) and s["max_stable_lr"] == 1e-3 and s["n_stable"] == 1
         assert s["lr_sensitivity"] == pytest.approx(sum(c - min(capped) for c in capped) / 2)
+
+
+def test_critical_lr_table_one_row_per_recipe_and_seed(tmp_path):
+    cfg = TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path)})
+    table = ev.critical_lr_table(cfg, ["bf16", "fmt:E5M2"], [0, 1], 1e-4, 10.0, ratio=1.2, max_trials=40,
+                                 run_fn=Trainer(0.02))
+    assert list(zip(table["recipe"], table["seed"])) == [("bf16", 0), ("bf16", 1), ("fmt:E5M2", 0), ("fmt:E5M2", 1)]
+    assert ((table["lr_stable"] < 0.02) & (table["lr_unstable"] >= 0.02)).all()
+    assert (table["lr_critical"] == (table["lr_stable"] * table["lr_unstable"]) ** 0.5).all()
