@@ -4,7 +4,8 @@ Trains ordinary `train()` runs whose LR is the base config's × k (and optionall
 weights), measuring the top Hessian eigenvalue (monitors.curvature, STE surrogate on quantized models) every
 `--interval` steps on a fixed validation batch from the `on_step` hook (measuring changes nothing in the run).
 Per run it reports:
-  event       the first step whose train loss is non-finite or at least twice the lowest loss so far;
+  event       the first step whose train loss is non-finite or at least twice the lowest loss before it
+              (envelope.first_spike: the same blow-up rule as the stability envelope);
   alarm       the first measured step with lr·λ_max(H) > 2 (the GD stability bound on the raw Hessian);
   alarm_adam  the first measured step with lr·λ_max(P⁻¹H) > (2 + 2β1)/(1 − β1) (= 38): AdamW's preconditioned
               sharpness against its edge of stability (Cohen et al. 2022; P = √v̂ + ε from the run's optimizer);
@@ -26,20 +27,11 @@ import pandas as pd
 
 from altgrad_lib.monitors import curvature as cv
 from altgrad_lib.data import TokenCorpus
+from altgrad_lib.envelope import first_spike
 from altgrad_lib.train import VAL_SEED, TrainConfig, train
 
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_docs=200, tokenizer="gpt2-512",
             warmup_steps=10, eval_interval=0, eval_iters=2, ckpt_interval=0, lr=1e-3, min_lr=1e-4, grad_clip=1.0)
-
-
-def first_event(losses: pd.Series) -> int | None:
-    """First step whose loss is non-finite or ≥ 2 × the lowest loss before it."""
-    best = math.inf
-    for step, v in losses.items():
-        if not math.isfinite(v) or v >= 2 * best:
-            return int(step)
-        best = min(best, v)
-    return None
 
 
 def _lead(event: int | None, alarm: int | None) -> str:
@@ -80,7 +72,7 @@ def measure(cfg: TrainConfig, interval: int, iters: int) -> tuple[pd.DataFrame, 
     finally:
         tr._make_optimizer = real
     curv = pd.DataFrame(rows, columns=["step", "lr", "lr_lambda_max", "lr_lambda_adam", "power_iters"])
-    event = first_event(run.metric("train/loss").sort_index())
+    event = first_spike(run.metric("train/loss").sort_index())   # non-finite, or ≥ 2 × the lowest before it
 
     def first(col: str, limit: float) -> int | None:
         hit = curv[curv[col] > limit]["step"]

@@ -62,12 +62,24 @@ def test_verdict_names_the_rule_that_failed():
     assert ev.trial_verdict(fake_run([6, 5, 4, 3]), c)["reason"] == "stable"
     assert ev.trial_verdict(fake_run([6, math.nan], diverged_at=2), c)["reason"] == "diverged"
     assert ev.trial_verdict(fake_run([6, 5, 4, 3], val_end=6.5), c)["reason"] == "above_initial"
-    spike = ev.trial_verdict(fake_run([6, 2, 2, 5]), c)           # best 2, final (last 25 %) 5 > 2 × 2
-    assert spike["reason"] == "above_best" and spike["final_train_loss"] == 5 and spike["best_train_loss"] == 2
+    spike = ev.trial_verdict(fake_run([6, 2, 2, 4.5, 2]), c)          # 4.5 >= 2 × 2 at step 4, then recovered
+    assert spike["reason"] == "loss_spike" and spike["spike_step"] == 4 and spike["best_train_loss"] == 2
+    assert ev.trial_verdict(fake_run([6, 2, 2, 3.9, 2]), c)["reason"] == "stable"    # < 2 × best: no blow-up
     row = ev.trial_verdict(fake_run([6, 5, 4, 3], val0=6.25, val_end=5.5), ev.Criterion(tail=0.5))
     assert row["final_train_loss"] == 3.5 and row["initial_loss"] == 6.25 and row["final_val_loss"] == 5.5
     with pytest.raises(ValueError, match="tail=0"):
         ev.Criterion(tail=0)
+
+
+def test_first_spike_against_a_brute_force_loop():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        xs = [rng.choice([rng.uniform(1, 5), rng.uniform(5, 12), math.inf, math.nan]) for _ in range(rng.randint(0, 8))]
+        want = next((i for i in range(len(xs)) if not math.isfinite(xs[i]) or (i and xs[i] >= 2 * min(xs[:i]))), None)
+        assert ev.first_spike(xs) == want, xs
+    assert ev.first_spike(pd.Series([3.0, 7.0], index=[10, 20])) == 20      # a Series gives its index (the step)
 
 
 @pytest.mark.parametrize("critical", [3.7e-3, 0.0123, 0.5])
