@@ -242,3 +242,33 @@ def sqnr_heatmap(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32 (dB)") -
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     return fig
+
+
+def lr_envelope(trials: pd.DataFrame, by: str = "recipe", title: str = "LR stability envelope") -> Figure:
+    """Final validation loss vs learning rate (log x), one line per `by` value (format / recipe), from the trial
+    table of `envelope.find_stable_lr` / `lr_sweep`. Unstable trials are marked ×: diverged ones at the top
+    edge (they have no final loss), blown-up ones at their loss; dashed lines mark each line's largest stable lr."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    finite = trials["final_val_loss"][trials["final_val_loss"].map(lambda v: v == v and abs(v) != math.inf)]
+    top = float(finite.max()) * 1.05 if len(finite) else 1.0
+    for i, (key, g) in enumerate(trials.groupby(by, sort=True)):
+        g = g.sort_values("lr")
+        color = f"C{i % 10}"
+        done = g[g["reason"] != "diverged"]
+        ax.plot(done["lr"], done["final_val_loss"], "-", color=color, lw=1, label=str(key))
+        ok = g[g["stable"]]
+        ax.plot(ok["lr"], ok["final_val_loss"], "o", color=color, ms=4)
+        bad = g[~g["stable"] & (g["reason"] != "diverged")]
+        ax.plot(bad["lr"], bad["final_val_loss"], "x", color=color, ms=7)
+        div = g[g["reason"] == "diverged"]
+        ax.plot(div["lr"], [top] * len(div), "x", color=color, ms=7, clip_on=False)
+        if len(ok):
+            ax.axvline(float(ok["lr"].max()), color=color, ls="--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate (log scale)")
+    ax.set_ylabel("final validation loss (nats/token)")
+    ax.set_title(f"{title}: o stable, x unstable (top edge: diverged), -- largest stable lr")
+    ax.set_ylim(top=top * 1.02)
+    ax.legend(fontsize=8, title=by, title_fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -14,6 +14,7 @@ import random
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -365,9 +366,14 @@ def _nonfinite(ts: list[torch.Tensor]) -> bool:
 
 def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Tensor, y: torch.Tensor,
                        autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, Any]:
-    """Replay the failed step from its pre-step snapshot with hooks, in execution order:
-    forward = first module whose output is non-finite (children finish before parents, so this is the
-    innermost culprit); backward = first module-output grad or parameter grad that is non-finite."""
+    """Replay the failed step from its pre-step snapshot with hooks and name where the first non-finite value
+    was made (children finish before parents, so the first event is the innermost module):
+    - "parameter": a parameter was already non-finite before the step (the previous optimizer step made it);
+    - "forward_output": the first module whose output is non-finite while its inputs are finite (if none is, e.g.
+      a functional op of the root made it, the first module with a non-finite output; see inputs_finite);
+    - "input_grad": the first module whose backward made a non-finite gradient w.r.t. its inputs from a finite
+      gradient w.r.t. its outputs; else "param_grad": the first non-finite parameter gradient; else
+      "output_grad": the first module whose output gradient is non-finite (an op outside any module made it)."""
     ckpt.restore_snapshot(model, snap)
     fwd_events: list[dict[str, Any]] = []
     bwd_events: list[dict[str, Any]] = []
@@ -377,7 +383,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     def fwd_hook(name: str) -> Callable:
         def hook(mod: torch.nn.Module, inp: Any, out: Any) -> None:
             outs = _tensors(out)
-            if not fwd_events and _nonfinite(outs):
+            if _nonfinite(outs) and not any(e["inputs_finite"] for e in fwd_events):
                 fwd_events.append({"kind": "forward_output", "name": name, "module_type": type(mod).__name__,
                                    "inputs_finite": not _nonfinite(_tensors(inp))})
             for t in outs:
@@ -385,35 +391,48 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
                     t.register_hook(lambda g, name=name: _bwd(g, "output_grad", name))
         return hook
 
-    def _bwd(g: torch.Tensor, kind: str, name: str) -> None:
-        if not bwd_events and g is not None and _nonfinite([g]):
+    def bwd_hook(name: str) -> Callable:
+        def hook(mod: torch.nn.Module, grad_input: Any, grad_output: Any) -> None:
+            gi = [g for g in _tensors(grad_input) if g is not None]
+            if _nonfinite(gi) and not _nonfinite(_tensors(grad_output)):
+                _bwd(gi[0], "input_grad", name, check=False)
+        return hook
+
+    def _bwd(g: torch.Tensor, kind: str, name: str, check: bool = True) -> None:
+        if not any(e["kind"] == kind for e in bwd_events) and g is not None and (not check or _nonfinite([g])):
             bwd_events.append({"kind": kind, "name": name})
 
     for name, mod in model.named_modules():
         if name:
             handles.append(mod.register_forward_hook(fwd_hook(name)))
+            handles.append(mod.register_full_backward_hook(bwd_hook(name)))
     for name, p in model.named_parameters():
         if p.requires_grad:
             handles.append(p.register_hook(lambda g, name=name: _bwd(g, "param_grad", name)))
     replay_loss = math.nan
     try:
         model.zero_grad(set_to_none=True)
-        with autocast():
-            _, loss = model(x, y)
-        replay_loss = float(loss.item())
-        loss.backward()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "full backward hook will not fire" for modules like Embedding
+            with autocast():
+                _, loss = model(x, y)
+            replay_loss = float(loss.item())
+            loss.backward()
     except Exception as e:  # the diagnosis must never turn a clean divergence stop into a crash
         bwd_events.append({"kind": "replay_error", "name": f"{type(e).__name__}: {e}"})
     finally:
         for hd in handles:
             hd.remove()
         model.zero_grad(set_to_none=True)
-    first = (fwd_events or bwd_events or [None])[0]
+    fwd_first = next((e for e in fwd_events if e["inputs_finite"]), fwd_events[0] if fwd_events else None)
+    bwd_first = next((e for k in ("input_grad", "param_grad", "output_grad", "replay_error")
+                      for e in bwd_events if e["kind"] == k), None)
+    first = fwd_first or bwd_first
     if bad_params:
         first = {"kind": "parameter", "name": bad_params[0]}
-    return {"first_nonfinite": first, "forward_first": fwd_events[0] if fwd_events else None,
-            "backward_first": bwd_events[0] if bwd_events else None, "nonfinite_params": bad_params,
-            "replay_loss": replay_loss, "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
+    return {"first_nonfinite": first, "forward_first": fwd_first, "backward_first": bwd_first,
+            "nonfinite_params": bad_params, "replay_loss": replay_loss,
+            "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
 
 
 def clear_run(run_dir: str | Path) -> None:

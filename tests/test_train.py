@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -355,3 +356,92 @@ def test_config_hash_includes_the_numerics_version(monkeypatch):
     h = TrainConfig().config_hash()
     monkeypatch.setattr(tc, "NUMERICS_VERSION", tc.NUMERICS_VERSION + 1)
     assert TrainConfig().config_hash() != h
+
+
+# ------------------------------------------------------------------------------------------- first-NaN localisation
+
+NAN_RUN = dict(n_layer=2, n_head=2, n_embd=16, block_size=16, batch_size=2, max_docs=50, tokenizer="gpt2-512",
+               max_steps=5, warmup_steps=0, eval_interval=0, eval_iters=1, ckpt_interval=0, dropout=0.0,
+               recipe="fp8_hybrid", grad_guard_interval=-1)
+EXPECTED_KIND = {"forward": "forward_output", "backward": "input_grad", "parameter": "parameter"}
+
+
+def _injection_sites(n: int = 20, seed: int = 0) -> list[tuple[str, str, int, float]]:
+    """n seeded (place, target, step, value) injections over the modules and parameters of the run's model:
+    place "forward" = the module's output, "backward" = the gradient its backward returns for its inputs,
+    "parameter" = the parameter itself (made non-finite by the previous step)."""
+    import random
+
+    from altgrad_lib.model import GPT, GPTConfig
+    from altgrad_lib.surgery import quantize_model
+
+    model = GPT(GPTConfig(block_size=16, vocab_size=513, n_layer=2, n_head=2, n_embd=16))
+    quantize_model(model, "fp8_hybrid", verbose=False)
+    fired_fwd, fired_bwd = [], []
+    for name, mod in model.named_modules():   # which modules run a forward / get a gradient for their inputs
+        if name:
+            mod.register_forward_hook(lambda m, i, o, name=name: fired_fwd.append(name))
+            mod.register_full_backward_hook(
+                lambda m, gi, go, name=name: fired_bwd.append(name) if any(g is not None for g in gi) else None)
+    idx = torch.randint(0, 513, (2, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # "full backward hook is firing ... no inputs require gradients"
+        model(idx, idx)[1].backward()
+    fwd, bwd = sorted(set(fired_fwd)), sorted(set(fired_bwd))
+    params = [n for n, _ in model.named_parameters()]
+    assert any(".g_quant" in n for n, _ in model.named_modules()) and not any(".g_quant" in n for n in fwd)
+    rng = random.Random(seed)
+    sites = []
+    for i in range(n):
+        place = ("forward", "backward", "parameter")[i % 3]
+        target = rng.choice({"forward": fwd, "backward": bwd, "parameter": params}[place])
+        step = rng.randint(2 if place == "parameter" else 1, NAN_RUN["max_steps"])
+        sites.append((place, target, step, rng.choice([math.nan, math.inf, -math.inf])))
+    return sites
+
+
+def _poison(t: torch.Tensor, value: float) -> torch.Tensor:
+    t = t.clone()
+    t.view(-1)[0] = value
+    return t
+
+
+def _inject(place: str, target: str, step: int, value: float):
+    current = [1]                                  # the step train() is running (on_step runs after each one)
+
+    def on_model(model):
+        if place == "forward":
+            def fwd(mod, inp, out):
+                return _poison(out, value) if mod.training and current[0] == step else out
+            model.get_submodule(target).register_forward_hook(fwd)
+        elif place == "backward":
+            def bwd(mod, grad_in, grad_out):
+                if current[0] != step:
+                    return None
+                return tuple(_poison(g, value) if g is not None else None for g in grad_in)
+            model.get_submodule(target).register_full_backward_hook(bwd)
+
+    def on_step(s, m):
+        current[0] = s + 1
+        if place == "parameter" and s + 1 == step:
+            with torch.no_grad():
+                dict(model_params[0])[target].view(-1)[0] = value
+
+    model_params = [None]
+
+    def on_model_all(model):
+        model_params[0] = list(model.named_parameters())
+        on_model(model)
+    return on_model_all, on_step
+
+
+@pytest.mark.parametrize("site", _injection_sites(), ids=lambda s: f"{s[0]}-{s[1]}-step{s[2]}-{s[3]}")
+def test_first_nonfinite_names_the_injected_module_kind_and_step(tmp_path, site):
+    place, target, step, value = site
+    on_model, on_step = _inject(place, target, step, value)
+    run = train(TrainConfig.from_dict({**NAN_RUN, "out_dir": str(tmp_path)}), progress=False, verbose=False,
+                on_model=on_model, on_step=on_step)
+    div = run.divergence
+    assert run.diverged and div["step"] == step, (div["step"], step)
+    assert div["first_nonfinite"]["kind"] == EXPECTED_KIND[place], div
+    assert div["first_nonfinite"]["name"] == target, div

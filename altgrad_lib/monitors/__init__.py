@@ -13,6 +13,7 @@ creates one `Diagnostics` object. Files, one job each:
     grid.py         grid geometry (stiffness, misalignment, stall rate, Δcode, bit flips, code usage)
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
+    curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
 A curvature monitor plugs in as one more MONITORS entry ("curvature": "altgrad_lib.monitors.curvature:...").
 """
 import importlib
