@@ -45,7 +45,7 @@ def test_run_frame_reads_config_not_labels_and_masks_unfinished_runs():
     f = run_tables.run_frame({"any label": run("bf16", 3, "completed", [3.0, 2.0]),
                               "other": run("fp8_hybrid", 1, "diverged", [3.0, 2.5])})
     assert list(f.columns[:5]) == ["run", "variant", "recipe", "backend", "seed"]
-    assert f.seed.tolist() == [3, 1] and f.variant.tolist() == ["bf16", "fp8_hybrid"]
+    assert f.seed.tolist() == [3, 1] and f.variant.tolist() == ["hp", "fp8_hybrid"]   # alias bf16 -> hp
     assert f.final_val_loss.iloc[0] == 2.0 and math.isnan(f.final_val_loss.iloc[1])  # last finite 2.5 is no result
     assert f.status.tolist() == ["completed", "diverged"]
 
