@@ -155,8 +155,8 @@ def test_real_warmup_sensitivity_table_and_summary(out_dir):
 
 def test_critical_lr_table_one_row_per_recipe_and_seed(tmp_path):
     cfg = TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path)})
-    table = ev.critical_lr_table(cfg, ["bf16", "fmt:E5M2"], [0, 1], 1e-4, 10.0, ratio=1.2, max_trials=40,
+    table = ev.critical_lr_table(cfg, ["hp", "fmt:E5M2"], [0, 1], 1e-4, 10.0, ratio=1.2, max_trials=40,
                                  run_fn=Trainer(0.02))
-    assert list(zip(table["recipe"], table["seed"])) == [("bf16", 0), ("bf16", 1), ("fmt:E5M2", 0), ("fmt:E5M2", 1)]
+    assert list(zip(table["recipe"], table["seed"])) == [("hp", 0), ("hp", 1), ("fmt:E5M2", 0), ("fmt:E5M2", 1)]
     assert ((table["lr_stable"] < 0.02) & (table["lr_unstable"] >= 0.02)).all()
     assert (table["lr_critical"] == (table["lr_stable"] * table["lr_unstable"]) ** 0.5).all()
