@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from altgrad_lib.errors import UserError
+
 CHECKPOINT_FORMAT = 1
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used: missing keys, truncated/corrupt file, or another config."""
 
 
