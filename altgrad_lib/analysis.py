@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format
+from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format, show_number
 from altgrad_lib.oracles import gfloat_format_info  # noqa: F401  (used by notebook 01)
 from altgrad_lib.quant import sqnr_db  # noqa: F401  (one copy; notebooks call analysis.sqnr_db)
 
@@ -184,7 +184,8 @@ def format_overview(fmt: FloatFormat | str) -> pd.DataFrame:
     f = get_format(fmt)
     return pd.DataFrame({"value": {
         "name": f.name, "short": f.short_str(), "bits": f.bits, "bias": f.bias, "specials": f.specials,
-        "max": f.max, "min_normal": f.min_normal, "min_subnormal": f.min_subnormal,
+        "max": show_number(f.max), "min_normal": show_number(f.min_normal) if f.has_normals else "none",
+        "min_subnormal": show_number(f.min_subnormal),
         "emin": f.emin, "emax": f.emax, "finite codes": f.n_finite,
         "binades (max/min_subnormal)": round(math.log2(f.max / f.min_subnormal), 2),
         "unit roundoff 2^-(m+1)": 2.0 ** -(f.mbits + 1)}})
@@ -425,14 +426,17 @@ def loss_table(runs: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def run_summary(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
-    """Final train/val loss, perplexity, median throughput and (optionally) % gap to a baseline run."""
+    """Final train/val loss, perplexity, median throughput and (optionally) % gap to a baseline run.
+
+    A diverged run has no final loss (NaN): its last logged val/loss predates the divergence (e.g. step 0)."""
     rows = []
     for label, run in runs.items():
         w = metrics_wide(run)
         row: dict[str, Any] = {"run": label}
+        diverged = bool(getattr(run, "diverged", False))
         for key, names in (("final_train_loss", TRAIN_LOSS), ("final_val_loss", VAL_LOSS)):
             col = find_metric(w.columns, *names)
-            row[key] = float(w[col].dropna().iloc[-1]) if col else math.nan
+            row[key] = float(w[col].dropna().iloc[-1]) if col and not diverged else math.nan
         row["val_ppl"] = math.exp(row["final_val_loss"])
         col = find_metric(w.columns, *THROUGHPUT)
         row["tokens_per_s"] = float(w[col].dropna().median()) if col else math.nan
