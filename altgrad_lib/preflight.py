@@ -8,7 +8,8 @@ directory behind and the CLI can print it without a traceback.
 `estimate_memory` is deliberately simple: fp32 weights + grads + two AdamW moments (16 bytes per parameter,
 parameters counted exactly on a meta-device model), the activations saved for backward (18 floats per token per
 layer plus the vocab-wide logits; measured with saved_tensors_hooks at 16-22 for the GELU/SwiGLU, hp/FP8
-recipes) and two vocab-wide float rows per token of backward transients (logit gradients).
+recipes), the quantized weight copies simulated Linears save, and two vocab-wide float rows per token of
+backward transients (logit gradients).
 """
 from __future__ import annotations
 
@@ -101,19 +102,36 @@ def _gpt_config(cfg: TrainConfig, vocab_size: int) -> Any:
                      n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp, tie_weights=cfg.tie_weights)
 
 
-def count_params(cfg: TrainConfig, vocab_size: int) -> int:
-    """Exact parameter count, from the model built on the meta device (no memory, any size)."""
+def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The GPT on the meta device: exact shapes, no memory, any size."""
     from altgrad_lib.model import GPT
 
     with torch.device("meta"):
-        model = GPT(_gpt_config(cfg, vocab_size))
-    return sum(p.numel() for p in model.parameters())
+        return GPT(_gpt_config(cfg, vocab_size))
+
+
+def count_params(cfg: TrainConfig, vocab_size: int) -> int:
+    return sum(p.numel() for p in _meta_model(cfg, vocab_size).parameters())
+
+
+def quantized_weight_numel(cfg: TrainConfig, vocab_size: int) -> int:
+    """Weights whose quantized copy a simulated quantized Linear saves for backward."""
+    from altgrad_lib.surgery import layer_class_of
+
+    policy = check_policy(cfg)
+    n = 0
+    for fqn, m in _meta_model(cfg, vocab_size).named_modules():
+        cls = layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
+        spec = policy.spec_for(cls) if cls is not None else None
+        n += m.weight.numel() if spec is not None and spec.weight is not None else 0
+    return n
 
 
 def estimate_memory(cfg: TrainConfig, vocab_size: int) -> dict[str, float]:
     """Bytes a training step needs, by part (see the module docstring), and FLOPs per step."""
     gcfg = _gpt_config(cfg, vocab_size)
     n_params = count_params(cfg, vocab_size)
+    wq = 4 * quantized_weight_numel(cfg, vocab_size)
     tokens = cfg.batch_size * cfg.block_size
     vp, c, n_layer = gcfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     act = 4 * tokens * (ACT_FLOATS_PER_TOKEN_LAYER * n_layer * c + vp)
@@ -122,7 +140,8 @@ def estimate_memory(cfg: TrainConfig, vocab_size: int) -> dict[str, float]:
     matmul_params = n_params - vp * c - cfg.block_size * c                       # embeddings are lookups
     flops = 6 * tokens * (matmul_params + vp * c) + 6 * n_layer * tokens * cfg.block_size * c  # + causal attention
     return {"params": float(n_params), "weights_grads_adam": float(state), "activations": float(act),
-            "backward_transients": float(transient), "total": float(state + act + transient),
+            "quantized_weight_copies": float(wq), "backward_transients": float(transient),
+            "total": float(state + act + wq + transient),
             "flops_per_step": float(flops)}
 
 

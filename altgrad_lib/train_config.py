@@ -62,7 +62,7 @@ class TrainConfig:
     n_head: int = _key(2, "attention heads (n_embd must be divisible by it)")
     n_embd: int = _key(64, "model width")
     block_size: int = _key(64, "context length in tokens")
-    mlp: str = _key("gelu", "MLP kind", MLPS)
+    mlp: str = _key("gelu", "MLP of each block (swiglu: gated, an activation-outlier stress case for FP8)", MLPS)
     tie_weights: bool = _key(True, "lm_head shares the token embedding matrix")
     dropout: float = _key(0.0, "dropout probability in [0, 1)")
     bias: bool = _key(False, "biases in Linear and LayerNorm")
