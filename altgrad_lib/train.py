@@ -27,7 +27,7 @@ from altgrad_lib.progress import progress_bar
 from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, NUMERICS_VERSION, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
 from altgrad_lib.errors import UserError
-from altgrad_lib.preflight import preflight
+from altgrad_lib.preflight import check_device, preflight
 from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_json,
                               read_metrics, run_dir_is_free, truncate_metrics, write_config_yaml, write_json)
 
@@ -44,14 +44,6 @@ class RunConflictError(UserError, RuntimeError):
 
 def _log(msg: str) -> None:
     print(f"[altgrad] {msg}", flush=True)
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"TrainConfig.device={name!r} but CUDA is not available; use 'auto' or 'cpu'")
-    return torch.device(name)
 
 
 def seed_everything(seed: int) -> None:
@@ -214,7 +206,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
     if state is None or not prov_path.exists():
         write_json(prov_path, {**make_provenance(cfg, h), **_identity(data_sha)})
 
-    device = _resolve_device(cfg.device)
+    device = check_device(cfg.device)
     prev_det = torch.are_deterministic_algorithms_enabled()
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
