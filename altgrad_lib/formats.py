@@ -484,7 +484,8 @@ _GENERIC_CACHE: dict[tuple[int, int], FloatFormat] = {}
 
 
 def format_summary_table(names=None):
-    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, binades..."""
+    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, binades...
+    min_normal is NaN for a format without normal numbers (E0M7: no exponent bits)."""
     import pandas as pd
 
     rows = []

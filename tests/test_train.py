@@ -208,6 +208,7 @@ def test_checkpoint_of_another_config_is_refused_untouched(tmp_path):
     p = cfg.run_dir / "checkpoints" / "last.pt"
     st = torch.load(p, weights_only=False)
     st["config_hash"] = "f" * 64
+    st["checksum"] = ckpt.state_checksum(st)   # a genuine checkpoint of another config, not a corrupt one
     torch.save(st, p)
     before = _snapshot_files(cfg.run_dir)
     with pytest.raises(ckpt.CheckpointError) as ei:
