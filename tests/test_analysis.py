@@ -161,6 +161,13 @@ def test_format_overview(name):
     assert float(ov["max"]) == f.max and ov["finite codes"] == f.n_finite   # shown as exact repr strings
 
 
+def test_format_overview_never_shows_a_tiny_value_as_zero_or_a_missing_normal():
+    ov = analysis.format_overview("E8M0FNU")["value"]
+    assert float(ov["min_normal"]) == float(ov["min_subnormal"]) == 2.0**-127 and "0.0" not in ov.to_string().split()
+    e0m7 = analysis.format_overview("E0M7")["value"]
+    assert e0m7["min_normal"] == "none" and float(e0m7["min_subnormal"]) == 2.0**-7
+
+
 # ------------------------------------------------------------------------------------------ SQNR
 
 def test_sqnr_known_signal_plus_noise():
