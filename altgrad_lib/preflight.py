@@ -14,7 +14,6 @@ backward transients (logit gradients).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import tempfile
 import warnings

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import pandas as pd
 import yaml
 
-from altgrad_lib.errors import UserError
+from altgrad_lib.errors import ConfigError, UserError, one_line
 
 if TYPE_CHECKING:  # avoid a runtime cycle: train_config.py imports this module
     from altgrad_lib.train_config import TrainConfig
@@ -266,8 +266,11 @@ class RunLock:
         self._fh: Any = None
 
     def acquire(self) -> "RunLock":
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+", encoding="utf-8")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+", encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot use {self.run_dir} as a run directory ({one_line(e)})") from e
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib import runs
+from altgrad_lib.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,6 +144,9 @@ def test_run_lock_is_exclusive_says_who_and_is_released(tmp_path):
         assert "\n" not in str(ei.value)
     with runs.RunLock(d):                                              # released on exit
         pass
+    (tmp_path / "f").write_text("a file, not a directory")
+    with pytest.raises(ConfigError, match="cannot use .* as a run directory"):
+        runs.RunLock(tmp_path / "f").acquire()
 
 
 def test_run_lock_dies_with_its_process(tmp_path):
