@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from altgrad_lib.formats import FloatFormat, get_format
+from altgrad_lib.formats import FloatFormat, get_format, show_number
 
 
 def positive_values(fmt: FloatFormat | str) -> np.ndarray:
@@ -127,7 +127,8 @@ def format_overview(fmt: FloatFormat | str) -> pd.DataFrame:
     f = get_format(fmt)
     return pd.DataFrame({"value": {
         "name": f.name, "short": f.short_str(), "bits": f.bits, "bias": f.bias, "specials": f.specials,
-        "max": f.max, "min_normal": f.min_normal, "min_subnormal": f.min_subnormal,
+        "max": show_number(f.max), "min_normal": show_number(f.min_normal) if f.has_normals else "none",
+        "min_subnormal": show_number(f.min_subnormal),
         "emin": f.emin, "emax": f.emax, "finite codes": f.n_finite,
         "binades (max/min_subnormal)": round(math.log2(f.max / f.min_subnormal), 2),
         "unit roundoff 2^-(m+1)": 2.0 ** -(f.mbits + 1)}})

@@ -2,7 +2,9 @@
 
 A checkpoint is one `torch.save` dict: model state (incl. quantizer/scaler buffers and stochastic-rounding
 generator extra_state), optimizer state, step (= LR-schedule step = data position, since batches are a
-pure function of (seed, step)), every RNG, the config hash and library versions.
+pure function of (seed, step)), every RNG, the config hash and library versions, and a sha256 `checksum` of
+all of it (tensor bytes, shapes, dtypes, scalars): torch.load does not notice flipped bytes inside tensor data,
+load_checkpoint does.
 
 Writes go to a tmp file in the same directory, are fsync'ed, then `os.replace`d over the target, so a
 crash mid-write leaves the previous checkpoint intact.
@@ -10,6 +12,7 @@ crash mid-write leaves the previous checkpoint intact.
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import os
 import random
@@ -19,10 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from altgrad_lib.errors import UserError
+
 CHECKPOINT_FORMAT = 1
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used: missing keys, truncated/corrupt file, or another config."""
 
 
@@ -121,7 +126,37 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
         "rng": capture_rng_state(),
         "extra": extra or {},
     }
+    state["checksum"] = state_checksum(state)
     atomic_torch_save(state, path)
+
+
+def state_checksum(state: dict[str, Any]) -> str:
+    """sha256 over every entry but "checksum", walked in order: path, dtype, shape and bytes of each tensor /
+    ndarray, repr of each scalar or string (objects of other types: their type name only, never an address)."""
+    h = hashlib.sha256()
+
+    def walk(o: Any, path: str) -> None:
+        if torch.is_tensor(o):
+            t = o.detach().cpu().contiguous()
+            h.update(f"{path}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(o, np.ndarray):
+            a = np.ascontiguousarray(o)
+            h.update(f"{path}|{a.dtype}|{a.shape}|".encode())
+            h.update(a.tobytes())
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                walk(v, f"{path}/{i}")
+        elif o is None or isinstance(o, (bool, int, float, str, bytes)):
+            h.update(f"{path}={o!r}|".encode())
+        else:
+            h.update(f"{path}:{type(o).__name__}|".encode())
+
+    walk({k: v for k, v in state.items() if k != "checksum"}, "")
+    return h.hexdigest()
 
 
 _REQUIRED = ("format", "config_hash", "step", "model", "optimizer", "rng")
@@ -146,6 +181,9 @@ def load_checkpoint(path: str | Path, expected_hash: str | None = None) -> dict[
     if state["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {state['format']}, this code reads "
                               f"format {CHECKPOINT_FORMAT}")
+    if "checksum" in state and state_checksum(state) != state["checksum"]:   # older checkpoints have none
+        raise CheckpointError(f"checkpoint {path} is corrupt: its data no longer matches the checksum written "
+                              f"with it (flipped bytes on disk?); delete it (or the run dir) to restart the run")
     if expected_hash is not None and state["config_hash"] != expected_hash:
         raise CheckpointError(
             f"checkpoint {path} was written for config hash {state['config_hash']}, but the current "

@@ -1,32 +1,72 @@
 """Command line: `altgrad train -f params/x.yaml -p key=value ...` (also `python -m altgrad_lib.cli`).
 
 Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true -p max_docs=null` work.
-`altgrad train --help` lists every TrainConfig key with its default.
+`altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the
+field metadata in train_config.py). A mistake in the input (errors.UserError: config, YAML file, run directory,
+checkpoint) prints one line `altgrad: error: ...` and exits 2; `--debug` shows its traceback. Anything else is
+a bug and keeps its traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from dataclasses import fields
-from typing import Sequence
+import textwrap
+import warnings
+from typing import Any, Sequence
+
+EXIT_USER_ERROR = 2   # argparse's code for a usage error
+EXIT_RUN_FAILED = 1   # the run could not train (gradient-flow guard)
 
 
 def _keys_help() -> str:
-    from altgrad_lib.train_config import TrainConfig  # torch-free: --help stays instant
+    from altgrad_lib.train_config import key_docs  # torch-free: --help stays instant
 
-    width = max(len(f.name) for f in fields(TrainConfig))
-    lines = ["config keys (-p key=value; defaults = tiny CI run):"]
-    for f in fields(TrainConfig):
-        lines.append(f"  {f.name:<{width}}  {f.default!r}")
+    docs = key_docs()
+    width = max(len(k) for k, *_ in docs)
+    dwidth = max(len(repr(d)) for _, d, *_ in docs)
+    indent = " " * (2 + width + 2 + dwidth + 2)
+    lines = ["config keys (-p key=value, or the same keys in the -f YAML; defaults = a tiny CI run):"]
+    for key, default, meaning, choices in docs:
+        text = meaning + (f" (choices: {', '.join(choices)})" if choices else "")
+        body = textwrap.wrap(text, width=max(40, 118 - len(indent)))
+        lines.append(f"  {key:<{width}}  {default!r:<{dwidth}}  {body[0]}")
+        lines.extend(indent + b for b in body[1:])
     return "\n".join(lines)
+
+
+def version_string() -> str:
+    """'altgrad <version> (git <sha12>[-dirty])' of the altgrad_lib actually imported."""
+    from pathlib import Path
+
+    import altgrad_lib
+    from altgrad_lib.runs import git_info
+
+    g = git_info(Path(altgrad_lib.__file__).resolve().parent)
+    sha = g["sha"] if g["sha"] == "unknown" else g["sha"][:12] + ("-dirty" if g["dirty"] else "")
+    return f"altgrad {altgrad_lib.__version__} (git {sha})"
+
+
+class _VersionAction(argparse.Action):
+    """--version, computed only when asked (git is not run for every command)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the package version and git SHA, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_string())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="altgrad", description="AltGrad: small GPTs with simulated low-precision floats")
+    ap.add_argument("--version", action=_VersionAction)
+    ap.add_argument("--debug", action="store_true", help="show the traceback of input errors too")
     sub = ap.add_subparsers(dest="command", required=True)
     tp = sub.add_parser("train", help="train (or resume / reuse) one run",
-                        description="Train one run; the run dir holds config.yaml, metrics.csv, checkpoints.",
+                        description="Train one run; the run dir holds config.yaml, metrics.csv, checkpoints. "
+                                    "Input errors print one line and exit 2.",
                         epilog=_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     tp.add_argument("-f", "--file", help="YAML file of TrainConfig keys")
     tp.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -34,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--no-resume", action="store_true",
                     help="start from scratch even if the run dir holds a checkpoint or a finished run")
     tp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tp.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    tp.add_argument("--print-config", action="store_true",
+                    help="check recipe, backend, tokenizer and device, print the resolved config and exit")
+    tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of input errors too")
     from altgrad_lib.study_cli import add_study_parser  # `altgrad study -f params/studies/x.yaml`
 
     add_study_parser(sub)
@@ -44,29 +87,27 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_train(args: argparse.Namespace) -> int:
     from altgrad_lib.train_config import TrainConfig
 
-    try:
-        cfg = TrainConfig.from_yaml(args.file, args.param)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"altgrad train: error: {e}", file=sys.stderr)
-        return 2
+    cfg = TrainConfig.from_yaml(args.file, args.param)
     if args.print_config:
+        from altgrad_lib.preflight import check_config
+
+        check_config(cfg)
         print(json.dumps(cfg.resolved().to_dict(), indent=2))
         return 0
     print(f"config: {cfg.short_str()}")
-    from altgrad_lib.checkpoint import CheckpointError
-    from altgrad_lib.train import GradientFlowError, RunConflictError, train
+    from altgrad_lib.train import GradientFlowError, train
 
     try:
         run = train(cfg, resume=not args.no_resume, progress=not args.no_progress)
-    except (CheckpointError, RunConflictError, GradientFlowError) as e:
-        print(f"altgrad train: error: {e}", file=sys.stderr)
-        return 1
+    except GradientFlowError as e:
+        _error(e)
+        return EXIT_RUN_FAILED
     print(f"run_dir: {run.dir}")
     print(f"status: {run.status}{' (reused)' if run.reused else ''}")
-    if run.diverged and run.divergence:
-        first = run.divergence.get("first_nonfinite") or {}
-        print(f"diverged_at_step: {run.divergence.get('step')}  first_nonfinite: "
-              f"{first.get('kind', '?')} {first.get('name', '?')}")
+    if run.diverged:
+        # the result of a diverged run is the divergence; its last validation loss is stale (e.g. step 0)
+        print(f"result: {run.divergence_str()}; no final loss (see {run.dir / 'divergence.json'})")
+        return 0
     last = run.metrics.groupby("name")["value"].last() if len(run.metrics) else {}
     for name in ("train/loss", "val/loss", "val/ppl"):
         if name in last:
@@ -74,15 +115,40 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error(e: BaseException) -> None:
+    from altgrad_lib.errors import one_line
+
+    print(f"altgrad: error: {one_line(e)}", file=sys.stderr)
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    from altgrad_lib.errors import one_line
+
+    print(f"altgrad: warning: {one_line(message)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "train":
-        return _cmd_train(args)
-    if args.command == "study":
-        from altgrad_lib.study_cli import cmd_study
+    from altgrad_lib.errors import SizeWarning, UserError
 
-        return cmd_study(args)
-    return 2  # unreachable: argparse enforces the sub-command
+    prev = warnings.showwarning
+    warnings.showwarning = lambda m, c, *a, **k: (_show_warning(m, c, *a, **k) if issubclass(c, SizeWarning)
+                                                   else prev(m, c, *a, **k))
+    try:
+        if args.command == "train":
+            return _cmd_train(args)
+        if args.command == "study":
+            from altgrad_lib.study_cli import cmd_study
+
+            return cmd_study(args)
+    except UserError as e:
+        if args.debug:
+            raise
+        _error(e)
+        return EXIT_USER_ERROR
+    finally:
+        warnings.showwarning = prev
+    return EXIT_USER_ERROR  # unreachable: argparse enforces the sub-command
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ __all__ = [
     "get_tokenizer", "license_family", "load_corpus",
 ]
 
-CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")
+from altgrad_lib.choices import CORPORA  # noqa: E402,F401  (re-exported)
 DEFAULT_CORPUS = "licenses"
 CORPUS_CREDITS = {
     "licenses": (

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -191,7 +192,19 @@ class FloatFormat:
 
     @property
     def min_normal(self) -> float:
+        """2**emin: the threshold below which values take the subnormal spacing. A format without exponent bits
+        (E0M7, fixed point) has no normal numbers at all: min_normal (1.0) then lies above max, has_normals is
+        False and the tables show it as "none" (summary: NaN)."""
         return 2.0**self._emin
+
+    @property
+    def has_normals(self) -> bool:
+        return self.min_normal <= self._max
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Every other name get_format accepts for this format (lower case)."""
+        return tuple(a for a, n in _ALIASES.items() if n == self.name and a != self.name.lower())
 
     @property
     def min_subnormal(self) -> float:
@@ -334,8 +347,11 @@ class FloatFormat:
             ("has_zero", self.has_zero, "a code for zero exists"),
             ("specials", self.specials, _SPECIALS_DOC[self.specials]),
             ("negative_zero", self.signed and self.specials != "fnuz", "-0 is a distinct code"),
-            ("max", self.max, "largest finite value"), ("min_normal", self.min_normal, "2^emin"),
-            ("min_subnormal", self.min_subnormal, "smallest positive value"),
+            ("aliases", ", ".join(self.aliases) or "-", "other names get_format accepts"),
+            ("max", show_number(self.max), "largest finite value"),
+            ("min_normal", show_number(self.min_normal) if self.has_normals else "none",
+             "2^emin" if self.has_normals else "no normal numbers (no exponent bits): every nonzero is subnormal"),
+            ("min_subnormal", show_number(self.min_subnormal), "smallest positive value"),
             ("emin", self.emin, "exponent of the smallest normal binade"), ("emax", self.emax, "exponent of max"),
             ("n_finite", self.n_finite, "distinct finite values"),
             ("overflow (saturate=True)", "+-max" + (" (inf stays inf)" if self.specials == "ieee" else " (inf -> max)"),
@@ -373,6 +389,12 @@ class FloatFormat:
     def __repr__(self) -> str:
         return (f"FloatFormat({self.name}: {self.bits}b e{self.ebits}m{self.mbits} bias={self.bias} "
                 f"specials={self.specials} max={self.max:g} min_sub={self.min_subnormal:g})")
+
+
+def show_number(v: float) -> str:
+    """A float for display tables: repr is exact and never rounds (pandas shows 2^-127 in an object column
+    as 0.0)."""
+    return repr(float(v))
 
 
 def stiffness(x: torch.Tensor, fmt: "FloatFormat | str", direction: str = "up") -> torch.Tensor:
@@ -438,7 +460,12 @@ def get_format(name: "str | FloatFormat") -> FloatFormat:
         raise ValueError(f"format must be a name or FloatFormat, got {type(name).__name__}")
     key = name.strip().lower()
     if key in _ALIASES:
-        return BUILTIN_FORMATS[_ALIASES[key]]
+        canonical = _ALIASES[key]
+        if _EXMY.match(key) and canonical.lower() != key:   # "E8M0" reads like a generic ExMy but is not one
+            f = BUILTIN_FORMATS[canonical]
+            warnings.warn(f"format {name!r} resolves to {canonical} ({f.note}); write {canonical!r} to say so",
+                          UserWarning, stacklevel=2)
+        return BUILTIN_FORMATS[canonical]
     m = _EXMY.match(key)
     valid = ", ".join(BUILTIN_FORMATS)
     if not m:
@@ -457,15 +484,17 @@ _GENERIC_CACHE: dict[tuple[int, int], FloatFormat] = {}
 
 
 def format_summary_table(names=None):
-    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, binades..."""
+    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, binades...
+    min_normal is NaN for a format without normal numbers (E0M7: no exponent bits)."""
     import pandas as pd
 
     rows = []
     for n in names if names is not None else list(BUILTIN_FORMATS):
         f = get_format(n)
         rows.append({"format": f.name, "short": f.short_str(), "bits": f.bits, "ebits": f.ebits, "mbits": f.mbits,
-                     "bias": f.bias, "specials": f.specials, "max": f.max, "min_normal": f.min_normal,
-                     "min_subnormal": f.min_subnormal, "binades": f.emax - f.emin + 1 if f.max >= f.min_normal else 0,
+                     "bias": f.bias, "specials": f.specials, "max": f.max,
+                     "min_normal": f.min_normal if f.has_normals else math.nan,
+                     "min_subnormal": f.min_subnormal, "binades": f.emax - f.emin + 1 if f.has_normals else 0,
                      "values_per_binade": 2**f.mbits, "n_finite": f.n_finite,
                      "dynamic_range_log2": math.log2(f.max / f.min_subnormal)})
     return pd.DataFrame(rows).set_index("format")

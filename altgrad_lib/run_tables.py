@@ -99,17 +99,20 @@ def loss_table(runs: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def final_metrics(run: Any) -> dict[str, Any]:
-    """Last train/val loss, val perplexity and median throughput of one run (NaN where not logged)."""
+    """Last train/val loss, val perplexity and median throughput of one run (NaN where not logged).
+
+    A diverged run has no final loss (NaN): its last logged val/loss predates the divergence (e.g. step 0)."""
     w = metrics_wide(run)
     row: dict[str, Any] = {}
+    diverged = bool(getattr(run, "diverged", False))
     for key, names in (("final_train_loss", TRAIN_LOSS), ("final_val_loss", VAL_LOSS)):
         col = find_metric(w.columns, *names)
-        row[key] = float(w[col].dropna().iloc[-1]) if col and w[col].notna().any() else math.nan
+        row[key] = float(w[col].dropna().iloc[-1]) if col and w[col].notna().any() and not diverged else math.nan
     v = row["final_val_loss"]
     row["val_ppl"] = math.exp(v) if v < 700 else (math.inf if v > 0 else math.nan)  # NaN stays NaN
     col = find_metric(w.columns, *THROUGHPUT)
     row["tokens_per_s"] = float(w[col].dropna().median()) if col else math.nan
-    row["diverged"] = bool(getattr(run, "diverged", False))
+    row["diverged"] = diverged
     return row
 
 

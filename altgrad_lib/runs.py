@@ -8,10 +8,15 @@ Layout of one run (`<outputs>/runs/<run_name>/`):
     divergence.json    only when the run hit a non-finite loss / gradient
     checkpoints/last.pt
     figures/
+    .lock              who trains here now (pid, host, start time); flock'ed while a process uses the run
+
+A run directory is *free* while it holds no result (no checkpoint, no metric row, no summary): what a failed
+start leaves behind never blocks the corrected command, whatever config it recorded.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import math
 import os
@@ -26,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 import yaml
+
+from altgrad_lib.errors import ConfigError, UserError, one_line
 
 if TYPE_CHECKING:  # avoid a runtime cycle: train_config.py imports this module
     from altgrad_lib.train_config import TrainConfig
@@ -229,6 +236,77 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------------------------
+# run directory: free or taken, and the lock
+
+
+LOCK_FILE = ".lock"
+
+
+class RunLockedError(UserError, RuntimeError):
+    """Another live process holds the run directory's lock."""
+
+
+def run_dir_is_free(run_dir: str | Path) -> bool:
+    """True when `run_dir` holds no result yet: no summary.json, no checkpoint and no metric row. A failed
+    start (bad corpus, no GPU, ...) leaves such a stub; it may be reused by any config."""
+    d = Path(run_dir)
+    if (d / "summary.json").exists() or (d / "checkpoints" / "last.pt").exists():
+        return False
+    m = d / METRICS_FILE
+    return not m.exists() or m.stat().st_size <= len(METRICS_HEADER)
+
+
+class RunLock:
+    """Exclusive lock on a run directory: `fcntl.flock` on `<run_dir>/.lock`, which the kernel releases when
+    the process dies (no stale lock after a kill). The file holds the holder's pid, host, start time and
+    command, so a refused second process can say who holds it. POSIX only; not reliable on NFS."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fh: Any = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+", encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot use {self.run_dir} as a run directory ({one_line(e)})") from e
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip()
+            fh.close()
+            try:
+                h = json.loads(holder)
+                who = f"pid {h.get('pid')} on {h.get('host')} since {h.get('start_time')} ({h.get('command')!r})"
+            except (ValueError, AttributeError):
+                who = "another process"
+            raise RunLockedError(f"{self.run_dir} is in use by {who}; wait for it to finish or pick another "
+                                 f"run_name/out_dir") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "start_time": now_iso(),
+                             "command": " ".join(sys.argv)}) + "\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None and not self._fh.closed:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+        self._fh = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# ----------------------------------------------------------------------------------------------
 # Run result object
 
 
@@ -241,7 +319,7 @@ class Run:
     metrics: pd.DataFrame
     diverged: bool = False
     divergence: dict[str, Any] | None = None
-    final_val_loss: float | None = None
+    final_val_loss: float | None = None  # None unless completed: a diverged run has no result, never a stale loss
     status: str = "incomplete"          # "completed" | "diverged" | "incomplete"
     reused: bool = False                # True when train() found the finished run and did not retrain
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -273,8 +351,18 @@ class Run:
         return m.pivot_table(index="step", columns="name", values="value", aggfunc="last")
 
     def short_str(self) -> str:
+        if self.diverged:
+            return f"Run({self.name}, {self.divergence_str()})"
         v = "n/a" if self.final_val_loss is None else f"{self.final_val_loss:.4f}"
         return f"Run({self.name}, {self.status}, val_loss={v})"
+
+    def divergence_str(self) -> str:
+        """'diverged at step N: first non-finite <kind> <tensor>' (the result of a diverged run)."""
+        d = self.divergence or {}
+        first = d.get("first_nonfinite") or {}
+        where = ("validation loss is non-finite" if d.get("phase") == "eval" else
+                 f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}")
+        return f"diverged at step {d.get('step', '?')}: {where}"
 
     def __repr__(self) -> str:
         return self.short_str()
@@ -292,8 +380,8 @@ class Run:
         summary = read_json(run_dir / "summary.json") if (run_dir / "summary.json").exists() else {}
         divergence = read_json(run_dir / "divergence.json") if (run_dir / "divergence.json").exists() else None
         prov = read_json(run_dir / "provenance.json") if (run_dir / "provenance.json").exists() else {}
-        val = metrics[metrics["name"] == "val/loss"]
-        final_val = summary.get("final_val_loss", float(val["value"].iloc[-1]) if len(val) else None)
         status = summary.get("status", "diverged" if divergence else "incomplete")
+        # only a completed run has a final loss; the last logged val/loss of any other is stale (e.g. step 0)
+        final_val = summary.get("final_val_loss") if status == "completed" else None
         return cls(dir=run_dir, config=config, metrics=metrics, diverged=divergence is not None,
                    divergence=divergence, final_val_loss=final_val, status=status, provenance=prov)

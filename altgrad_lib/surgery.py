@@ -23,9 +23,8 @@ import torch.nn.functional as F
 from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES  # noqa: E402
+from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES, RECIPES  # noqa: E402,F401  (RECIPES re-exported)
 ROLES = ("input", "weight", "grad_output")
-RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:<FMT>[:<GRAD_FMT>]")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
 _SUFFIX_TO_CLASS = {

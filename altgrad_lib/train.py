@@ -27,8 +27,10 @@ from altgrad_lib.guards import GradientFlowError, check_gradient_flow  # noqa: F
 from altgrad_lib.progress import progress_bar
 from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, NUMERICS_VERSION, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
-from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, make_provenance, now_iso, read_json, read_metrics,
-                              truncate_metrics, write_config_yaml, write_json)
+from altgrad_lib.errors import UserError
+from altgrad_lib.preflight import check_device, preflight
+from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_json,
+                              read_metrics, run_dir_is_free, truncate_metrics, write_config_yaml, write_json)
 
 VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
 
@@ -37,20 +39,12 @@ VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparabl
 # train
 
 
-class RunConflictError(RuntimeError):
+class RunConflictError(UserError, RuntimeError):
     """The run directory already holds a run with a different config."""
 
 
 def _log(msg: str) -> None:
     print(f"[altgrad] {msg}", flush=True)
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"TrainConfig.device={name!r} but CUDA is not available; use 'auto' or 'cpu'")
-    return torch.device(name)
 
 
 def seed_everything(seed: int) -> None:
@@ -99,12 +93,6 @@ def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torc
     mean = total / cfg.eval_iters
     ppl = math.exp(mean) if mean < 700 else (math.inf if mean == mean else math.nan)
     return {"val/loss": mean, "val/ppl": ppl}
-
-
-def _build_corpus(cfg: TrainConfig) -> Any:
-    from altgrad_lib.data import TokenCorpus
-
-    return TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
 
 
 def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torch.nn.Module, Any]:
@@ -179,16 +167,26 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     checkpoints/last.pt. resume=False: start from scratch (the run dir's metrics/checkpoints are replaced).
     on_model(model) is called once after quantization (hooks, monitors); on_step(step, metrics) after every
     step's metrics and checkpoint are written (raising there simulates a crash at that step).
+    Mistakes in the config raise ConfigError before the run directory exists (preflight.py); a run directory
+    in use by another process raises RunLockedError.
     """
     cfg = config.resolved()
+    corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
+    with RunLock(cfg.run_dir):   # one process per run directory, released when this one ends or dies
+        return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step)
+
+
+def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | None, verbose: bool,
+                  on_model: Callable[[torch.nn.Module], None] | None,
+                  on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
     h = cfg.config_hash()
     run_dir = Path(cfg.out_dir) / cfg.run_name
     ckpt_path = run_dir / "checkpoints" / "last.pt"
-    _check_run_dir(run_dir, cfg, h)
-    _policy(cfg)  # an unknown recipe fails here, before the run dir is created
-    corpus = _build_corpus(cfg)   # before anything is written: a bad corpus name fails here; its hash is identity
+    free = run_dir_is_free(run_dir)   # a stub of a failed start holds no result: any config may take it over
+    if not free:
+        _check_run_dir(run_dir, cfg, h)
     data_sha = corpus.meta["content_sha256"]
-    if resume:
+    if resume and not free:
         _check_same_numbers(run_dir, data_sha)
     if resume and (run_dir / "summary.json").exists():
         run = Run.load(run_dir)
@@ -209,7 +207,7 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     if state is None or not prov_path.exists():
         write_json(prov_path, {**make_provenance(cfg, h), **_identity(data_sha)})
 
-    device = _resolve_device(cfg.device)
+    device = check_device(cfg.device)
     prev_det = torch.are_deterministic_algorithms_enabled()
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

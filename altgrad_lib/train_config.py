@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -19,8 +20,9 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import BACKENDS, DEVICES, LOGGERS, PRECISIONS, RECIPE_ALIASES
+from altgrad_lib.choices import BACKENDS, CORPORA, DEVICES, LOGGERS, PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS
 from altgrad_lib.choices import MLP_KINDS as MLPS
+from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
@@ -38,60 +40,79 @@ KEY_ALIASES = {"compile_model": "compile"}
 # config
 
 
+def _key(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A TrainConfig field with its meaning and valid choices: the one source of `altgrad train --help`."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
+    """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
+    return [(f.name, f.default, f.metadata["help"], f.metadata["choices"]) for f in fields(TrainConfig)]
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Flat training config (maps 1:1 onto papermill parameters / YAML). Defaults = a tiny CI run."""
 
-    run_name: str = ""                 # "" -> "<recipe>-s<seed>-<hash8>"
-    out_dir: str = ""                  # "" -> <project root>/outputs/runs (or $ALTGRAD_OUTPUTS/runs)
-    seed: int = 0
+    run_name: str = _key("", 'run directory name under out_dir; "" -> "<recipe>-s<seed>-<hash8>"')
+    out_dir: str = _key("", 'parent of run directories; "" -> <project root>/outputs/runs (or $ALTGRAD_OUTPUTS/runs)')
+    seed: int = _key(0, "seed of init, data order, dropout and stochastic rounding")
     # data
-    corpus: str = "licenses"
-    tokenizer: str = "gpt2-4k"
-    max_docs: int | None = None
+    corpus: str = _key("licenses", "training text", CORPORA)
+    tokenizer: str = _key("gpt2-4k", "GPT-2 BPE, full or truncated to its first N merges (vocab N+1)", TOKENIZERS)
+    max_docs: int | None = _key(None, "keep only the first N documents of each split (null = all)")
     # model
-    n_layer: int = 2
-    n_head: int = 2
-    n_embd: int = 64
-    block_size: int = 64
-    mlp: str = "gelu"
-    tie_weights: bool = True
-    dropout: float = 0.0
-    bias: bool = False
+    n_layer: int = _key(2, "transformer blocks")
+    n_head: int = _key(2, "attention heads (n_embd must be divisible by it)")
+    n_embd: int = _key(64, "model width")
+    block_size: int = _key(64, "context length in tokens")
+    mlp: str = _key("gelu", "MLP of each block (swiglu: gated, an activation-outlier stress case for FP8)", MLPS)
+    tie_weights: bool = _key(True, "lm_head shares the token embedding matrix")
+    dropout: float = _key(0.0, "dropout probability in [0, 1)")
+    bias: bool = _key(False, "biases in Linear and LayerNorm")
     # quantization
-    recipe: str | dict = "hp"          # recipe name (surgery.RECIPES, "fmt:E3M4", ...) or a per-layer policy dict
-    backend: str = "sim"
-    freeze_blocks: bool = False        # control run: transformer blocks frozen, only embeddings / ln_f / lm_head train
+    recipe: str | dict = _key("hp", "quantization recipe name ('bf16' is an alias of 'hp': high precision, nothing "
+                                    "quantized), or a per-layer policy dict "
+                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}",
+                              RECIPES)
+    backend: str = _key("sim", "sim = simulated formats (any ExMy); torchao / scaled_mm = real FP8 GEMMs "
+                               "(E4M3/E5M2 only)", BACKENDS)
+    freeze_blocks: bool = _key(False, "control run: transformer blocks frozen, only embeddings / ln_f / lm_head train")
     # optimization
-    batch_size: int = 8
-    max_steps: int = 50
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_steps: int = 5
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0             # 0 = no clipping (the norm is still logged)
-    precision: str = "fp32"            # autocast dtype for the forward: "fp32" (off) | "bf16"
-    compile: bool = False
-    device: str = "auto"
-    deterministic: bool = False        # torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)
+    batch_size: int = _key(8, "sequences per step")
+    max_steps: int = _key(50, "optimizer steps")
+    lr: float = _key(1e-3, "peak learning rate (AdamW), reached after warmup_steps")
+    min_lr: float = _key(1e-4, "learning rate at max_steps (cosine decay), 0 <= min_lr <= lr")
+    warmup_steps: int = _key(5, "linear warmup steps")
+    weight_decay: float = _key(0.1, "AdamW weight decay of matrices (not of gains and biases)")
+    beta1: float = _key(0.9, "AdamW beta1 in [0, 1)")
+    beta2: float = _key(0.95, "AdamW beta2 in [0, 1)")
+    grad_clip: float = _key(1.0, "clip the global gradient norm to this; 0 = no clipping (the norm is still logged)")
+    precision: str = _key("fp32", "autocast dtype of the forward (fp32 = autocast off)", PRECISIONS)
+    compile: bool = _key(False, "torch.compile the model")
+    device: str = _key("auto", "auto = cuda if available else cpu", (*DEVICES, "cuda:<i>"))
+    deterministic: bool = _key(False, "torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)")
     # bookkeeping
-    eval_interval: int = 25            # 0 = evaluate only at step 0 and at the end
-    eval_iters: int = 4
-    ckpt_interval: int = 25            # 0 = checkpoint only at the end
-    log_interval: int = 1
-    grad_guard_interval: int = 0       # gradient-flow guard (guards.py): first step of each process; N > 0 also
-                                       # every N steps; -1 = off
-    logger: str = "none"               # mirror metrics to "wandb" (offline, in the run dir) | "tensorboard" (tracking.py)
-    # diagnostics (altgrad_lib/monitors): "off" | "cheap" | "full" or a dict of DiagnosticsConfig fields;
-    # `-p diagnostics.interval=25` sets one field (a dict without "preset" means "full")
-    diagnostics: str | dict = "off"
+    eval_interval: int = _key(25, "steps between validation evals; 0 = only at step 0 and at the end")
+    eval_iters: int = _key(4, "validation batches per eval (the same batches in every eval and run)")
+    ckpt_interval: int = _key(25, "steps between checkpoints; 0 = only at the end")
+    log_interval: int = _key(1, "steps between train metric rows")
+    grad_guard_interval: int = _key(0, "gradient-flow guard: 0 = first step of each process; N > 0 = also every "
+                                       "N steps; -1 = off")
+    logger: str = _key("none", "mirror metrics and diagnostics to W&B (offline, in the run dir) or TensorBoard "
+                               "(tracking.py)", LOGGERS)
+    diagnostics: str | dict = _key("off", "training diagnostics (altgrad_lib/monitors): a preset or a dict of "
+                                          "DiagnosticsConfig fields; -p diagnostics.interval=25 sets one field (a dict "
+                                          "without 'preset' means 'full')", ("off", "cheap", "full", "{field: value}"))
 
     def __post_init__(self) -> None:
         hints = _field_types()
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
+        for f in fields(self):   # inf / nan would pass every range check below and poison the run
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"TrainConfig.{f.name}={v!r} is not a finite number")
         if isinstance(self.recipe, dict):
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
         elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
@@ -101,34 +122,37 @@ class TrainConfig:
         _check_choice("mlp", self.mlp, MLPS)
         _check_choice("logger", self.logger, LOGGERS)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
-            raise ValueError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
+            raise ConfigError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
         for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "eval_iters",
                      "log_interval"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 1")
+                raise ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 1")
         if self.grad_guard_interval < -1:
-            raise ValueError(f"TrainConfig.grad_guard_interval={self.grad_guard_interval!r} must be -1 (off), "
+            raise ConfigError(f"TrainConfig.grad_guard_interval={self.grad_guard_interval!r} must be -1 (off), "
                              f"0 (first step only) or N > 0 (also every N steps)")
         for name in ("warmup_steps", "eval_interval", "ckpt_interval", "seed"):
             if getattr(self, name) < 0:
-                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 0")
+                raise ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 0")
         if self.max_docs is not None and self.max_docs < 1:
-            raise ValueError(f"TrainConfig.max_docs={self.max_docs!r} must be >= 1 or None")
+            raise ConfigError(f"TrainConfig.max_docs={self.max_docs!r} must be >= 1 or None")
         if self.n_embd % self.n_head:
-            raise ValueError(f"TrainConfig: n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+            raise ConfigError(f"TrainConfig: n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
-            raise ValueError(f"TrainConfig: need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+            raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
         for name in ("beta1", "beta2", "dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} must be in [0, 1)")
+                raise ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} must be in [0, 1)")
         if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError("TrainConfig: weight_decay and grad_clip must be >= 0")
+            raise ConfigError("TrainConfig: weight_decay and grad_clip must be >= 0")
         if "/" in self.run_name or "\\" in self.run_name or self.run_name in (".", ".."):
-            raise ValueError(f"TrainConfig.run_name={self.run_name!r} must be a plain directory name")
+            raise ConfigError(f"TrainConfig.run_name={self.run_name!r} must be a plain directory name")
         if not isinstance(self.recipe, (str, dict)) or (isinstance(self.recipe, str) and not self.recipe):
-            raise ValueError(f"TrainConfig.recipe={self.recipe!r} must be a recipe name or a policy dict")
+            raise ConfigError(f"TrainConfig.recipe={self.recipe!r} must be a recipe name or a policy dict")
         from altgrad_lib.monitors.config import DiagnosticsConfig   # torch-free
-        diag = DiagnosticsConfig.from_value(self.diagnostics)              # one-line error on a bad value
+        try:
+            diag = DiagnosticsConfig.from_value(self.diagnostics)          # one-line error on a bad value
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"TrainConfig.diagnostics: {one_line(e)}") from e
         if isinstance(self.diagnostics, dict):
             object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
 
@@ -140,15 +164,17 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
         if not isinstance(d, Mapping):
-            raise TypeError(f"TrainConfig.from_dict expects a mapping, got {type(d).__name__}")
+            raise ConfigTypeError(f"TrainConfig.from_dict expects a mapping, got {type(d).__name__}")
         d = _fold_dotted(d)
         both = [(a, k) for a, k in KEY_ALIASES.items() if a in d and k in d]
         if both:
-            raise ValueError(f"TrainConfig: {both[0][0]!r} is another name for {both[0][1]!r}; give only one of them")
+            raise ConfigError(f"TrainConfig: {both[0][0]!r} is another name for {both[0][1]!r}; give only one of them")
         d = {KEY_ALIASES.get(k, k): v for k, v in d.items()}
         unknown = sorted(set(d) - set(cls.keys()))
         if unknown:
-            raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {cls.keys()}")
+            near = {k: difflib.get_close_matches(str(k), cls.keys(), n=1) for k in unknown}
+            hint = "".join(f"; did you mean {m[0]!r} for {k!r}?" for k, m in near.items() if m)
+            raise ConfigError(f"unknown TrainConfig key(s) {unknown}{hint}; valid keys: {cls.keys()}")
         return cls(**dict(d))
 
     @classmethod
@@ -157,9 +183,9 @@ class TrainConfig:
         """YAML file (optional) + overrides ({"lr": 3e-4} or ["lr=3e-4", ...], values parsed as YAML)."""
         d: dict[str, Any] = {}
         if path is not None:
-            loaded = yaml.safe_load(Path(path).read_text())
+            loaded = _load_yaml_file(Path(path))
             if loaded is not None and not isinstance(loaded, dict):
-                raise ValueError(f"{path}: expected a YAML mapping of TrainConfig keys, got {type(loaded).__name__}")
+                raise ConfigError(f"{path}: expected a YAML mapping of TrainConfig keys, got {type(loaded).__name__}")
             d.update(loaded or {})
         d.update(parse_overrides(overrides))
         return cls.from_dict(d)
@@ -237,7 +263,7 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         if base is dict and isinstance(value, Mapping):
             return dict(value)
     names = " | ".join(getattr(get_origin(t) or t, "__name__", str(t)) for t in options)
-    raise TypeError(f"TrainConfig.{name}={value!r} has type {type(value).__name__}, expected {names}; "
+    raise ConfigTypeError(f"TrainConfig.{name}={value!r} has type {type(value).__name__}, expected {names}; "
                     f"valid keys: {TrainConfig.keys()}")
 
 
@@ -258,7 +284,7 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
         for part in path[:-1]:
             cur = cur.setdefault(part, {})
             if not isinstance(cur, dict):
-                raise ValueError(f"TrainConfig key {key!r}: {part!r} is not a mapping")
+                raise ConfigError(f"TrainConfig key {key!r}: {part!r} is not a mapping")
         cur[path[-1]] = out.pop(key)
         out[head] = base
     return out
@@ -266,7 +292,7 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"TrainConfig.{name}={value!r} invalid; valid choices: {choices}")
+        raise ConfigError(f"TrainConfig.{name}={value!r} invalid; valid choices: {choices}")
 
 
 def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
@@ -278,9 +304,35 @@ def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] |
     for item in overrides:
         key, sep, val = str(item).partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"override {item!r} is not of the form key=value; valid keys: {TrainConfig.keys()}")
-        out[key.strip()] = yaml.safe_load(val) if val.strip() else ""
+            raise ConfigError(f"override {item!r} is not of the form key=value; valid keys: {TrainConfig.keys()}")
+        try:
+            out[key.strip()] = yaml.safe_load(val) if val.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({_yaml_problem(e)}); quote it "
+                              f"to pass a string") from e
     return out
+
+
+def _yaml_problem(e: "yaml.YAMLError") -> str:
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return one_line(getattr(e, "problem", None) or e) + where
+
+
+def _load_yaml_file(path: Path) -> Any:
+    """A params file parsed as YAML; every way it can be unusable is a ConfigError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such params file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory; -f expects a YAML file of TrainConfig keys") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read it ({one_line(e)})") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(e)}") from e
 
 
 def lr_at(it: int, cfg: TrainConfig) -> float:

@@ -75,7 +75,14 @@ def test_sr_detects_biased_rounding(monkeypatch):
 def test_format_overview(name):
     ov = anatomy.format_overview(name)["value"]
     f = get_format(name)
-    assert ov["max"] == f.max and ov["finite codes"] == f.n_finite
+    assert float(ov["max"]) == f.max and ov["finite codes"] == f.n_finite   # shown as exact repr strings
+
+
+def test_format_overview_never_shows_a_tiny_value_as_zero_or_a_missing_normal():
+    ov = anatomy.format_overview("E8M0FNU")["value"]
+    assert float(ov["min_normal"]) == float(ov["min_subnormal"]) == 2.0**-127 and "0.0" not in ov.to_string().split()
+    e0m7 = anatomy.format_overview("E0M7")["value"]
+    assert e0m7["min_normal"] == "none" and float(e0m7["min_subnormal"]) == 2.0**-7
 
 
 

@@ -126,3 +126,50 @@ def test_snapshot_restores_buffers_and_rng_not_params():
     assert torch.equal(m.amax_history, torch.zeros(3))       # buffer rolled back
     assert torch.equal(torch.rand(4), r1)                    # RNG rolled back
     assert torch.equal(m[0].weight, w_before + 1.0)          # parameters untouched
+
+
+def _flip_byte_inside(p, needle: bytes, offset: int) -> None:
+    data = bytearray(p.read_bytes())
+    i = data.find(needle)
+    assert i >= 0, "tensor bytes not found verbatim in the checkpoint"
+    data[i + offset] ^= 0x10
+    p.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_tensor_data_are_caught(tmp_path):
+    # torch.load itself reads such a file without complaint (checked below): the checksum is what catches it
+    torch.manual_seed(0)
+    m = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(m.parameters())
+    p = tmp_path / "last.pt"
+    ckpt.save_checkpoint(p, model=m, optimizer=opt, step=4, config_hash="h")
+    _flip_byte_inside(p, m.weight.detach().numpy().tobytes(), 1000)
+    raw = torch.load(p, weights_only=False)
+    assert not torch.equal(raw["model"]["weight"], m.weight)          # the flip reached the tensor silently
+    with pytest.raises(ckpt.CheckpointError, match="checksum") as ei:
+        ckpt.load_checkpoint(p, "h")
+    assert str(p) in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_checksum_covers_every_part_and_is_stable(tmp_path):
+    m, opt = _model_opt()
+    p = tmp_path / "last.pt"
+    ckpt.save_checkpoint(p, model=m, optimizer=opt, step=2, config_hash="h")
+    st = ckpt.load_checkpoint(p, "h")                                  # verifies after a disk round trip
+    assert st["checksum"] == ckpt.state_checksum(st)
+    for path, change in ((("optimizer", "state", 0, "exp_avg"), lambda t: t.add_(1e-7)),
+                         (("rng", "torch"), lambda t: t.__setitem__(5, t[5] ^ 1)),
+                         (("model", "amax_history"), lambda t: t.fill_(1.0))):
+        st2 = torch.load(p, weights_only=False)
+        obj = st2
+        for k in path:
+            obj = obj[k]
+        change(obj)
+        assert ckpt.state_checksum(st2) != st["checksum"], path
+    st3 = torch.load(p, weights_only=False)
+    st3["step"] = 3
+    assert ckpt.state_checksum(st3) != st["checksum"]
+    legacy = torch.load(p, weights_only=False)
+    del legacy["checksum"]                                             # checkpoints written before the checksum
+    torch.save(legacy, p)
+    assert ckpt.load_checkpoint(p, "h")["step"] == 2

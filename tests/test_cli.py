@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "ALTGRAD_OFFLINE": "1",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "altgrad_lib.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -60,7 +60,8 @@ def test_help_via_subprocess():
 def test_bad_key_and_bad_type_are_clear_errors(capsys):
     assert main(["train", "-p", "n_layers=2"]) == 2
     err = capsys.readouterr().err
-    assert "n_layers" in err and "valid keys" in err and "n_layer" in err
+    assert err.startswith("altgrad: error: ") and err.count("\n") == 1
+    assert "n_layers" in err and "valid keys" in err and "did you mean 'n_layer'" in err
     assert main(["train", "-p", "n_layer=two"]) == 2
     assert "TrainConfig.n_layer" in capsys.readouterr().err
 
@@ -69,3 +70,166 @@ def test_print_config_resolves_run_dir(tmp_path, capsys):
     assert main(["train", "-p", f"out_dir={tmp_path}", "-p", "seed=3", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert str(tmp_path) in out and '"run_name": "hp-s3-' in out
+
+
+# ------------------------------------------------------------------ input errors: one line, exit 2 (issue 7)
+TINY = ["-p", "n_layer=1", "-p", "n_head=2", "-p", "n_embd=32", "-p", "block_size=32", "-p", "batch_size=4",
+        "-p", "max_docs=30", "-p", "tokenizer=gpt2-512", "-p", "max_steps=2", "-p", "eval_iters=1", "--no-progress"]
+
+
+def _assert_user_error(p: subprocess.CompletedProcess, *needles: str) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert "Traceback" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    line = p.stderr.strip()
+    assert line.startswith("altgrad: error: ") and all(n in line for n in needles), line
+    return line
+
+
+def _error_cases(tmp: Path) -> list[tuple[list[str], list[str]]]:
+    malformed = tmp / "malformed.yaml"
+    malformed.write_text("lr: 3e-4\nrecipe: [fp8\n")
+    return [
+        (["-p", "recipe=fp8_hybird"], ["fp8_hybird", "fp8_hybrid"]),
+        (["-p", "recipe={name: mine, attn_qkv: {input: E4M3}}"], ["attn_qkv", "layers"]),   # per-layer, no layers:
+        (["-p", "corpus=eurlex"], ["eurlex", "licenses"]),                                  # offline
+        (["-p", "backend=torchao", "-p", "recipe=fmt:E3M4"], ["torchao", "e3m4"]),
+        (["-f", str(malformed)], [str(malformed), "invalid YAML", "line 3"]),
+        (["-p", "lr=[0.1"], ["lr=[0.1", "not valid YAML"]),
+        (["-f", str(tmp)], [str(tmp), "is a directory"]),
+        (["-p", "out_dir=/proc/altgrad-cli-test"], ["/proc/altgrad-cli-test", "not writable"]),
+        (["-p", "lr=1e1000"], ["TrainConfig.lr=inf", "finite"]),
+        (["-p", "block_size=200000"], ["block_size"]),    # memory refused, or more tokens than the corpus has
+    ]
+
+
+SUBPROCESS_CASES = (0, 2, 4)  # end to end in a real process; every case also runs in-process below
+
+
+def test_input_errors_are_one_line_exit_2_and_leave_no_run_dir(tmp_path):
+    out = tmp_path / "runs"
+    for i, (extra, needles) in enumerate(_error_cases(tmp_path)):
+        if i in SUBPROCESS_CASES:
+            p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=r", *extra)
+            _assert_user_error(p, *needles)
+            assert not (out / "r").exists(), extra
+
+
+def test_every_input_error_maps_to_exit_2_in_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    out = tmp_path / "runs"
+    for extra, needles in _error_cases(tmp_path):
+        rc = main(["train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=r", *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("altgrad: error: "), (extra, err)
+        assert all(n in err for n in needles), err
+        assert not (out / "r").exists(), extra
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_gpu_is_one_line():
+    _assert_user_error(_cli("train", *TINY, "-p", "device=cuda"), "device='cuda'", "CUDA is not available")
+
+
+def test_print_config_validates_and_debug_shows_the_traceback():
+    _assert_user_error(_cli("train", "-p", "recipe=fp8_hybird", "--print-config"), "fp8_hybird")
+    p = _cli("--debug", "train", "-p", "recipe=fp8_hybird", "--print-config")
+    assert p.returncode != 0 and "Traceback" in p.stderr and "ConfigError" in p.stderr
+
+
+def test_print_config_checks_tokenizer_and_backend(capsys):
+    assert main(["train", "-p", "tokenizer=gpt3", "--print-config"]) == 2
+    assert "gpt3" in capsys.readouterr().err
+    assert main(["train", "-p", "backend=scaled_mm", "-p", "recipe=fp8_e4m3", "--print-config"]) == 2
+    assert "grads must be E5M2" in capsys.readouterr().err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    import altgrad_lib.train as tr
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("a bug, not a user error")
+
+    monkeypatch.setattr(tr, "train", broken)
+    with pytest.raises(ZeroDivisionError):
+        main(["train", "-p", "max_steps=1", "--no-progress"])
+
+
+def test_version_names_package_and_git_sha():
+    import altgrad_lib
+
+    p = _cli("--version")
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert p.returncode == 0 and p.stdout.startswith(f"altgrad {altgrad_lib.__version__} (git ")
+    assert sha and sha[:12] in p.stdout
+
+
+def test_help_gives_meaning_and_choices_of_every_key(capsys):
+    from altgrad_lib import choices
+    from altgrad_lib.train_config import key_docs
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())          # undo the line wrapping
+    for key, _, meaning, _ in key_docs():
+        assert " ".join(meaning.split()) in text, key
+    for tup in (choices.RECIPES, choices.BACKENDS, choices.CORPORA, choices.TOKENIZERS, choices.MLP_KINDS,
+                choices.PRECISIONS, choices.DEVICES):
+        assert ", ".join(tup) in text, tup
+
+
+# ------------------------------------------------------------------ run directories (issue 7)
+def test_a_failed_start_does_not_lock_the_run_name(tmp_path):
+    out = tmp_path / "runs"
+    bad = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "corpus=licences")
+    _assert_user_error(bad, "licences")
+    good = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "corpus=licenses")
+    assert good.returncode == 0 and "status: completed" in good.stdout, good.stderr[-2000:]
+
+
+def test_a_stub_without_results_is_free_for_another_config(tmp_path):
+    out = tmp_path / "runs"
+    stub = out / "exp1"
+    (stub / "checkpoints").mkdir(parents=True)                 # what a start that died after mkdir leaves
+    (stub / "config.yaml").write_text(yaml.safe_dump({**TrainConfig(device="cpu", lr=0.5).to_dict()}))
+    (stub / "provenance.json").write_text('{"numerics_version": 1}')
+    (stub / "metrics.csv").write_text("step,name,value\n")
+    p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1")
+    assert p.returncode == 0 and "status: completed" in p.stdout, p.stderr[-2000:]
+    assert TrainConfig.from_dict(yaml.safe_load((stub / "config.yaml").read_text())).n_embd == 32
+    # a directory that holds a result is still protected
+    other = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "lr=0.5")
+    _assert_user_error(other, str(stub), "config hash")
+
+
+def test_second_process_on_a_run_dir_is_refused_with_the_holder(tmp_path):
+    out = tmp_path / "runs"
+    run_dir = out / "shared"
+    code = (f"import time; from altgrad_lib.runs import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
+            f"print('locked', flush=True); time.sleep(120)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=shared")
+        _assert_user_error(p, str(run_dir), "in use by", f"pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=shared")   # the lock died with its holder
+    assert p.returncode == 0 and "status: completed" in p.stdout, p.stderr[-2000:]
+
+
+def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path):
+    p = _cli("train", *TINY, "-p", f"out_dir={tmp_path}", "-p", "run_name=div", "-p", "lr=1000",
+             "-p", "max_steps=6", "-p", "warmup_steps=0", "-p", "grad_clip=0")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "status: diverged" in p.stdout and "result: diverged at step " in p.stdout
+    assert "first non-finite" in p.stdout or "validation loss is non-finite" in p.stdout
+    assert "val/loss:" not in p.stdout and "train/loss:" not in p.stdout
+    from altgrad_lib import analysis
+    from altgrad_lib.runs import Run
+
+    run = Run.load(tmp_path / "div")
+    assert run.diverged and run.final_val_loss is None and len(run.metric("val/loss"))   # step-0 loss exists...
+    s = analysis.run_summary({"div": run})
+    assert s.final_val_loss.isna().all() and s.diverged.all()                          # ...but is no result

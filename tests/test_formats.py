@@ -24,7 +24,8 @@ def test_lookup_aliases_and_case():
     assert get_format("e4m3") is get_format("E4M3FN") is get_format("float8_e4m3fn") is BUILTIN_FORMATS["E4M3"]
     assert get_format("float8_e4m3").name == "E4M3_IEEE"          # ml_dtypes' IEEE e4m3, not OCP
     assert get_format("Float6_E2M3FN").name == "E2M3"
-    assert get_format("e8m0").name == "E8M0FNU"
+    with pytest.warns(UserWarning, match="'e8m0' resolves to E8M0FNU"):   # not a generic ExMy: said out loud
+        assert get_format("e8m0").name == "E8M0FNU"
     g = get_format("E3M3")                                       # generic convention
     assert (g.bias, g.specials, g.subnormals, g.bits) == (3, "fn", True, 7)
     for name in ALL:
@@ -162,3 +163,33 @@ def test_tables():
         assert get_format(fmt.short_str()) is fmt
     summary = format_summary_table(["E4M3", "E5M2", "E7M0"])
     assert summary.loc["E4M3", "max"] == 448.0 and summary.loc["E7M0", "values_per_binade"] == 1
+
+
+# ------------------------------------------------------------------ what the tables show (issue 7)
+def test_tables_show_tiny_and_huge_values_exactly():
+    # pandas prints a float in an object column with 6 decimals: 2^-127 became "0.0"; the oracle is ml_dtypes
+    fi = ml_dtypes.finfo(ml_dtypes.float8_e8m0fnu)
+    ct = get_format("E8M0FNU").convention_table()["value"]
+    assert float(ct["min_normal"]) == float(fi.smallest_normal) == 2.0**-127
+    assert float(ct["min_subnormal"]) == 2.0**-127 and float(ct["max"]) == float(fi.max)
+    assert "0.0" not in ct.to_string().split()            # no value rendered as zero in the printed table
+
+
+def test_fixed_point_format_has_no_normal_numbers():
+    f = get_format("E0M7")
+    assert not f.has_normals and f.min_normal > f.max       # 2^emin is only the subnormal threshold here
+    assert f.convention_table().loc["min_normal", "value"] == "none"
+    s = format_summary_table(["E0M7", "E4M3"])
+    assert math.isnan(s.loc["E0M7", "min_normal"]) and s.loc["E0M7", "binades"] == 0
+    assert s.loc["E4M3", "min_normal"] == 2.0**-6
+    assert all(get_format(n).has_normals for n in ALL if get_format(n).ebits > 0)
+
+
+def test_aliases_are_shown_and_exmy_lookalikes_warn():
+    ct = get_format("E8M0FNU").convention_table()
+    assert "e8m0" in ct.loc["aliases", "value"].split(", ")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # canonical names and plain aliases stay silent
+        for n in ("E8M0FNU", "e4m3", "float8_e4m3fn", "E3M4", "E2M3"):
+            get_format(n)

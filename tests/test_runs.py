@@ -1,7 +1,9 @@
 """Tests for altgrad_lib.runs: project paths, provenance, the tidy metrics CSV and its crash-safe truncation."""
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib import runs
+from altgrad_lib.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,3 +112,71 @@ def test_write_json_is_atomic_and_readable(tmp_path):
 def test_run_load_requires_a_run_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         runs.Run.load(tmp_path)
+
+
+# ------------------------------------------------------------------ free run dirs, locks, Run of a diverged run
+def test_run_dir_is_free_until_it_holds_a_result(tmp_path):
+    d = tmp_path / "r"
+    assert runs.run_dir_is_free(d)                                      # does not exist
+    (d / "checkpoints").mkdir(parents=True)
+    (d / "config.yaml").write_text("lr: 1.0\n")
+    (d / "provenance.json").write_text("{}")
+    (d / runs.METRICS_FILE).write_text(runs.METRICS_HEADER)            # a writer opened, nothing logged
+    assert runs.run_dir_is_free(d)
+    with runs.MetricsWriter(d / runs.METRICS_FILE) as w:
+        w.log(0, {"val/loss": 5.0})
+    assert not runs.run_dir_is_free(d)
+    (d / runs.METRICS_FILE).unlink()
+    (d / "checkpoints" / "last.pt").write_bytes(b"x")
+    assert not runs.run_dir_is_free(d)
+    (d / "checkpoints" / "last.pt").unlink()
+    (d / "summary.json").write_text("{}")
+    assert not runs.run_dir_is_free(d)
+
+
+def test_run_lock_is_exclusive_says_who_and_is_released(tmp_path):
+    d = tmp_path / "r"
+    with runs.RunLock(d):
+        holder = json.loads((d / runs.LOCK_FILE).read_text())
+        assert holder["pid"] == os.getpid() and holder["host"] and holder["start_time"]
+        with pytest.raises(runs.RunLockedError, match=f"pid {os.getpid()}") as ei:
+            runs.RunLock(d).acquire()                                  # a second open file description
+        assert "\n" not in str(ei.value)
+    with runs.RunLock(d):                                              # released on exit
+        pass
+    (tmp_path / "f").write_text("a file, not a directory")
+    with pytest.raises(ConfigError, match="cannot use .* as a run directory"):
+        runs.RunLock(tmp_path / "f").acquire()
+
+
+def test_run_lock_dies_with_its_process(tmp_path):
+    d = tmp_path / "r"
+    code = (f"import sys, time; from altgrad_lib.runs import RunLock; lock = RunLock({str(d)!r}).acquire(); "
+            f"print('locked', flush=True); time.sleep(120)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "locked"
+        with pytest.raises(runs.RunLockedError, match=f"pid {p.pid}"):
+            runs.RunLock(d).acquire()
+    finally:
+        p.kill()                                                       # SIGKILL: no cleanup code runs
+        p.wait(timeout=30)
+    with runs.RunLock(d):                                              # the kernel released the flock
+        pass
+
+
+def test_run_of_a_diverged_run_has_no_final_loss(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    runs.write_config_yaml(d / "config.yaml", {"lr": 1000.0})
+    with runs.MetricsWriter(d / runs.METRICS_FILE) as w:
+        w.log(0, {"val/loss": 8.28})
+        w.log(1, {"train/loss": 7.0})
+        w.log(2, {"train/loss": math.inf})
+    runs.write_json(d / "divergence.json", {"step": 2, "first_nonfinite": {"kind": "param_grad", "name": "wte"}})
+    r = runs.Run.load(d)                                               # crashed before summary.json was written
+    assert r.diverged and r.status == "diverged" and r.final_val_loss is None
+    assert "8.28" not in r.short_str() and "diverged at step 2" in r.short_str() and "wte" in r.short_str()
+    runs.write_json(d / "summary.json", {"status": "diverged", "final_step": 2, "final_val_loss": None})
+    assert runs.Run.load(d).final_val_loss is None

@@ -200,7 +200,8 @@ def _interrupted(tmp_path) -> TrainConfig:
 
 
 def _snapshot_files(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    # the lock file says who holds the run now (runs.RunLock); it is not part of the run
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
 def test_checkpoint_of_another_config_is_refused_untouched(tmp_path):
@@ -208,6 +209,7 @@ def test_checkpoint_of_another_config_is_refused_untouched(tmp_path):
     p = cfg.run_dir / "checkpoints" / "last.pt"
     st = torch.load(p, weights_only=False)
     st["config_hash"] = "f" * 64
+    st["checksum"] = ckpt.state_checksum(st)   # a genuine checkpoint of another config, not a corrupt one
     torch.save(st, p)
     before = _snapshot_files(cfg.run_dir)
     with pytest.raises(ckpt.CheckpointError) as ei:

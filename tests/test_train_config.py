@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from altgrad_lib.train_config import KEY_ALIASES, TrainConfig, lr_at
+from altgrad_lib.errors import ConfigError, ConfigTypeError
+from altgrad_lib.train_config import KEY_ALIASES, TrainConfig, key_docs, lr_at
 
 
 def test_config_unknown_key_lists_valid_keys():
@@ -103,3 +104,46 @@ def test_compile_model_is_the_notebook_name_of_compile(tmp_path):
     assert c.compile is True and "compile_model" not in c.to_dict()
     with pytest.raises(ValueError, match="give only one"):
         TrainConfig.from_dict({"compile_model": True, "compile": False})
+
+
+# ------------------------------------------------------------------ input errors (issue 7)
+@pytest.mark.parametrize("key,value", [("lr", "1e1000"), ("lr", float("inf")), ("min_lr", float("nan")),
+                                       ("grad_clip", float("inf")), ("dropout", float("nan"))])
+def test_non_finite_floats_are_refused(key, value):
+    with pytest.raises(ConfigError, match=f"TrainConfig.{key}=.* not a finite number"):
+        TrainConfig.from_dict({key: value})
+    with pytest.raises(ConfigError, match="not a finite number"):
+        TrainConfig.from_yaml(None, [f"{key}={value}"])
+
+
+def test_every_error_is_a_one_line_config_error(tmp_path):
+    bad_yaml = tmp_path / "malformed.yaml"
+    bad_yaml.write_text("lr: 3e-4\nrecipe: [fp8\nseed: 1\n")
+    cases = [
+        (lambda: TrainConfig.from_yaml(bad_yaml), [str(bad_yaml), "invalid YAML", "line 3"]),
+        (lambda: TrainConfig.from_yaml(tmp_path), [str(tmp_path), "is a directory"]),
+        (lambda: TrainConfig.from_yaml(tmp_path / "nope.yaml"), ["nope.yaml", "no such"]),
+        (lambda: TrainConfig.from_yaml(None, ["lr=[0.1"]), ["lr=[0.1", "not valid YAML"]),
+        (lambda: TrainConfig.from_dict({"n_layers": 2}), ["n_layers", "did you mean 'n_layer'"]),
+        (lambda: TrainConfig.from_dict({"n_layer": "two"}), ["TrainConfig.n_layer"]),
+        (lambda: TrainConfig.from_dict({"backend": "tpu"}), ["valid choices"]),
+    ]
+    for fn, needles in cases:
+        with pytest.raises(ConfigError) as ei:
+            fn()
+        msg = str(ei.value)
+        assert "\n" not in msg and all(n in msg for n in needles), msg
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigTypeError, TypeError)
+
+
+def test_every_key_has_a_meaning_and_the_validators_choices():
+    docs = {k: (d, meaning, ch) for k, d, meaning, ch in key_docs()}
+    assert list(docs) == TrainConfig.keys()
+    for k, (default, meaning, _) in docs.items():
+        assert len(meaning) > 10 and default == getattr(TrainConfig(), k), k
+    # the choices shown are the very tuples the validators use (one source), not a copy
+    from altgrad_lib import choices, data, surgery, tokenizers
+    assert docs["backend"][2] is choices.BACKENDS and docs["mlp"][2] is choices.MLP_KINDS
+    assert docs["precision"][2] is choices.PRECISIONS and docs["recipe"][2] is surgery.RECIPES
+    assert docs["corpus"][2] is data.CORPORA and set(tokenizers.TOKENIZER_ALIASES) <= set(docs["tokenizer"][2])
+    assert set(choices.DEVICES) <= set(docs["device"][2])

@@ -1,0 +1,31 @@
+"""User errors versus bugs: the exception classes that mean "what was asked for cannot be done as asked".
+
+Validation code raises a `UserError` subclass for a mistake in the input (config value, YAML file, run
+directory, checkpoint file); `altgrad train` prints it as one line `altgrad: error: ...` and exits 2 (the
+argparse convention), while any other exception is a bug and keeps its traceback. Each class also derives
+from the builtin its callers already catch (ValueError, TypeError, RuntimeError), so `except ValueError`
+code keeps working.
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Base of every error caused by the input rather than by the code; its message is one line saying
+    what is wrong, naming the bad value / file and what would be valid."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad configuration or input value (TrainConfig field, recipe, corpus, tokenizer, device, YAML file)."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration value of the wrong type (TrainConfig.n_layer='two')."""
+
+
+class SizeWarning(UserWarning):
+    """A run that fits but will be very large or slow (see altgrad_lib.preflight.estimate_memory)."""
+
+
+def one_line(msg: object) -> str:
+    """A message squeezed onto one line (YAML and library errors often span several)."""
+    return " ".join(part.strip() for part in str(msg).splitlines() if part.strip())

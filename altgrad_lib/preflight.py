@@ -1,0 +1,231 @@
+"""Everything about a TrainConfig that can be checked before a run directory exists.
+
+`train()` calls `preflight(cfg)` first: recipe and backend, tokenizer, device, memory and time, the corpus (built
+here: its content hash is part of the run's identity), the model with its quantization (built once and thrown
+away), and a writable out_dir. Every failure is a one-line `ConfigError`, so a mistake never leaves a run
+directory behind and the CLI can print it without a traceback.
+
+`estimate_memory` is deliberately simple: fp32 weights + grads + two AdamW moments (16 bytes per parameter,
+parameters counted exactly on a meta-device model), the activations saved for backward (18 floats per token per
+layer plus the vocab-wide logits; measured with saved_tensors_hooks at 16-22 for the GELU/SwiGLU, hp/FP8
+recipes), the quantized weight copies simulated Linears save, and two vocab-wide float rows per token of
+backward transients (logit gradients).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
+from altgrad_lib.train_config import TrainConfig
+
+ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
+WARN_FRACTION = 0.5               # warn above this share of the available memory, refuse above 1
+# optimistic sustained FLOP/s: the time estimate is a lower bound ("at least"), never a promise
+FLOPS_PER_S = {"cpu": 1e11, "cuda": 2e14}
+WARN_HOURS = 1.0
+
+
+@contextlib.contextmanager
+def as_config_error(what: str, kinds: tuple[type[BaseException], ...] = (ValueError, TypeError)) -> Iterator[None]:
+    """Re-raise the validation errors of library code as a ConfigError prefixed with the config key."""
+    try:
+        yield
+    except UserError:
+        raise
+    except kinds as e:
+        raise ConfigError(f"{what}: {one_line(e)}") from e
+
+
+def check_policy(cfg: TrainConfig) -> Any:
+    """The recipe as a QuantPolicy; for a hardware backend every quantized operand must be one it can run."""
+    from altgrad_lib.surgery import get_policy
+
+    with as_config_error("TrainConfig.recipe"):
+        policy = get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+    if policy.backend != "sim":
+        from altgrad_lib.hw_fp8 import hw_dtype
+
+        with as_config_error(f"TrainConfig.backend={policy.backend!r} with recipe {cfg.recipe_name!r}"):
+            for cls, spec in policy.layers.items():
+                if spec is not None:
+                    for role in ("input", "weight", "grad_output"):
+                        hw_dtype(getattr(spec, role), policy.backend, role, cls)
+    return policy
+
+
+def check_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"TrainConfig.device={name!r} but CUDA is not available here; use 'auto' or 'cpu'")
+        dev = torch.device(name)
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"TrainConfig.device={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+        return dev
+    return torch.device(name)
+
+
+def vocab_size_of(tokenizer: str) -> int:
+    from altgrad_lib.tokenizers import get_tokenizer
+
+    with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):
+        return get_tokenizer(tokenizer).n_vocab
+
+
+def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
+    """The cheap checks (no corpus, no model): recipe x backend, tokenizer name, device. Used by --print-config."""
+    policy = check_policy(cfg)
+    from altgrad_lib.tokenizers import parse_tokenizer_name
+
+    with as_config_error("TrainConfig.tokenizer"):
+        parse_tokenizer_name(cfg.tokenizer)
+    return policy, check_device(cfg.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# sizes
+
+
+def _gpt_config(cfg: TrainConfig, vocab_size: int) -> Any:
+    from altgrad_lib.model import GPTConfig
+
+    return GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp, tie_weights=cfg.tie_weights)
+
+
+def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+    """The GPT on the meta device: exact shapes, no memory, any size."""
+    from altgrad_lib.model import GPT
+
+    with torch.device("meta"):
+        return GPT(_gpt_config(cfg, vocab_size))
+
+
+def count_params(cfg: TrainConfig, vocab_size: int) -> int:
+    return sum(p.numel() for p in _meta_model(cfg, vocab_size).parameters())
+
+
+def quantized_weight_numel(cfg: TrainConfig, vocab_size: int) -> int:
+    """Weights whose quantized copy a simulated quantized Linear saves for backward."""
+    from altgrad_lib.surgery import layer_class_of
+
+    policy = check_policy(cfg)
+    n = 0
+    for fqn, m in _meta_model(cfg, vocab_size).named_modules():
+        cls = layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
+        spec = policy.spec_for(cls) if cls is not None else None
+        n += m.weight.numel() if spec is not None and spec.weight is not None else 0
+    return n
+
+
+def estimate_memory(cfg: TrainConfig, vocab_size: int) -> dict[str, float]:
+    """Bytes a training step needs, by part (see the module docstring), and FLOPs per step."""
+    gcfg = _gpt_config(cfg, vocab_size)
+    n_params = count_params(cfg, vocab_size)
+    wq = 4 * quantized_weight_numel(cfg, vocab_size)
+    tokens = cfg.batch_size * cfg.block_size
+    vp, c, n_layer = gcfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
+    act = 4 * tokens * (ACT_FLOATS_PER_TOKEN_LAYER * n_layer * c + vp)
+    transient = 4 * tokens * 2 * vp
+    state = 16 * n_params
+    matmul_params = n_params - vp * c - cfg.block_size * c                       # embeddings are lookups
+    flops = 6 * tokens * (matmul_params + vp * c) + 6 * n_layer * tokens * cfg.block_size * c  # + causal attention
+    return {"params": float(n_params), "weights_grads_adam": float(state), "activations": float(act),
+            "quantized_weight_copies": float(wq), "backward_transients": float(transient),
+            "total": float(state + act + wq + transient),
+            "flops_per_step": float(flops)}
+
+
+def available_memory(device: torch.device) -> float:
+    """Free bytes on the device: CUDA free memory, else MemAvailable (Linux) or physical memory."""
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.3g} GiB"
+
+
+def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, available: float | None = None) -> dict:
+    """Refuse a run whose estimate does not fit the device; warn (SizeWarning) when it is huge or slow."""
+    est = estimate_memory(cfg, vocab_size)
+    avail = available_memory(device) if available is None else available
+    parts = (f"{est['params'] / 1e6:.3g}M params: weights+grads+AdamW {_gib(est['weights_grads_adam'])}, "
+             f"activations {_gib(est['activations'])}, backward {_gib(est['backward_transients'])}")
+    if est["total"] > avail:
+        raise ConfigError(f"this config needs about {_gib(est['total'])} on {device.type} ({parts}) but only "
+                          f"{_gib(avail)} is available; reduce batch_size, block_size={cfg.block_size}, "
+                          f"n_embd or n_layer")
+    if est["total"] > WARN_FRACTION * avail:
+        warnings.warn(f"this config needs about {_gib(est['total'])} of the {_gib(avail)} available on "
+                      f"{device.type} ({parts})", SizeWarning, stacklevel=2)
+    hours = est["flops_per_step"] * cfg.max_steps / FLOPS_PER_S.get(device.type, FLOPS_PER_S["cpu"]) / 3600
+    if hours > WARN_HOURS:
+        warnings.warn(f"{cfg.max_steps} steps of {est['flops_per_step']:.3g} FLOPs take at least ~{hours:.3g} h "
+                      f"on {device.type} (at an optimistic {FLOPS_PER_S.get(device.type, 1e11):.0e} FLOP/s)",
+                      SizeWarning, stacklevel=2)
+    return est
+
+
+# ----------------------------------------------------------------------------------------------
+# corpus, model, out_dir
+
+
+def build_corpus(cfg: TrainConfig) -> Any:
+    from altgrad_lib.data import TokenCorpus
+
+    with as_config_error("TrainConfig.corpus", (ValueError, RuntimeError, OSError)):
+        corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
+    for split in ("train", "val"):
+        n = len(corpus.split_data(split))
+        if n < cfg.block_size + 1:
+            raise ConfigError(f"corpus {cfg.corpus!r} (max_docs={cfg.max_docs}) has {n} {split} tokens, fewer than "
+                              f"block_size+1={cfg.block_size + 1}; lower block_size or raise max_docs")
+    return corpus
+
+
+def check_model(cfg: TrainConfig, vocab_size: int) -> None:
+    """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
+    global RNG is restored so the real build draws the same initial weights."""
+    from altgrad_lib.model import GPT
+    from altgrad_lib.surgery import quantize_model
+
+    with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
+        quantize_model(GPT(_gpt_config(cfg, vocab_size)), check_policy(cfg), verbose=False)
+
+
+def check_out_dir(out_dir: str | Path) -> None:
+    """out_dir exists (created if needed) and a file can be written in it."""
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".altgrad-write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"out_dir {d} is not writable ({one_line(e)}); set out_dir or $ALTGRAD_OUTPUTS to a "
+                          f"writable directory") from e
+
+
+def preflight(cfg: TrainConfig) -> tuple[Any, torch.device]:
+    """All checks, cheapest first; returns the built corpus and the device. Writes nothing but out_dir."""
+    cfg = cfg.resolved()
+    _, device = check_config(cfg)
+    vocab = vocab_size_of(cfg.tokenizer)
+    check_size(cfg, vocab, device)
+    corpus = build_corpus(cfg)
+    check_model(cfg, corpus.vocab_size)
+    check_out_dir(cfg.out_dir)
+    return corpus, device
