@@ -1,0 +1,107 @@
+"""The grid an optimizer sees for one weight tensor: a format scaled by a fixed per-tensor power of two.
+
+A weight tensor W of a quantized layer lives on `grid(fmt) * 2^-k`: the format's values divided by a power of
+two chosen once, from W's first amax (`grid_exp`). A power of two keeps the grid's shape exact (it only shifts
+the binades) and makes `quantize(w * 2^k) / 2^k` exact in fp32, so "on the grid" is a bitwise property:
+`fmt.quantize(p * s) == p * s` with s = 2^k. k leaves `headroom` binades above the initial amax so weights can
+grow before they saturate (E1M6 has a single binade width of levels, so for it k sets the resolution).
+
+ULP and stiffness (design decisions, tested in tests/test_optim_grid.py):
+- `step_ulp(w, delta_sign, fmt, s, mode)`: the spacing *in the direction the weight moves*. At a binade's lower
+  edge (|w| a power of two in the normal range) the gap toward zero is half the gap away from zero, so a
+  one-ULP step toward zero uses the down-ULP and lands on the neighbouring code instead of two codes away.
+  mode "step" (default) = that rule; "up" / "down" / "mean" are the alternatives an ablation can pick.
+- zero and subnormals: the fixed subnormal spacing (formats.ulp clamps exponents to [emin, emax]), so a weight
+  at 0 moves k * min_subnormal: k codes away from zero.  The top binade's spacing is used at and above max.
+- the seed's formula ("mantissa"): S = 2^(floor(log2|w|) - M) with no exponent clamp: 0 at w = 0 (a zero weight
+  never moves), too small in the subnormal range.  Kept as an ablation; "ulp" is the exponent-aware form.
+- damping: S + delta (absolute, in weight units), for both kinds.
+
+`code_index` gives every finite grid value its signed ordinal (0 at zero, neighbours differ by 1), used to count
+codes moved (diagnostics.py) and in tests.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from altgrad_lib.formats import FloatFormat, get_format
+
+ULP_MODES = ("step", "up", "down", "mean")
+STIFFNESS_KINDS = ("ulp", "mantissa")
+
+
+def grid_exp(w: torch.Tensor, fmt: FloatFormat | str, headroom: int = 1) -> int:
+    """k such that amax(w) * 2^k lies in [max / 2^(headroom+1), max / 2^headroom]; 0 for an all-zero tensor."""
+    fmt = get_format(fmt)
+    amax = float(w.detach().abs().max()) if w.numel() else 0.0
+    if amax == 0 or not math.isfinite(amax):
+        return 0
+    return int(math.floor(math.log2(fmt.max / amax))) - int(headroom)
+
+
+def grid_scale(k: int) -> torch.Tensor:
+    """2^k as a 0-d fp32 tensor (exact for |k| <= 126)."""
+    if not -126 <= k <= 126:
+        raise ValueError(f"grid exponent k={k} outside [-126, 126]: 2^k is not an fp32 normal")
+    return torch.tensor(2.0**k, dtype=torch.float32)
+
+
+def to_grid(x: torch.Tensor, fmt: FloatFormat, s: torch.Tensor, rbits: torch.Tensor | None = None,
+            sr_bits: int | None = None) -> torch.Tensor:
+    """Round x onto grid(fmt) / s: nearest-even, or stochastic with the caller's random integers rbits."""
+    xs = x * s
+    q = fmt.quantize(xs) if rbits is None else fmt.quantize_with_bits(xs, rbits, sr_bits)
+    return q / s
+
+
+def step_ulp(w: torch.Tensor, toward_zero: torch.Tensor | None, fmt: FloatFormat, s: torch.Tensor,
+             mode: str = "step") -> torch.Tensor:
+    """Grid spacing at w in weight units; `toward_zero` (bool, w's shape) says where the step shrinks |w|."""
+    ws = w * s
+    if mode == "up":
+        sp = fmt.ulp(ws, "up")
+    elif mode == "down":
+        sp = fmt.ulp(ws, "down")
+    elif mode == "mean":
+        sp = 0.5 * (fmt.ulp(ws, "up") + fmt.ulp(ws, "down"))
+    elif mode == "step":
+        sp = torch.where(toward_zero, fmt.ulp(ws, "down"), fmt.ulp(ws, "up"))
+    else:
+        raise ValueError(f"ulp_mode={mode!r} is invalid; valid choices: {ULP_MODES}")
+    return sp / s
+
+
+def mantissa_stiffness(w: torch.Tensor, fmt: FloatFormat, s: torch.Tensor) -> torch.Tensor:
+    """The seed's S = 2^(floor(log2|w|) - M) (no exponent clamp; 0 at w = 0), in weight units."""
+    ws = (w * s).abs()
+    mant, e = torch.frexp(ws)                       # ws = mant * 2^e, mant in [0.5, 1)
+    sp = torch.ldexp(torch.ones_like(ws), (e - 1 - fmt.mbits).to(ws.dtype))
+    return torch.where(ws == 0, torch.zeros_like(ws), sp) / s
+
+
+def stiffness(w: torch.Tensor, fmt: FloatFormat, s: torch.Tensor, kind: str = "ulp", damping: float = 0.0,
+              toward_zero: torch.Tensor | None = None, ulp_mode: str = "up") -> torch.Tensor:
+    """S(w) per STIFFNESS_KINDS plus damping; kind "ulp" uses step_ulp with ulp_mode."""
+    if kind == "ulp":
+        S = step_ulp(w, toward_zero, fmt, s, ulp_mode)
+    elif kind == "mantissa":
+        S = mantissa_stiffness(w, fmt, s)
+    else:
+        raise ValueError(f"stiffness={kind!r} is invalid; valid choices: {STIFFNESS_KINDS}")
+    return S + damping if damping else S
+
+
+def code_index(q: torch.Tensor, fmt: FloatFormat | str, s: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """Signed ordinal (int64) of grid values q (on grid(fmt)/s): 0 at +-0, +-1 at +-min_subnormal, ...
+
+    Values off the grid get the ordinal of the next grid value at or above |q| (callers quantize first)."""
+    fmt = get_format(fmt)
+    mag = (q.detach().double() * (s.double() if torch.is_tensor(s) else s)).abs()
+    vals = fmt.values().to(mag.device)
+    nonneg = vals[vals >= 0]                        # 0 (if the format has it) and the positive values, ascending
+    idx = torch.searchsorted(nonneg, mag.clamp_max(float(nonneg[-1])))
+    if not fmt.has_zero:
+        idx = idx + 1                               # no zero code: the smallest value is ordinal 1
+    return torch.where(q < 0, -idx, idx)
