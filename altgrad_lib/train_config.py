@@ -13,7 +13,7 @@ import json
 import math
 import re
 import types
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
@@ -28,6 +28,8 @@ NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "gr
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
 NUMERICS_VERSION = 2
+# fields added after runs existed: hashed only when set, so every earlier run keeps its hash (and run name)
+_HASHED_IF_SET = {"optimizer": "adamw", "optim": {}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -72,6 +74,9 @@ class TrainConfig:
     compile: bool = False
     device: str = "auto"
     deterministic: bool = False        # torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)
+    # optimizer (altgrad_lib.optim; its config.py documents every optim key)
+    optimizer: str = "adamw"           # adamw | stiffness_adamw | grid_adamw | madam | grid_sgd
+    optim: dict = field(default_factory=dict)   # e.g. {storage: grid_sr, lr: 1.0}; {} with adamw = torch AdamW
     # bookkeeping
     eval_interval: int = 25            # 0 = evaluate only at step 0 and at the end
     eval_iters: int = 4
@@ -86,6 +91,9 @@ class TrainConfig:
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
         if isinstance(self.recipe, dict):
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
+        object.__setattr__(self, "optim", copy.deepcopy(self.optim))
+        from altgrad_lib.optim.config import OptimConfig   # torch-free
+        OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("mlp", self.mlp, MLPS)
@@ -153,7 +161,8 @@ class TrainConfig:
 
     def config_hash(self) -> str:
         """sha256 over the canonical JSON of every field that can change the run's numbers + NUMERICS_VERSION."""
-        d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS}
+        d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS
+             and not (k in _HASHED_IF_SET and v == _HASHED_IF_SET[k])}
         d["_numerics_version"] = NUMERICS_VERSION
         return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

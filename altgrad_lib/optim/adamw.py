@@ -48,7 +48,7 @@ class AdamW(GridOptimizer):
                  weight_decay: float = 0.0, *, state_m=None, state_v=None, seed: int = 0, track_stats: bool = False,
                  compile: bool = False, **group_defaults: Any) -> None:
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, state_m=state_m,
-                        state_v=state_v, **self._own_defaults(), **group_defaults)
+                        state_v=state_v, **{**self._own_defaults(), **group_defaults})
         super().__init__(params, defaults, seed=seed, track_stats=track_stats, compile=compile)
 
     def _own_defaults(self) -> dict[str, Any]:

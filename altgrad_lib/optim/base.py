@@ -119,13 +119,15 @@ class GridOptimizer(torch.optim.Optimizer):
                 if group["storage"] == "grid_sr" and fmt is not None:
                     from altgrad_lib.rounding import random_bits
                     rbits = random_bits(w_new, fmt.kernel, group["sr_bits"], self.generator)
-                if self.track_stats and fmt is not None:
-                    q_old = w_old if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
+                track = self.track_stats and fmt is not None
+                if track:   # before write(): w_old is p itself for fp32 parameters
+                    delta = w_new - w_old
+                    q_old = w_old.clone() if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
                 write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
-                if self.track_stats and fmt is not None:
+                if track:
                     pf = p.detach().float()
                     q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
-                    self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
+                    self.stats.record(q_old, q_new, delta, fmt, s)
         return loss
 
     # ---- checkpoints
