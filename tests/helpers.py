@@ -87,3 +87,17 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
     xq, wq, gq = q(x, fmt_xw), q(w, fmt_xw), q(grad_y, fmt_g)
     y = xq @ wq.t()
     return y.reshape(*x.shape[:-1], -1), (gq @ wq).reshape(x.shape), gq.t() @ xq
+
+
+def grid_ordinal_bruteforce(values, fmt) -> list[int]:
+    """Signed ordinal of each grid value by a Python scan of the sorted finite values (oracle for optim/grid.py)."""
+    pos = sorted(v for v in fmt._finite if v > 0)
+    out = []
+    for v in values:
+        v = float(v)
+        if v == 0:
+            out.append(0)
+            continue
+        i = pos.index(abs(v)) + 1
+        out.append(i if v > 0 else -i)
+    return out
