@@ -143,12 +143,16 @@ class GridOptimizer(torch.optim.Optimizer):
         if extra is None:
             raise ValueError(f"{type(self).__name__}.load_state_dict: no 'altgrad' entry (generator state); "
                              f"this state_dict was not written by {type(self).__name__}")
+        # torch casts every state tensor to the param's dtype (uint8 codes, bf16 Kahan buffers -> fp32): undo it,
+        # exactly (those values are exact in fp32), from the dtypes saved in the state_dict
+        dtypes = {i: {k: v.dtype for k, v in st.items() if torch.is_tensor(v)} for i, st in sd["state"].items()}
         super().load_state_dict(sd)
-        for group in self.param_groups:    # torch casts every float state tensor to the param's dtype: undo
-            for p in group["params"]:
-                st = self.state.get(p, {})
-                if "comp" in st:
-                    st["comp"] = st["comp"].to(KAHAN_DTYPES[group["kahan_dtype"]])
+        ids = [i for g in sd["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in zip(ids, params):
+            st = self.state.get(p, {})
+            for k, dt in dtypes.get(i, {}).items():
+                st[k] = st[k].to(dt)
         self.generator.set_state(extra["generator"])
         self.stats.load_state_dict(extra["stats"])
 

@@ -1,9 +1,10 @@
 """Low-precision optimizer state: a state tensor (Adam's m or v) stored as 8-bit codes plus fp32 scales.
 
 `StateFormat(fmt="E4M3", block=256, rounding="nearest", min_numel=4096)`: the flattened tensor is cut into blocks
-of `block` elements (0 = one scale for the whole tensor); each block is scaled by s_b = fmt.max / amax_b (an
-all-zero block keeps s_b = 1) and rounded onto the format with our formats.py (RNE, or stochastic with the
-optimizer's generator).  Stored: uint8 codes (the torch float8 bit pattern for formats torch has, formats.encode
+of `block` elements (0 = one scale for the whole tensor); each block is scaled by the power of two
+s_b = 2^floor(log2(fmt.max / amax_b)) (an all-zero block keeps s_b = 1; a power of two makes decoding exact and
+independent of how a kernel divides, at the cost of up to one binade of headroom, as MX's E8M0 scales) and
+rounded onto the format with our formats.py (RNE, or stochastic with the optimizer's generator).  Stored: uint8 codes (the torch float8 bit pattern for formats torch has, formats.encode
 otherwise) + one fp32 scale per block.  Decoding gives Q(x * s_b) / s_b in fp32.  Tensors with fewer than
 `min_numel` elements keep fp32 state (as torchao's and bitsandbytes' 8-bit optimizers do): their cost is
 negligible and they are the sensitive ones (LayerNorm gains, biases).
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from altgrad_lib.formats import ROUNDING_MODES, get_format
+from altgrad_lib.scaling import pow2_floor
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class StateFormat:
         fmt = get_format(self.fmt)
         xb = self._blocks(x)
         amax = xb.abs().amax(dim=1)
-        scale = torch.where(amax > 0, fmt.max / amax, torch.ones_like(amax))
+        scale = torch.where(amax > 0, pow2_floor(fmt.max / amax.clamp_min(2.0**-126)), torch.ones_like(amax))
         q = fmt.quantize(xb * scale[:, None], self.rounding, generator=generator)
         if fmt.native is not None:
             codes = q.to(getattr(torch, fmt.native)).view(torch.uint8)       # exact: q is already on the grid
