@@ -3,7 +3,8 @@
 This is the update geoopt's `RiemannianSGD` takes on `manifold.FP8Manifold` (Riemannian gradient = S * Euclidean
 gradient, retraction = step then round), written with this package's storage modes: with storage "grid_rne"
 and ulp_mode "up" the two take bitwise the same steps (tests/test_optim_manifold.py).  Weight decay enters the
-gradient (L2) before the stiffness, as in geoopt.
+gradient (L2) before the stiffness, as in geoopt.  Momentum buffers the Euclidean gradient here; geoopt buffers
+the Riemannian one (seeded with the first raw gradient), so the two agree bitwise only without momentum.
 """
 from __future__ import annotations
 
