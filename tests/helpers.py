@@ -101,3 +101,19 @@ def grid_ordinal_bruteforce(values, fmt) -> list[int]:
         i = pos.index(abs(v)) + 1
         out.append(i if v > 0 else -i)
     return out
+
+
+def assert_same_state(a, b, path: str = "") -> None:
+    """Recursive bitwise equality of state dicts (tensors: same dtype and values; containers: same keys)."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path

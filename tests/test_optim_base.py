@@ -6,6 +6,7 @@ import io
 
 import pytest
 import torch
+from helpers import assert_same_state
 
 from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
 from altgrad_lib.optim.madam import Madam
@@ -46,20 +47,6 @@ def _roundtrip(obj):
     return torch.load(buf, weights_only=False)
 
 
-def _same(a, b, path=""):
-    if torch.is_tensor(a):
-        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            _same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        for i, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
-
-
 @pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("name", list(OPTS))
 def test_resume_is_bit_exact(name, storage):
@@ -81,7 +68,7 @@ def test_resume_is_bit_exact(name, storage):
     _steps(opt2, params2, gen2, 3)
     for a, b in zip(params, params2):
         assert torch.equal(a, b)
-    _same(opt.state_dict(), opt2.state_dict())
+    assert_same_state(opt.state_dict(), opt2.state_dict())
     assert opt.stats.pop() == opt2.stats.pop()
 
 
