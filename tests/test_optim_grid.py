@@ -27,6 +27,8 @@ def test_fast_ulp_equals_formats_ulp(name, direction):
     f = get_format(name)
     x = probe()
     assert torch.equal(fast_ulp(x, f, direction), f.ulp(x, direction))
+    tz = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) < 0.5
+    assert torch.equal(fast_ulp(x, f, "step", tz), torch.where(tz, f.ulp(x, "down"), f.ulp(x, "up")))
 
 
 @pytest.mark.parametrize("name", FMTS)
