@@ -47,6 +47,7 @@ class GridOptimizer(torch.optim.Optimizer):
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = diag.StepStats(device=dev)
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
+        self._write: Callable = torch.compile(write) if compile else write   # rounding fused too; SR bits come in
         for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
             for p in group["params"]:
                 self._init_state(p, group)
@@ -123,7 +124,7 @@ class GridOptimizer(torch.optim.Optimizer):
                 if track:   # before write(): w_old is p itself for fp32 parameters
                     delta = w_new - w_old
                     q_old = w_old.clone() if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
-                write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+                self._write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
                 if track:
                     pf = p.detach().float()
                     q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
