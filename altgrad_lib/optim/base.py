@@ -24,6 +24,7 @@ from altgrad_lib.formats import get_format
 from altgrad_lib.optim import diagnostics as diag
 from altgrad_lib.optim.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
+from altgrad_lib.rounding import random_bits
 
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
@@ -46,8 +47,9 @@ class GridOptimizer(torch.optim.Optimizer):
         self.generator = torch.Generator(device=dev).manual_seed(self.seed)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = diag.StepStats(device=dev)
+        fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
-        self._write: Callable = torch.compile(write) if compile else write   # rounding fused too; SR bits come in
+        self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
         for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
             for p in group["params"]:
                 self._init_state(p, group)
@@ -114,22 +116,25 @@ class GridOptimizer(torch.optim.Optimizer):
                 self._init_state(p, group)
                 st["step"] += 1
                 s = st.get("grid_scale")
-                w_old = p.detach().float()
-                w_new = self._kernel(self, w_old, p.grad.float(), st, group, fmt, s, lr_t)
                 rbits = None
-                if group["storage"] == "grid_sr" and fmt is not None:
-                    from altgrad_lib.rounding import random_bits
-                    rbits = random_bits(w_new, fmt.kernel, group["sr_bits"], self.generator)
-                track = self.track_stats and fmt is not None
-                if track:   # before write(): w_old is p itself for fp32 parameters
-                    delta = w_new - w_old
-                    q_old = w_old.clone() if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
-                self._write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
-                if track:
-                    pf = p.detach().float()
-                    q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
-                    self.stats.record(q_old, q_new, delta, fmt, s)
+                if group["storage"] == "grid_sr" and fmt is not None:   # drawn outside compiled code
+                    rbits = random_bits(p.detach().float(), fmt.kernel, group["sr_bits"], self.generator)
+                if not (self.track_stats and fmt is not None):
+                    self._fused(self, p, p.grad, st, group, fmt, s, lr_t, rbits)
+                    continue
+                w_old = p.detach().float().clone()
+                w_new = self._kernel(self, w_old, p.grad.float(), st, group, fmt, s, lr_t)
+                q_old = w_old if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
+                write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+                pf = p.detach().float()
+                q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
+                self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
         return loss
+
+    def _update_and_write(self, p: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
+                          s: torch.Tensor | None, lr_t: torch.Tensor, rbits: torch.Tensor | None) -> None:
+        w_new = self._update(p.detach().float(), grad.float(), st, group, fmt, s, lr_t)
+        write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
 
     # ---- checkpoints
     def state_dict(self) -> dict[str, Any]:
