@@ -25,13 +25,14 @@ from altgrad_lib.optim import diagnostics as diag
 from altgrad_lib.optim.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
 from altgrad_lib.rounding import random_bits
+from altgrad_lib.scaling import _choice_error
 
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
 
 def _check(name: str, value: Any, choices: tuple) -> None:
     if value not in choices:
-        raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
+        raise _choice_error(name, value, choices)
 
 
 class GridOptimizer(torch.optim.Optimizer):

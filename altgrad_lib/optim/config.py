@@ -16,13 +16,11 @@ Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
-STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")       # = storage.STORAGE_MODES (torch-free copy)
-STIFFNESS_KINDS = ("ulp", "mantissa")
-ULP_MODES = ("step", "up", "down", "mean")
+from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
+
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile")
 _ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel")
@@ -122,5 +120,3 @@ class OptimConfig:
             bits.append(f"m{self.state_m or 'fp32'}v{self.state_v or 'fp32'}")
         return "/".join(bits)
 
-    def keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(self))

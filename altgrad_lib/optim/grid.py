@@ -26,10 +26,9 @@ import math
 
 import torch
 
+from altgrad_lib.choices import STIFFNESS_KINDS, ULP_MODES
 from altgrad_lib.formats import FloatFormat, get_format
 
-ULP_MODES = ("step", "up", "down", "mean")
-STIFFNESS_KINDS = ("ulp", "mantissa")
 
 
 def grid_exp(w: torch.Tensor, fmt: FloatFormat | str, headroom: int = 1) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from altgrad_lib.formats import ROUNDING_MODES, get_format
+from altgrad_lib.formats import get_format
 from altgrad_lib.scaling import pow2_floor
 
 
@@ -40,7 +40,6 @@ class StateFormat:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}={v!r} is invalid; valid: an int >= 0")
-        assert set(ROUNDING_MODES) >= {self.rounding}
 
     def short_str(self) -> str:
         blk = f"b{self.block}" if self.block else "t"

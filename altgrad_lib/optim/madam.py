@@ -49,6 +49,3 @@ class Madam(GridOptimizer):
         gn = gn.clamp(-group["g_bound"], group["g_bound"])
         w_new = w * (1 - lr_t * group["weight_decay"]) * torch.exp(-lr_t * gn * torch.sign(w))
         return torch.maximum(torch.minimum(w_new, st["max"]), -st["max"])
-
-    def _group_tag(self, group: dict[str, Any]) -> str:
-        return ""

@@ -14,6 +14,8 @@ geoopt 0.5.1 works with torch 2.13 for these calls (tests/test_optim_manifold.py
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from geoopt.manifolds import Manifold
 
@@ -32,7 +34,7 @@ class FP8Manifold(Manifold):
                  seed: int = 0, sr_bits: int | None = None) -> None:
         super().__init__()
         self.fmt = get_format(fmt)
-        m, _ = __import__("math").frexp(scale)
+        m, _ = math.frexp(scale)
         if scale <= 0 or m != 0.5:
             raise ValueError(f"scale={scale!r} must be a positive power of two (it keeps the grid exact)")
         self.scale, self.stochastic, self.sr_bits = float(scale), bool(stochastic), sr_bits

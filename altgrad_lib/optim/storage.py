@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from altgrad_lib.choices import STORAGE_MODES
 from altgrad_lib.formats import FloatFormat
 from altgrad_lib.optim.grid import to_grid
 
-STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")
 KAHAN_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
