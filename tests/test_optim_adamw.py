@@ -132,3 +132,19 @@ def test_validation_errors_name_the_choices():
     with pytest.raises(ValueError, match="needs a weight format"):
         AdamW([p], storage="grid_sr")
     assert GridAdamW([p], fmt="E4M3", storage="grid_sr", clip_ulp=4).short_str() == "grid_adamw[e4m3fn/grid_sr/step/clip4]"
+
+
+def test_stiffness_ablations_at_zero():
+    """The seed's S = 2^(floor(log2|w|) - M) is 0 at w = 0, so a zero weight never moves; the exponent-aware
+    ULP moves it one subnormal step; damping S + delta moves it by lr * delta."""
+    out = {}
+    for kind, damping in (("mantissa", 0.0), ("ulp", 0.0), ("mantissa", 2.0**-7)):
+        p = torch.nn.Parameter(torch.zeros(2))
+        opt = GridAdamW([p], lr=1.0, betas=(0.0, 0.0), eps=0.0, fmt="E4M3", grid_exp=0, stiffness=kind,
+                        damping=damping)
+        p.grad = torch.tensor([1.0, -1.0])
+        opt.step()
+        out[(kind, damping)] = p.detach().tolist()
+    assert out[("mantissa", 0.0)] == [0.0, 0.0]
+    assert out[("ulp", 0.0)] == [-2.0**-9, 2.0**-9]
+    assert out[("mantissa", 2.0**-7)] == [-2.0**-7, 2.0**-7]
