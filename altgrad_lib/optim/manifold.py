@@ -37,13 +37,15 @@ class FP8Manifold(Manifold):
         m, _ = math.frexp(scale)
         if scale <= 0 or m != 0.5:
             raise ValueError(f"scale={scale!r} must be a positive power of two (it keeps the grid exact)")
-        self.scale, self.stochastic, self.sr_bits = float(scale), bool(stochastic), sr_bits
-        self.generator = torch.Generator().manual_seed(int(seed)) if stochastic else None
+        self.scale, self.stochastic, self.sr_bits, self.seed = float(scale), bool(stochastic), sr_bits, int(seed)
+        self.generator: torch.Generator | None = None     # created on the points' device at the first SR draw
 
     # ---- the grid
     def projx(self, x: torch.Tensor) -> torch.Tensor:
         xs = x * self.scale
         if self.stochastic:
+            if self.generator is None:
+                self.generator = torch.Generator(device=x.device).manual_seed(self.seed)
             rb = random_bits(xs, self.fmt.kernel, self.sr_bits, self.generator)
             return self.fmt.quantize_with_bits(xs, rb, self.sr_bits) / self.scale
         return self.fmt.quantize(xs) / self.scale
