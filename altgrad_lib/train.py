@@ -24,6 +24,7 @@ import yaml
 
 from altgrad_lib import checkpoint as ckpt
 from altgrad_lib.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
+from altgrad_lib.optim.factory import step_metrics
 from altgrad_lib.progress import progress_bar
 from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, NUMERICS_VERSION, PRECISIONS,  # noqa: F401
                                       TrainConfig, lr_at, parse_overrides)
@@ -62,7 +63,10 @@ def freeze_blocks(model: torch.nn.Module) -> int:
     return len(frozen)
 
 
-def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    if cfg.optimizer != "adamw" or cfg.optim:   # the format-aware optimizers (altgrad_lib/optim/factory.py)
+        from altgrad_lib.optim.factory import build_optimizer
+        return build_optimizer(model, cfg, device)
     # weight decay only on matrices (Linear/Embedding weights), never on LayerNorm gains or biases
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
@@ -268,7 +272,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 it = step - 1
                 lr = lr_at(it, cfg)
                 for g in optimizer.param_groups:
-                    g["lr"] = lr
+                    g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
                 x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
                                         device=device)                                   # (B, T)
                 snap = ckpt.snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
@@ -295,6 +299,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 diag.after_step(step, loss_v, grad_norm, lr)
                 m = {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm}
                 if step % cfg.log_interval == 0 or step == cfg.max_steps:
+                    m.update(step_metrics(optimizer))   # stall rate / Δcode when optim.track_stats
                     writer.log(step, {**m, "perf/tokens_per_s": tokens_per_step / max(dt, 1e-9)})
                 if (cfg.eval_interval and step % cfg.eval_interval == 0) or step == cfg.max_steps:
                     val = evaluate(fwd, corpus, cfg, device)

@@ -14,13 +14,14 @@ import json
 import math
 import re
 import types
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import BACKENDS, CORPORA, DEVICES, LOGGERS, PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS
+from altgrad_lib.choices import (BACKENDS, CORPORA, DEVICES, LOGGERS, OPTIMIZERS, PRECISIONS, RECIPE_ALIASES,
+                                 RECIPES, TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
 
@@ -34,6 +35,8 @@ NUMERICS_VERSION = 2
 # Other names accepted for a key. Notebooks call the compile flag `compile_model` (a global `compile` would shadow
 # the builtin), and their params/*.yaml files also go to `altgrad train -f`.
 KEY_ALIASES = {"compile_model": "compile"}
+# fields added after runs existed: hashed only when set, so every earlier run keeps its hash (and run name)
+_HASHED_IF_SET = {"optimizer": "adamw", "optim": {}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -41,13 +44,18 @@ KEY_ALIASES = {"compile_model": "compile"}
 
 
 def _key(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
-    """A TrainConfig field with its meaning and valid choices: the one source of `altgrad train --help`."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+    """A TrainConfig field with its meaning and valid choices: the one source of `altgrad train --help`.
+    A dict default is given through a factory (a fresh copy per config)."""
+    meta = {"help": help, "choices": choices}
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
     """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
-    return [(f.name, f.default, f.metadata["help"], f.metadata["choices"]) for f in fields(TrainConfig)]
+    return [(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory(), f.metadata["help"],
+             f.metadata["choices"]) for f in fields(TrainConfig)]
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,11 @@ class TrainConfig:
     compile: bool = _key(False, "torch.compile the model")
     device: str = _key("auto", "auto = cuda if available else cpu", (*DEVICES, "cuda:<i>"))
     deterministic: bool = _key(False, "torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)")
+    # optimizer (altgrad_lib.optim; its config.py documents every optim key)
+    optimizer: str = _key("adamw", "optimizer (altgrad_lib/optim): adamw = torch AdamW on fp32 master weights; the others "
+                                   "step in grid units of the weight format", OPTIMIZERS)
+    optim: dict = _key({}, "optimizer settings (optim/config.py), e.g. {storage: grid_sr, lr: 1.0}; {} with adamw "
+                           "= torch AdamW")
     # bookkeeping
     eval_interval: int = _key(25, "steps between validation evals; 0 = only at step 0 and at the end")
     eval_iters: int = _key(4, "validation batches per eval (the same batches in every eval and run)")
@@ -117,6 +130,12 @@ class TrainConfig:
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
         elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
             object.__setattr__(self, "recipe", RECIPE_ALIASES[self.recipe])
+        object.__setattr__(self, "optim", copy.deepcopy(self.optim))
+        from altgrad_lib.optim.config import OptimConfig   # torch-free
+        try:
+            OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"TrainConfig.optimizer/optim: {one_line(e)}") from e
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("mlp", self.mlp, MLPS)
@@ -199,7 +218,8 @@ class TrainConfig:
 
     def config_hash(self) -> str:
         """sha256 over the canonical JSON of every field that can change the run's numbers + NUMERICS_VERSION."""
-        d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS}
+        d = {k: v for k, v in self.to_dict().items() if k not in NON_RESULT_FIELDS
+             and not (k in _HASHED_IF_SET and v == _HASHED_IF_SET[k])}
         d["_numerics_version"] = NUMERICS_VERSION
         return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

@@ -135,3 +135,33 @@ def read_wandb_history(path) -> list[dict]:
             if rec.WhichOneof("record_type") == "history":
                 rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item})
     return rows
+
+
+def grid_ordinal_bruteforce(values, fmt) -> list[int]:
+    """Signed ordinal of each grid value by a Python scan of the sorted finite values (oracle for optim/grid.py)."""
+    pos = sorted(v for v in fmt._finite if v > 0)
+    out = []
+    for v in values:
+        v = float(v)
+        if v == 0:
+            out.append(0)
+            continue
+        i = pos.index(abs(v)) + 1
+        out.append(i if v > 0 else -i)
+    return out
+
+
+def assert_same_state(a, b, path: str = "") -> None:
+    """Recursive bitwise equality of state dicts (tensors: same dtype and values; containers: same keys)."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path

@@ -1,0 +1,39 @@
+"""The format-aware optimizer (issue 9): steps measured in grid units, weights stored on the grid.
+
+Files (one job each):
+  grid.py         the grid of one weight tensor (format / fixed power-of-two scale), ULP in the step's direction,
+                  stiffness variants (exponent-aware "ulp", the seed's "mantissa", damping), code ordinals
+  storage.py      weight storage modes: fp32 master, grid_rne, grid_sr (seeded stochastic rounding), kahan
+  base.py         GridOptimizer: param groups with fmt/storage, the step loop, LR as a tensor, SR generator and
+                  diagnostic counters in state_dict (bit-exact resume)
+  adamw.py        AdamW (ours, any storage / low-precision state), StiffnessAdamW (the naive baseline),
+                  GridAdamW (Δw = -lr_ulp · ULP(w) · m̂/(√v̂+ε))
+  wrapper.py      StiffnessWrapper: any optimizer on g · S(w)^a(t) with a stiffness schedule a(t)
+  madam.py        Madam (multiplicative, Bernstein et al. 2021)
+  sgd.py          GridSGD: w - lr · S(w) · g (what geoopt's RiemannianSGD does on FP8Manifold)
+  lowp_state.py   StateFormat: m / v as 8-bit codes + per-tensor or per-block fp32 scales; state_bytes
+  manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
+  diagnostics.py  stall rate, Δcode histogram, code usage / entropy (plain functions) and StepStats
+  config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
+  factory.py      build_optimizer(model, cfg): what train.py calls
+
+Names are imported lazily (torch-free `config` stays cheap for TrainConfig).
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "GridOptimizer": "base", "AdamW": "adamw", "StiffnessAdamW": "adamw", "GridAdamW": "adamw",
+    "StiffnessWrapper": "wrapper", "Madam": "madam", "GridSGD": "sgd", "StateFormat": "lowp_state",
+    "state_bytes": "lowp_state", "FP8Manifold": "manifold", "stall_rate": "diagnostics",
+    "delta_code_hist": "diagnostics", "code_usage": "diagnostics", "code_entropy_bits": "diagnostics",
+    "OptimConfig": "config", "build_optimizer": "factory", "STORAGE_MODES": "storage",
+}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'altgrad_lib.optim' has no attribute {name!r}")

@@ -1,0 +1,174 @@
+"""`GridOptimizer`: what every optimizer of this package shares (param groups with a weight format and a storage
+mode, the step loop, the seeded stochastic-rounding generator, bit-exact state_dict, per-step diagnostics).
+
+A subclass implements `_update(p, g, st, group, fmt, s, lr_t) -> w_new` (fp32, weight decay included) and
+`_init_extra(p, st, group)`; the base class rounds w_new into param.data per the group's storage mode.
+
+Per-group options (besides each optimizer's own): fmt (None or a format name: the weight's grid; None = an
+fp32 parameter), storage (storage.STORAGE_MODES), grid_headroom (binades above the first amax, grid.py),
+grid_exp (None = from the first amax; an int k fixes the grid to grid(fmt) / 2^k, 0 = the unscaled format),
+kahan_dtype ("bf16" | "fp32"), sr_bits (stochastic rounding random bits; None = full precision).
+
+The LR is copied each step into a 0-d tensor per group, so a schedule that changes group["lr"] never forces
+a recompilation of the compiled update (`compile=True`); the step count is a tensor for the same reason.
+Stochastic rounding draws from `self.generator` (seeded, on the parameters' device) outside the compiled
+update; its state is part of state_dict(), as are the diagnostic counters (track_stats=True).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from altgrad_lib.formats import get_format
+from altgrad_lib.optim import diagnostics as diag
+from altgrad_lib.optim.grid import grid_exp, grid_scale, to_grid
+from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
+from altgrad_lib.rounding import random_bits
+from altgrad_lib.scaling import _choice_error
+
+_COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
+
+
+def _check(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise _choice_error(name, value, choices)
+
+
+class GridOptimizer(torch.optim.Optimizer):
+    """Base class; see the module docstring."""
+
+    tag = "grid"          # short_str prefix
+
+    def __init__(self, params, defaults: dict[str, Any], *, seed: int = 0, track_stats: bool = False,
+                 compile: bool = False) -> None:
+        self.seed, self.track_stats, self.compiled = int(seed), bool(track_stats), bool(compile)
+        super().__init__(params, {**_COMMON, **defaults})
+        dev = self.param_groups[0]["params"][0].device
+        self.generator = torch.Generator(device=dev).manual_seed(self.seed)
+        self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
+        self.stats = diag.StepStats(device=dev)
+        fused = type(self)._update_and_write
+        self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
+        self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
+        for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
+            for p in group["params"]:
+                self._init_state(p, group)
+
+    # ---- groups and state
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        super().add_param_group(group)
+        g = self.param_groups[-1]
+        _check("storage", g["storage"], STORAGE_MODES)
+        _check("kahan_dtype", g["kahan_dtype"], tuple(KAHAN_DTYPES))
+        if g["fmt"] is not None:
+            g["fmt"] = get_format(g["fmt"]).name      # a name, so state_dict()["param_groups"] stays plain data
+        elif on_grid(g["storage"]):
+            raise ValueError(f"storage={g['storage']!r} needs a weight format (fmt=None only allows 'fp32')")
+        if g["lr"] < 0 or g.get("weight_decay", 0.0) < 0:
+            raise ValueError(f"lr={g['lr']!r} and weight_decay={g.get('weight_decay')!r} must be >= 0")
+        self._check_group(g)
+        if hasattr(self, "_lr_t"):
+            self._lr_t.append(torch.zeros((), dtype=torch.float32, device=g["params"][0].device))
+            for p in g["params"]:
+                self._init_state(p, g)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Validate a subclass's own options (override)."""
+
+    @torch.no_grad()
+    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        st = self.state[p]
+        if st:
+            return
+        st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+        if group["fmt"] is not None:
+            fmt = get_format(group["fmt"])
+            k = grid_exp(p, fmt, group["grid_headroom"]) if group["grid_exp"] is None else int(group["grid_exp"])
+            st["grid_scale"] = grid_scale(k).to(p.device)
+            if on_grid(group["storage"]):
+                p.copy_(to_grid(p.float(), fmt, st["grid_scale"]).to(p.dtype))
+            if group["storage"] == "kahan":
+                st["comp"] = torch.zeros_like(p, dtype=KAHAN_DTYPES[group["kahan_dtype"]])
+        self._init_extra(p, st, group)
+
+    def _init_extra(self, p: torch.Tensor, st: dict[str, Any], group: dict[str, Any]) -> None:
+        """Create the optimizer's own state tensors (override)."""
+
+    # ---- the step
+    def _update(self, p: torch.Tensor, g: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
+                s: torch.Tensor | None, lr_t: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for gi, group in enumerate(self.param_groups):
+            fmt = get_format(group["fmt"]) if group["fmt"] is not None else None
+            lr_t = self._lr_t[gi]
+            lr_t.fill_(group["lr"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                self._init_state(p, group)
+                st["step"] += 1
+                s = st.get("grid_scale")
+                rbits = None
+                if group["storage"] == "grid_sr" and fmt is not None:   # drawn outside compiled code
+                    rbits = random_bits(p.detach().float(), fmt.kernel, group["sr_bits"], self.generator)
+                if not (self.track_stats and fmt is not None):
+                    self._fused(self, p, p.grad, st, group, fmt, s, lr_t, rbits)
+                    continue
+                w_old = p.detach().float().clone()
+                w_new = self._kernel(self, w_old, p.grad.float(), st, group, fmt, s, lr_t)
+                q_old = w_old if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
+                write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+                pf = p.detach().float()
+                q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
+                self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
+        return loss
+
+    def _update_and_write(self, p: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
+                          s: torch.Tensor | None, lr_t: torch.Tensor, rbits: torch.Tensor | None) -> None:
+        w_new = self._update(p.detach().float(), grad.float(), st, group, fmt, s, lr_t)
+        write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+
+    # ---- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        sd = super().state_dict()
+        sd["altgrad"] = {"generator": self.generator.get_state(), "stats": self.stats.state_dict(),
+                         "seed": self.seed}
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        sd = dict(state_dict)
+        extra = sd.pop("altgrad", None)
+        if extra is None:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: no 'altgrad' entry (generator state); "
+                             f"this state_dict was not written by {type(self).__name__}")
+        # torch casts every state tensor to the param's dtype (uint8 codes, bf16 Kahan buffers -> fp32): undo it,
+        # exactly (those values are exact in fp32), from the dtypes saved in the state_dict
+        dtypes = {i: {k: v.dtype for k, v in st.items() if torch.is_tensor(v)} for i, st in sd["state"].items()}
+        super().load_state_dict(sd)
+        ids = [i for g in sd["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in zip(ids, params):
+            st = self.state.get(p, {})
+            for k, dt in dtypes.get(i, {}).items():
+                st[k] = st[k].to(dt)
+        self.generator.set_state(extra["generator"])
+        self.stats.load_state_dict(extra["stats"])
+
+    # ---- printing
+    def short_str(self) -> str:
+        """e.g. "grid_adamw[e4m3fn/grid_sr]" (groups with a format; fp32 groups are not listed)."""
+        parts = sorted({f"{get_format(g['fmt']).short_str()}/{g['storage']}{self._group_tag(g)}"
+                        for g in self.param_groups if g["fmt"] is not None})
+        return f"{self.tag}[{', '.join(parts) or 'fp32'}]"
+
+    def _group_tag(self, group: dict[str, Any]) -> str:
+        return ""

@@ -1,0 +1,122 @@
+"""`OptimConfig`: TrainConfig's `optimizer` + `optim:` section, validated (torch-free, so TrainConfig stays cheap).
+
+    optimizer: grid_adamw          # OPTIMIZERS
+    optim: {lr: 1.0, storage: grid_sr, state_m: E4M3, state_v: E5M2}
+
+`optimizer: adamw` with an empty `optim` is torch.optim.AdamW (the default, unchanged path); any `optim` key
+selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus its own, see OWN_KEYS):
+  lr            peak LR in the optimizer's own units, following TrainConfig's warmup + cosine shape;
+                None = TrainConfig.lr (adamw, stiffness_adamw, grid_sgd), 1.0 ULP (grid_adamw), 0.01 (madam)
+  storage       storage.STORAGE_MODES: fp32 (master weight; the forward fake-quantizes it) | grid_rne | grid_sr | kahan
+  weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes
+  grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
+  track_stats   stall rate / Δcode metrics (optim/*) at every log step; compile: torch.compile the update
+Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
+(grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
+
+ROUNDINGS = ("nearest", "stochastic")
+SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile")
+_ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel")
+OWN_KEYS = {
+    "adamw": _ADAM,
+    "stiffness_adamw": _ADAM + ("stiffness", "damping"),
+    "grid_adamw": _ADAM + ("stiffness", "damping", "ulp_mode", "clip_ulp"),
+    "madam": ("beta2", "p_scale", "g_bound"),
+    "grid_sgd": ("momentum", "stiffness", "damping", "ulp_mode"),
+}
+DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01}
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: str = "adamw"
+    lr: float | None = None
+    storage: str = "fp32"
+    weight_fmt: str | None = None
+    grid_headroom: int = 1
+    kahan_dtype: str = "bf16"
+    sr_bits: int | None = None
+    track_stats: bool = False
+    compile: bool = False
+    eps: float = 1e-8
+    state_m: str | None = None
+    state_v: str | None = None
+    state_block: int = 256
+    state_rounding: str = "nearest"
+    state_min_numel: int = 4096
+    stiffness: str = "ulp"
+    damping: float = 0.0
+    ulp_mode: str = "step"
+    clip_ulp: float | None = None
+    beta2: float = 0.999
+    p_scale: float = 3.0
+    g_bound: float = 10.0
+    momentum: float = 0.0
+    explicit: tuple = field(default=(), compare=False)     # the keys the user set
+
+    def __post_init__(self) -> None:
+        for name, value, choices in (("optimizer", self.name, OPTIMIZERS), ("optim.storage", self.storage, STORAGE_MODES),
+                                     ("optim.kahan_dtype", self.kahan_dtype, ("bf16", "fp32")),
+                                     ("optim.stiffness", self.stiffness, STIFFNESS_KINDS),
+                                     ("optim.ulp_mode", self.ulp_mode, ULP_MODES),
+                                     ("optim.state_rounding", self.state_rounding, ROUNDINGS)):
+            if value not in choices:
+                raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
+        for name in ("lr", "clip_ulp"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: None or a number > 0")
+        for name in ("eps", "damping", "momentum"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: a number >= 0")
+        for name in ("grid_headroom", "state_block", "state_min_numel"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: an int >= 0")
+        for name in ("weight_fmt", "state_m", "state_v"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v):
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: None or a format name such as 'E4M3'")
+        for name in ("track_stats", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"optim.{name}={getattr(self, name)!r} is invalid; valid choices: True, False")
+        if not 0 <= self.beta2 < 1 or not 0 <= self.momentum < 1:
+            raise ValueError(f"optim.beta2={self.beta2!r} and optim.momentum={self.momentum!r} must be in [0, 1)")
+
+    @classmethod
+    def from_dict(cls, name: str, optim: Mapping[str, Any] | None) -> "OptimConfig":
+        optim = dict(optim or {})
+        if name not in OPTIMIZERS:
+            raise ValueError(f"optimizer={name!r} is invalid; valid choices: {OPTIMIZERS}")
+        valid = SHARED_KEYS + OWN_KEYS[name]
+        bad = sorted(set(optim) - set(valid))
+        if bad:
+            raise ValueError(f"optim key(s) {bad} do not apply to optimizer {name!r}; valid keys: {valid}")
+        return cls(name=name, explicit=tuple(sorted(optim)), **optim)
+
+    @property
+    def is_torch_adamw(self) -> bool:
+        """The default path: torch.optim.AdamW, nothing of this package."""
+        return self.name == "adamw" and not self.explicit
+
+    def peak_lr(self, train_lr: float) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR.get(self.name, train_lr)
+
+    def short_str(self) -> str:
+        if self.is_torch_adamw:
+            return "adamw"
+        bits = [self.name, self.storage]
+        if self.lr is not None:
+            bits.append(f"lr{self.lr:g}")
+        if self.state_m or self.state_v:
+            bits.append(f"m{self.state_m or 'fp32'}v{self.state_v or 'fp32'}")
+        return "/".join(bits)
+

@@ -1,0 +1,115 @@
+"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (train.py's only entry point here).
+
+Parameter groups: (weight format, decay) — matrices get TrainConfig.weight_decay, vectors none.  Which weights
+have a format (and so a grid, a stiffness, grid storage): by default the weights the recipe fake-quantizes
+(`QuantizedLinear.w_quant`, backend "sim"), each with the recipe's weight format; `optim.weight_fmt` instead
+puts every transformer-block Linear weight on that format's grid (also under a bf16 recipe).  Everything else
+(embeddings, LayerNorm, biases, high-precision layers) is an fp32 parameter: plain AdamW steps for the Adam
+family, the optimizer's own rule for madam / grid_sgd.
+
+Grid storage (grid_rne / grid_sr / kahan): the stored weight *is* the forward weight, so the recipe's weight
+quantizer of those layers is removed (it would round the on-grid values a second time with its own
+per-tensor scale).  Needs backend "sim".
+
+Each group carries `lr_mult` = the group's peak LR / TrainConfig.lr; train.py sets lr = schedule(it) * lr_mult.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from altgrad_lib.formats import get_format
+from altgrad_lib.optim.config import OptimConfig
+from altgrad_lib.optim.storage import on_grid
+
+SR_SEED_OFFSET = 7919     # the SR generator's seed = TrainConfig.seed + this (distinct from the model's streams)
+
+
+def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, tuple[str, str]]:
+    """id(param) -> (format name, module fqn) for the weights that live on a grid."""
+    from altgrad_lib.surgery import LAYER_CLASSES, QuantizedLinear, layer_class_of
+
+    out: dict[int, tuple[str, str]] = {}
+    for fqn, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or not mod.weight.requires_grad:
+            continue
+        if weight_fmt is not None:
+            cls = layer_class_of(fqn)
+            if cls in LAYER_CLASSES and cls != "lm_head":
+                out[id(mod.weight)] = (get_format(weight_fmt).name, fqn)
+        elif isinstance(mod, QuantizedLinear) and mod.w_quant is not None:
+            out[id(mod.weight)] = (mod.w_quant.spec.fmt.name, fqn)
+    return out
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """The optimizer of TrainConfig `cfg` (optimizer + optim); see the module docstring."""
+    from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
+    from altgrad_lib.optim.madam import Madam
+    from altgrad_lib.optim.sgd import GridSGD
+
+    oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
+    if on_grid(oc.storage) and cfg.backend != "sim":
+        raise ValueError(f"optim.storage={oc.storage!r} needs backend 'sim' (got {cfg.backend!r}); valid storage "
+                         f"for hardware backends: 'fp32'")
+    fmts = weight_formats(model, oc.weight_fmt)
+    if on_grid(oc.storage) and not fmts:
+        raise ValueError(f"optim.storage={oc.storage!r} but no weight has a format (recipe {cfg.recipe_name!r} "
+                         f"quantizes no weight): set optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
+    peak = oc.peak_lr(cfg.lr)
+    own_units = oc.name in ("grid_adamw", "madam")       # lr not in weight units: convert the decay
+    groups: dict[tuple, dict[str, Any]] = {}
+    for p in (p for p in model.parameters() if p.requires_grad):
+        fmt = fmts.get(id(p), (None, ""))[0]
+        decays = p.dim() >= 2
+        lr = peak if (fmt is not None or oc.name in ("madam", "grid_sgd")) else (
+            cfg.lr if oc.name == "grid_adamw" else peak)
+        wd = cfg.weight_decay if decays else 0.0
+        if own_units and lr != cfg.lr:
+            wd = wd * cfg.lr / lr
+        key = (fmt, wd, lr)
+        if key not in groups:
+            groups[key] = {"params": [], "fmt": fmt, "weight_decay": wd, "lr": lr, "lr_mult": lr / cfg.lr,
+                           "storage": oc.storage if fmt is not None else "fp32"}
+        groups[key]["params"].append(p)
+    common = dict(seed=cfg.seed + SR_SEED_OFFSET, track_stats=oc.track_stats, compile=oc.compile,
+                  grid_headroom=oc.grid_headroom, kahan_dtype=oc.kahan_dtype, sr_bits=oc.sr_bits)
+    adam = dict(betas=(cfg.beta1, cfg.beta2), eps=oc.eps, **_state_formats(oc))
+    stiff = dict(stiffness=oc.stiffness, damping=oc.damping)
+    glist = list(groups.values())
+    if oc.name == "adamw":
+        opt = AdamW(glist, lr=cfg.lr, **adam, **common)
+    elif oc.name == "stiffness_adamw":
+        opt = StiffnessAdamW(glist, lr=cfg.lr, **adam, **stiff, **common)
+    elif oc.name == "grid_adamw":
+        opt = GridAdamW(glist, lr=peak, **adam, **stiff, ulp_mode=oc.ulp_mode, clip_ulp=oc.clip_ulp, **common)
+    elif oc.name == "madam":
+        opt = Madam(glist, lr=peak, beta2=oc.beta2, p_scale=oc.p_scale, g_bound=oc.g_bound, **common)
+    else:
+        opt = GridSGD(glist, lr=peak, momentum=oc.momentum, **stiff, ulp_mode=oc.ulp_mode, **common)
+    if on_grid(oc.storage):
+        _drop_weight_quantizers(model, fmts)
+    return opt
+
+
+def _state_formats(oc: OptimConfig) -> dict[str, Any]:
+    def one(fmt: str | None):
+        return None if fmt is None else {"fmt": fmt, "block": oc.state_block, "rounding": oc.state_rounding,
+                                         "min_numel": oc.state_min_numel}
+    return {"state_m": one(oc.state_m), "state_v": one(oc.state_v)}
+
+
+def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:
+    from altgrad_lib.surgery import QuantizedLinear
+
+    for _, fqn in fmts.values():
+        mod = model.get_submodule(fqn)
+        if isinstance(mod, QuantizedLinear):
+            mod.w_quant = None
+
+
+def step_metrics(optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """Diagnostics since the last call (stall rate, Δcode fractions) when the optimizer tracks them, else {}."""
+    stats = getattr(optimizer, "stats", None)
+    return stats.pop() if stats is not None and getattr(optimizer, "track_stats", False) else {}

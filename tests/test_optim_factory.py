@@ -1,0 +1,96 @@
+"""optim/factory.py: parameter groups from the recipe, grid storage replaces the weight quantizer, and bit-exact
+resume of training after a simulated crash for every optimizer and every storage mode (tiny model)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import assert_same_state
+
+from altgrad_lib.formats import get_format
+from altgrad_lib.optim.factory import build_optimizer
+from altgrad_lib.surgery import QuantizedLinear
+from altgrad_lib.train import TrainConfig, _build_model, train
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
+            max_steps=6, warmup_steps=2, eval_interval=3, eval_iters=1, ckpt_interval=3, recipe="fp8_hybrid",
+            lr=2e-3)
+
+
+def _model(cfg):
+    torch.manual_seed(0)
+    model, _ = _build_model(cfg, 512, verbose=False)
+    return model
+
+
+def test_groups_follow_the_recipe_and_grid_storage_drops_weight_quantizers():
+    cfg = TrainConfig.from_dict({**TINY, "optimizer": "grid_adamw", "optim": {"storage": "grid_sr", "lr": 0.5}})
+    model = _model(cfg)
+    opt = build_optimizer(model, cfg)
+    fmt_groups = [g for g in opt.param_groups if g["fmt"] is not None]
+    qlin = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    assert {id(p) for g in fmt_groups for p in g["params"]} == {id(m.weight) for m in qlin}
+    assert all(g["fmt"] == "E4M3" and g["lr"] == 0.5 and g["lr_mult"] == 0.5 / 2e-3 for g in fmt_groups)
+    assert all(g["weight_decay"] == pytest.approx(0.1 * 2e-3 / 0.5) for g in fmt_groups)   # AdamW's per-step decay
+    hp = [g for g in opt.param_groups if g["fmt"] is None]
+    assert all(g["lr"] == 2e-3 and g["storage"] == "fp32" for g in hp)
+    assert all(m.w_quant is None for m in qlin)            # the stored weight is the forward weight
+    f = get_format("E4M3")
+    for m in qlin:
+        s = opt.state[m.weight]["grid_scale"]
+        assert torch.equal(f.quantize(m.weight.detach() * s), m.weight.detach() * s)
+
+
+def test_weight_fmt_under_bf16_and_errors():
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optimizer": "adamw", "optim": {"storage": "kahan",
+                                                                                           "weight_fmt": "E5M2"}})
+    opt = build_optimizer(_model(cfg), cfg)
+    assert {g["fmt"] for g in opt.param_groups} == {"E5M2", None}
+    bad = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"storage": "grid_sr"}})
+    with pytest.raises(ValueError, match="weight_fmt"):
+        build_optimizer(_model(bad), bad)
+    hw = TrainConfig.from_dict({**TINY, "backend": "torchao", "optim": {"storage": "grid_sr"}})
+    with pytest.raises(ValueError, match="needs backend 'sim'"):
+        build_optimizer(_model(hw), hw)
+
+
+class Crash(Exception):
+    pass
+
+
+def _crash_at(k):
+    def on_step(step, metrics):
+        if step == k:
+            raise Crash(step)
+    return on_step
+
+
+def _lines(d: Path) -> list[str]:
+    return [ln for ln in (d / "metrics.csv").read_text().splitlines() if ",perf/" not in ln]
+
+
+# every optimizer and every storage mode at least once; SR low-precision states and stats in the first
+CASES = [("adamw", {"storage": "grid_sr", "state_m": "E4M3", "state_v": "E5M2", "state_min_numel": 512,
+                    "state_rounding": "stochastic", "track_stats": True}),
+         ("stiffness_adamw", {"storage": "fp32"}),
+         ("grid_adamw", {"storage": "kahan", "track_stats": True}),
+         ("madam", {"storage": "grid_rne"}),
+         ("grid_sgd", {"storage": "grid_sr", "lr": 1.0})]
+
+
+@pytest.mark.parametrize("optimizer, optim", CASES, ids=[c[0] for c in CASES])
+def test_resume_after_crash_is_bit_exact(tmp_path, optimizer, optim):
+    kw = {**TINY, "optimizer": optimizer, "optim": optim}
+    ref = train(TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "ref")}), progress=False, verbose=False)
+    cfg = TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "crash")})
+    with pytest.raises(Crash):                      # after step 4: resumes from the step-3 checkpoint
+        train(cfg, progress=False, verbose=False, on_step=_crash_at(4))
+    run = train(cfg, progress=False, verbose=False)
+    assert run.status == "completed" and _lines(run.dir) == _lines(ref.dir)
+    sa = torch.load(ref.dir / "checkpoints" / "last.pt", weights_only=False)
+    sb = torch.load(run.dir / "checkpoints" / "last.pt", weights_only=False)
+    assert_same_state(sa["model"], sb["model"], "model")
+    assert_same_state(sa["optimizer"], sb["optimizer"], "optimizer")     # incl. SR generator, codes, scales
+    if optim.get("track_stats"):
+        assert any("optim/stall_rate" in ln for ln in _lines(ref.dir))
