@@ -34,6 +34,15 @@ def test_ci_study_file_expands_to_2_formats_x_2_seeds():
     assert [p.config.freeze_blocks for p in pts] == [False] * 4 + [True] * 2
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
+    s = Study.from_yaml(path)
+    pts = s.expand()
+    for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names)
+        assert c["baseline"] in {p.config.recipe_name if c["axis"] == "recipe" else getattr(p.config, c["axis"])
+                                 for p in pts}, (path.name, c)
+
+
 def test_run_names_are_stable_and_match_notebook_runs():
     s = Study.from_yaml(CI_STUDY)
     a, b = s.expand(), Study.from_yaml(CI_STUDY).expand()
