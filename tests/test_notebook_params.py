@@ -240,3 +240,24 @@ def test_papermill_rejects_a_bad_backend_before_anything_trains(tmp_path, monkey
     assert not (outputs / "runs").exists()
     nb = json.loads((tmp_path / "bad.ipynb").read_text())
     assert any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+
+
+@pytest.mark.slow
+def test_papermill_rejects_a_bad_comparison_before_the_study_trains(tmp_path, monkeypatch):
+    import papermill as pm
+
+    outputs = tmp_path / "outputs"
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(outputs))
+    src = _first_cells(ROOT / "notebooks" / "06_analysis.ipynb", tmp_path / "06.ipynb")
+    for params, message in (({"comparison_axis": "recipes", "baseline": "hp"},
+                             "comparison_axis='recipes': 'recipes' invalid; valid choices: ('recipe', 'freeze_blocks')"),
+                            ({"comparison_axis": "recipe", "baseline": "fp8"},
+                             "baseline='fp8': 'fp8' invalid; valid choices: ('hp', 'fp8_hybrid')"),
+                            ({"value": "val_loss"}, "value='val_loss': 'val_loss' invalid")):
+        with pytest.raises(pm.PapermillExecutionError) as ei:
+            pm.execute_notebook(str(src), str(tmp_path / "bad.ipynb"), parameters=params, kernel_name="python3",
+                                cwd=str(ROOT / "notebooks"), progress_bar=False)
+        assert message in ei.value.evalue, ei.value.evalue
+    assert not outputs.exists()
+    pm.execute_notebook(str(src), str(tmp_path / "ok.ipynb"), parameters={"comparison_axis": "recipe", "baseline": "bf16"},
+                        kernel_name="python3", cwd=str(ROOT / "notebooks"), progress_bar=False)   # an alias of hp
