@@ -259,5 +259,9 @@ def test_papermill_rejects_a_bad_comparison_before_the_study_trains(tmp_path, mo
                                 cwd=str(ROOT / "notebooks"), progress_bar=False)
         assert message in ei.value.evalue, ei.value.evalue
     assert not outputs.exists()
-    pm.execute_notebook(str(src), str(tmp_path / "ok.ipynb"), parameters={"comparison_axis": "recipe", "baseline": "bf16"},
-                        kernel_name="python3", cwd=str(ROOT / "notebooks"), progress_bar=False)   # an alias of hp
+    for ok in ({"comparison_axis": "recipe", "baseline": "bf16"},              # an alias of hp
+               {"comparison_axis": "freeze_blocks", "baseline": False}):       # a bool level, as papermill -p passes it
+        pm.execute_notebook(str(src), str(tmp_path / "ok.ipynb"), parameters=ok, kernel_name="python3",
+                            cwd=str(ROOT / "notebooks"), progress_bar=False)
+        ns_out = "".join(o.get("text", "") for o in nbformat.read(tmp_path / "ok.ipynb", 4).cells[-1].outputs)
+        assert f"comparison_axis={ok['comparison_axis']}" in ns_out
