@@ -15,7 +15,8 @@ export HF_HUB_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-NOTEBOOKS := notebooks/01_formats.ipynb notebooks/02_bf16_baseline.ipynb notebooks/03_fp8_baseline.ipynb
+NOTEBOOKS := notebooks/01_formats.ipynb notebooks/02_bf16_baseline.ipynb notebooks/03_fp8_baseline.ipynb \
+             notebooks/06_analysis.ipynb
 NBVAL     := --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
 
 .PHONY: setup run test test-portable test-torch211 notebooks lab bench clean-venv
@@ -45,7 +46,7 @@ test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/torchinductor-aten-default $(MAKE) test
 
 # Re-execute the committed notebooks in place with their CI-default parameters (no -p), in order (03 reuses 02's
-# baseline run). Needed whenever library text they print changes (format notes, short_str, tables); commit the
+# baseline run; 06 trains the CI study params/studies/ci_formats.yaml, about a minute, and analyses it). Needed whenever library text they print changes (format notes, short_str, tables); commit the
 # result. A fresh ALTGRAD_OUTPUTS, as in `make test`, so no output comes from a run made by older code.
 notebooks: $(STAMP)
 	export ALTGRAD_OUTPUTS=$$(mktemp -d) && for nb in $(NOTEBOOKS); do \

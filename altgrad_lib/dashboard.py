@@ -72,6 +72,7 @@ def layer_heatmap(diag: pd.DataFrame, metric: str, role: str | None = None) -> F
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(table) + 1)))
     if len(table):
         im = ax.imshow(table.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis")
+        ax.grid(False)   # plots.setup turns grids on: lines over an image hide cells
         ax.set_yticks(range(len(table)), table.index, fontsize=7)
         steps = table.columns.to_numpy()
         ticks = np.linspace(0, len(steps) - 1, min(8, len(steps))).astype(int)
@@ -87,6 +88,45 @@ def final_values(metrics: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
     """Per run: the last logged value of each metric in `names` (columns = names)."""
     m = metrics[metrics.name.isin(list(names))].sort_values("step")
     return m.groupby(["run", "name"]).value.last().unstack("name").reset_index()
+
+
+# Parallel-coordinates columns from diagnostics.csv: column -> (diagnostic metric, reduction over layers and roles).
+DIAG_SUMMARIES = {"overflow_rate": ("overflow_frac", "mean"), "stall_rate": ("stall_rate", "mean"),
+                  "stiffness_var": ("log2S_mean", "var")}
+
+
+def read_run_files(index: pd.DataFrame, filename: str) -> dict[str, pd.DataFrame]:
+    """run -> its `<run_dir>/<filename>` (diagnostics.csv, events.csv) for the runs of `index` that wrote one."""
+    out = {}
+    for r in index.itertuples():
+        p = Path(r.run_dir) / filename
+        if p.is_file():
+            out[r.run] = pd.read_csv(p)
+    return out
+
+
+def diagnostic_summary(diags: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per run, each DIAG_SUMMARIES column at the last step that recorded its metric: the mean (overflow, stall)
+    or the population variance over layers (stiffness: how unevenly the grid treats the layers); NaN where the
+    run did not record the metric."""
+    rows = []
+    for run, d in diags.items():
+        row = {"run": run}
+        for col, (metric, how) in DIAG_SUMMARIES.items():
+            m = d[d.metric == metric]
+            last = m[m.step == m.step.max()].value
+            row[col] = (last.mean() if how == "mean" else last.var(ddof=0)) if len(last) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run", *DIAG_SUMMARIES])
+
+
+def warning_events(events: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
+    """All runs' events.csv rows (with `run`) that are early warnings: "unavailable:<what>" notes are not."""
+    frames = [e.assign(run=run) for run, e in events.items()]
+    if not frames:
+        return None
+    ev = pd.concat(frames, ignore_index=True)
+    return ev[~ev.kind.astype(str).str.startswith("unavailable")]
 
 
 def next_gpu_hour(index: pd.DataFrame, label: Sequence[str], events: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -39,6 +39,7 @@ from typing import Any, Mapping
 import pandas as pd
 import yaml
 
+from altgrad_lib.choices import RECIPE_ALIASES
 from altgrad_lib.train_config import TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
@@ -181,11 +182,14 @@ class Study:
         from altgrad_lib.stats import claims_table
 
         frame = self.results() if frame is None else frame
+        if "recipe" in frame:   # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
+            frame = frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES))
         tables = []
         for c in self.comparisons:
             by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-            t = claims_table(frame, c["axis"], c["baseline"], by=by, value=c.get("value", "final_val_loss"))
-            tables.append(t.assign(comparison=f"{c['axis']} vs {c['baseline']}"))
+            base = RECIPE_ALIASES.get(c["baseline"], c["baseline"]) if c["axis"] == "recipe" else c["baseline"]
+            t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"))
+            tables.append(t.assign(comparison=f"{c['axis']} vs {base}"))
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 

@@ -75,3 +75,24 @@ def test_layer_heatmap_and_export(tmp_path):
     np.testing.assert_allclose(fig.axes[0].images[0].get_array(), [[1, 3], [2, 4]])
     paths = dashboard.export_figures({"heat": fig}, tmp_path)
     assert sorted(p.name for p in paths) == ["heat.png", "heat.svg"] and all(p.stat().st_size > 0 for p in paths)
+
+
+def test_diagnostic_summary_by_hand_and_run_files(tmp_path):
+    d = pd.DataFrame({"step": [0, 0, 10, 10, 10, 10, 20],
+                      "layer": ["a", "b", "a", "b", "a", "b", "a"], "role": ["X", "X", "X", "X", "W", "W", "W"],
+                      "metric": ["overflow_frac", "overflow_frac", "overflow_frac", "overflow_frac",
+                                 "log2S_mean", "log2S_mean", "stall_rate"],
+                      "value": [0.5, 0.7, 0.1, 0.3, -6.0, -8.0, 0.25]})
+    t = dashboard.diagnostic_summary({"r": d}).set_index("run")
+    assert t.loc["r", "overflow_rate"] == pytest.approx(0.2)        # step 10 (its last), mean of 0.1 and 0.3
+    assert t.loc["r", "stiffness_var"] == pytest.approx(1.0)        # population variance of -6, -8
+    assert t.loc["r", "stall_rate"] == pytest.approx(0.25)
+    assert math.isnan(dashboard.diagnostic_summary({"q": d[d.metric == "stall_rate"]}).overflow_rate.iloc[0])
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "events.csv").write_text("step,kind,layer,value,threshold\n3,unavailable:dY,,,\n9,loss_spike,,5.0,4.0\n")
+    idx = pd.DataFrame({"run": ["r1", "r2"], "run_dir": [str(tmp_path / "r1"), str(tmp_path / "r2")]})
+    ev = dashboard.read_run_files(idx, "events.csv")
+    assert list(ev) == ["r1"]
+    w = dashboard.warning_events(ev)
+    assert w.step.tolist() == [9] and w.run.tolist() == ["r1"]
+    assert dashboard.warning_events({}) is None

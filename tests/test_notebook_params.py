@@ -184,7 +184,8 @@ def test_guard_surrounds_the_parameters_cell(nb_path):
     assert nb.cells[i + 1].source.startswith("P = guard.check(globals()")
 
 
-@pytest.mark.parametrize("yaml_path", sorted((ROOT / "params").glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("yaml_path", sorted(p for p in (ROOT / "params").glob("*/*.yaml") if p.parent.name != "studies"),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")   # params/studies/: study files (test_study.py)
 def test_every_params_yaml_key_is_a_declared_parameter_of_its_notebook(yaml_path):
     decl = declared(ROOT / "notebooks" / f"{yaml_path.parent.name}.ipynb")
     values = yaml.safe_load(yaml_path.read_text()) or {}
@@ -239,3 +240,28 @@ def test_papermill_rejects_a_bad_backend_before_anything_trains(tmp_path, monkey
     assert not (outputs / "runs").exists()
     nb = json.loads((tmp_path / "bad.ipynb").read_text())
     assert any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+
+
+@pytest.mark.slow
+def test_papermill_rejects_a_bad_comparison_before_the_study_trains(tmp_path, monkeypatch):
+    import papermill as pm
+
+    outputs = tmp_path / "outputs"
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(outputs))
+    src = _first_cells(ROOT / "notebooks" / "06_analysis.ipynb", tmp_path / "06.ipynb")
+    for params, message in (({"comparison_axis": "recipes", "baseline": "hp"},
+                             "comparison_axis='recipes': 'recipes' invalid; valid choices: ('recipe', 'freeze_blocks')"),
+                            ({"comparison_axis": "recipe", "baseline": "fp8"},
+                             "baseline='fp8': 'fp8' invalid; valid choices: ('hp', 'fp8_hybrid')"),
+                            ({"value": "val_loss"}, "value='val_loss': 'val_loss' invalid")):
+        with pytest.raises(pm.PapermillExecutionError) as ei:
+            pm.execute_notebook(str(src), str(tmp_path / "bad.ipynb"), parameters=params, kernel_name="python3",
+                                cwd=str(ROOT / "notebooks"), progress_bar=False)
+        assert message in ei.value.evalue, ei.value.evalue
+    assert not outputs.exists()
+    for ok in ({"comparison_axis": "recipe", "baseline": "bf16"},              # an alias of hp
+               {"comparison_axis": "freeze_blocks", "baseline": False}):       # a bool level, as papermill -p passes it
+        pm.execute_notebook(str(src), str(tmp_path / "ok.ipynb"), parameters=ok, kernel_name="python3",
+                            cwd=str(ROOT / "notebooks"), progress_bar=False)
+        ns_out = "".join(o.get("text", "") for o in nbformat.read(tmp_path / "ok.ipynb", 4).cells[-1].outputs)
+        assert f"comparison_axis={ok['comparison_axis']}" in ns_out

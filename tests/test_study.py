@@ -28,8 +28,19 @@ CI_STUDY = ROOT / "params" / "studies" / "ci_formats.yaml"
 def test_ci_study_file_expands_to_2_formats_x_2_seeds():
     s = Study.from_yaml(CI_STUDY)
     pts = s.expand()
-    assert [p.axes for p in pts] == [{"recipe": r, "seed": k} for r in ("bf16", "fp8_hybrid") for k in (0, 1)]
-    assert {p.config.n_layer for p in pts} == {1} and s.comparisons[0] == {"axis": "recipe", "baseline": "bf16"}
+    assert [p.axes for p in pts] == ([{"recipe": r, "seed": k} for r in ("hp", "fp8_hybrid") for k in (0, 1)]
+                                     + [{"recipe": "hp", "freeze_blocks": True, "seed": k} for k in (0, 1)])
+    assert {p.config.n_layer for p in pts} == {1} and s.comparisons[0] == {"axis": "recipe", "baseline": "hp"}
+    assert [p.config.freeze_blocks for p in pts] == [False] * 4 + [True] * 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
+    s = Study.from_yaml(path)
+    pts = s.expand()
+    for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names)
+        assert c["baseline"] in {p.config.recipe_name if c["axis"] == "recipe" else getattr(p.config, c["axis"])
+                                 for p in pts}, (path.name, c)
 
 
 def test_run_names_are_stable_and_match_notebook_runs():
@@ -38,7 +49,8 @@ def test_run_names_are_stable_and_match_notebook_runs():
     assert [p.name for p in a] == [p.name for p in b]
     for p in a:
         plain = TrainConfig.from_dict({**s.base, **p.axes})
-        assert p.name == plain.auto_run_name()          # shared with notebooks training the same config
+        if set(p.axes) <= {"recipe", "seed"}:           # the control points also name freeze_blocks
+            assert p.name == plain.auto_run_name()      # shared with notebooks training the same config
         assert p.config.config_hash() == plain.config_hash()
     # bookkeeping fields never change a name; a field that changes numbers always does
     same = Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), "config": {**s.base, "ckpt_interval": 7}})
@@ -52,8 +64,8 @@ def test_axis_values_in_names_points_and_duplicates(tmp_path):
                          "points": [{"freeze_blocks": True, "seed": 3}, {"lr": 1e-3, "seed": 3}]})
     names = [p.name for p in s.expand()]
     assert len(names) == 3                                       # the last point repeats a product point
-    assert names[0].startswith("bf16-lr0.001-s3-") and names[1].startswith("bf16-lr0.002-s3-")
-    assert names[2].startswith("bf16-freeze_blocks-s3-")
+    assert names[0].startswith("hp-lr0.001-s3-") and names[1].startswith("hp-lr0.002-s3-")
+    assert names[2].startswith("hp-freeze_blocks-s3-")
     assert s.axis_columns() == ["lr", "seed", "freeze_blocks"]
     assert Study.from_dict({"name": "t", "axes": {"lr": [1e-3]}}).axis_columns() == ["lr", "seed"]
 
@@ -126,7 +138,17 @@ def test_claims_from_the_study_index(tmp_path):
     rows = [{"run": p.name, "recipe": p.axes["recipe"], "seed": p.axes["seed"], "status": "completed",
              "final_val_loss": 3.0 + (p.axes["recipe"] == "fp8_hybrid") + 0.01 * p.axes["seed"]} for p in s.expand()]
     t = s.claims(pd.DataFrame(rows))
-    assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs bf16"
+    assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
+    assert t["diff"].iloc[0] == pytest.approx(1.0)
+
+
+def test_claims_accept_a_recipe_alias_for_the_baseline(tmp_path):
+    # the index records canonical names (TrainConfig turns "bf16" into "hp"); a study file may still say bf16
+    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
+    rows = [{"run": f"{r}{k}", "recipe": r, "seed": k, "final_val_loss": 3.0 + (r == "fp8_hybrid") + 0.01 * k}
+            for r in ("hp", "fp8_hybrid") for k in (0, 1)]
+    t = s.claims(pd.DataFrame(rows))
+    assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
     assert t["diff"].iloc[0] == pytest.approx(1.0)
 
 
@@ -134,7 +156,7 @@ def test_cli_dry_run_and_bad_file(tmp_path, capsys):
     from altgrad_lib.cli import main
 
     assert main(["study", "-f", str(CI_STUDY), "--dry-run"]) == 0
-    assert "= 4 runs" in capsys.readouterr().out
+    assert "+ 2 point(s) = 6 runs" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: b\naxes: {lrr: [1]}\n")
     assert main(["study", "-f", str(bad)]) == 2

@@ -47,6 +47,15 @@ def test_repository_params_cover_every_notebook_for_both_profiles():
                 assert (sweep.PARAMS_DIR / nb.stem / f"{profile}.yaml").exists(), (nb.stem, profile)
 
 
+@pytest.mark.parametrize("profile", ["cpu", "h100"])
+def test_analysis_notebook_runs_last_with_its_profile(profile):
+    # 06 analyses a study whose runs can be the ones 02/03 trained (same config -> same run dir): it goes after them
+    labels = [j.label for j in sweep.plan_jobs(profile, sweep.ROOT / "outputs" / "notebooks")]
+    assert f"06_analysis[{profile}]" in labels
+    assert labels.index(f"06_analysis[{profile}]") > max(labels.index(f"{nb}[{profile}]")
+                                                        for nb in ("02_bf16_baseline", "03_fp8_baseline"))
+
+
 
 def _fake_run_job(job, kernel):
     if "e7m0" in job.params_file.name:
