@@ -196,6 +196,10 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
         run = Run.load(run_dir)
         run.reused = True
         _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
+        from altgrad_lib.monitors.config import DiagnosticsConfig
+        if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
+            _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
+                 f"reused); retrain with resume=False (CLI: --no-resume) to record them")
         return run
     state = ckpt.load_checkpoint(ckpt_path, h) if resume and ckpt_path.exists() else None  # fail before writing
 

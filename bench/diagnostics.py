@@ -109,7 +109,8 @@ def main() -> None:
                 steps[key](*batches[steps[key].n % len(batches)])
             totals[key] = 0.0
             print(f"{key:14s} ready ({steps[key].diag.short_str()})", flush=True)
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
+            print(f"round {r + 1}/{args.rounds}", flush=True)
             for key, step in steps.items():
                 t = time.perf_counter()
                 for i in range(args.block):

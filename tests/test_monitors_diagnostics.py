@@ -233,3 +233,10 @@ def test_counters_without_counting_or_on_hardware_paths_say_unavailable(tmp_path
     d.close()
     kinds = set(read_events(tmp_path / "hw")["kind"])
     assert kinds == {"unavailable:counters", "unavailable:grid"}
+
+
+def test_a_finished_run_without_diagnostics_is_reused_with_a_note(runs, capsys):
+    off, _ = runs
+    again = train(tiny(off.dir.parent, diagnostics="cheap"), progress=False)
+    assert again.reused and again.dir == off.dir
+    assert "trained without diagnostics" in capsys.readouterr().out

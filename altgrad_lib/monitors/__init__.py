@@ -15,6 +15,25 @@ creates one `Diagnostics` object. Files, one job each:
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
 A curvature monitor plugs in as one more MONITORS entry ("curvature": "altgrad_lib.monitors.curvature:...").
+
+What is written (next to metrics.csv; `read_diagnostics(run_dir)`, `read_events(run_dir)`):
+    diagnostics.csv  step:int, layer:str (module fqn; "" = whole model, "*" = all parameters), role:str,
+                     metric:str, value:float (NaN = not measurable here, never a stand-in 0)
+    events.csv       step:int, kind:str, layer:str, value:float, threshold:float
+Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fractions, empty bins omitted):
+    counters     [X|W|dY] ctr.sat_frac ctr.flush_frac ctr.eps_hits ctr.scale ctr.amax
+    numerics     [X|W|dY] overflow_frac underflow_frac flush_frac subnormal_frac nan_in inf_in nan_out inf_out
+                 amax scale eps_hits sqnr_db
+    gradients    [weight|bias] grad_norm grad_mean grad_var grad_to_weight; [""] grad_norm_total clipped clipped_frac
+    shadow       [weight|bias] grad_snr_db grad_cos; layer "*": the same over all parameters
+    weights      [W] hist.log2w:<k> zero_frac, quantized only: frac_at_max staleness (kl_log2w_bits with a baseline)
+    grid         [W] hist.log2ulp:<k> stiffness_entropy_bits log2S_mean misalignment_mean stall_rate update_ratio
+                 moved_frac hist.dcode:<d> flips:<sign|e3..e0|m2..m0> code_entropy_bits codes_used capacity_use
+                 hist.code:<0xNN> grad_stiffness_corr
+    activations  [X] kurtosis (every Linear); [head<i>] attn_entropy (layer = attention fqn, nats);
+                 [hidden] dead_frac fired_frac (layer = MLP fqn)
+    events       loss_spike grad_norm_spike loss_nonfinite kurtosis_alarm kurtosis_trend attn_entropy_drop
+                 unavailable:<group>
 """
 import importlib
 
