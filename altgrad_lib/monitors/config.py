@@ -37,7 +37,7 @@ CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
     "cheap": (CHEAP_GROUPS, 10),
-    "full": (tuple(MONITORS), 100),   # a full diagnostic step costs ~4 training steps (bench/diagnostics.py)
+    "full": (tuple(MONITORS), 100),   # a full diagnostic step costs ~4-11 CPU training steps (bench/diagnostics.py)
 }
 OUTPUT_FORMATS = ("csv",)
 
