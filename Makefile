@@ -16,7 +16,7 @@ export HF_DATASETS_OFFLINE=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 NOTEBOOKS := notebooks/01_formats.ipynb notebooks/02_bf16_baseline.ipynb notebooks/03_fp8_baseline.ipynb \
-             notebooks/04_exotic_formats.ipynb notebooks/06_analysis.ipynb
+             notebooks/04_exotic_formats.ipynb notebooks/05_manifold_optimizer.ipynb notebooks/06_analysis.ipynb
 NBVAL     := --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
 
 .PHONY: setup run test test-portable test-torch211 notebooks lab bench clean-venv

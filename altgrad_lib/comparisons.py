@@ -1,4 +1,6 @@
-"""Run comparisons the notebooks assert on: the frozen-blocks control and loss gaps over seeds.
+"""Run comparisons the notebooks assert on: the frozen-blocks control and per-seed loss gaps.
+
+Statistics over seeds (mean ± CI, Welch test, effect size) live in stats.py (`claims_table`, `gap_pct`).
 
 A format's loss gap against the baseline means something only if the baseline itself learned more than
 the embeddings can: the *frozen-blocks control* (TrainConfig.freeze_blocks) trains the same model with every
@@ -72,23 +74,3 @@ def with_seed_gaps(summary: pd.DataFrame, baseline: str, value: str = "final_val
     ref = seed.astype(int).map(base)
     out["val_gap_pct"] = 100 * (out[value] - ref) / ref
     return out
-
-
-def gap_stats(summary: pd.DataFrame, value: str = "val_gap_pct", level: float = 0.95) -> pd.DataFrame:
-    """Per variant: n seeds, mean of `value` (a per-seed gap, e.g. from with_seed_gaps), the two-sided
-    `level` t-interval of the mean and the p-value of a one-sample t-test against 0 (NaN with one seed)."""
-    from scipy import stats
-
-    variant = summary.run.str.replace(r" s\d+$", "", regex=True)
-    rows = []
-    for name, x in summary.groupby(variant)[value]:
-        x = x.dropna().to_numpy(dtype=float)
-        n = len(x)
-        mean = float(x.mean()) if n else math.nan
-        if n > 1:
-            half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-            p = float(stats.ttest_1samp(x, 0.0).pvalue)
-        else:
-            half, p = math.nan, math.nan
-        rows.append({"variant": name, "n": n, "mean": mean, "ci_low": mean - half, "ci_high": mean + half, "p": p})
-    return pd.DataFrame(rows).set_index("variant")

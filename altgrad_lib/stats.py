@@ -14,6 +14,7 @@ baseline level, separately for each combination of the `by` columns, over seeds:
 Input is a tidy frame, one row per run: axis columns (recipe, backend, optimizer, lr, ...), `seed`, and the
 value (default `final_val_loss`; NaN for a diverged run, which is left out of the statistics and counted).
 `study.Study.results()` and `run_tables.run_frame()` produce such frames, so nothing parses run labels.
+`gap_pct` restates a claims table's difference in % of the baseline mean.
 `control_check` applies comparisons.py's frozen-blocks control rule (reused, not re-implemented).
 """
 from __future__ import annotations
@@ -125,6 +126,15 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
             row["n_nonfinite_baseline"] = int((~np.isfinite(bvals)).sum())
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def gap_pct(table: pd.DataFrame) -> pd.DataFrame:
+    """A claims_table with the difference also in percent of the baseline mean: gap_pct, gap_pct_lo, gap_pct_hi
+    = 100 · (diff, diff_lo, diff_hi) / mean_baseline (the Welch CI of the difference, rescaled; the baseline
+    mean is treated as fixed, so this is the loss gap a reader compares with "within 1 %")."""
+    scale = 100.0 / table["mean_baseline"]
+    return table.assign(gap_pct=table["diff"] * scale, gap_pct_lo=table["diff_lo"] * scale,
+                        gap_pct_hi=table["diff_hi"] * scale)
 
 
 def seed_labels(frame: pd.DataFrame, variant: str | Sequence[str], seed: str = "seed") -> pd.DataFrame:

@@ -49,21 +49,3 @@ def test_seed_gaps_use_each_seeds_own_baseline():
     assert gaps.to_dict() == pytest.approx({"hp s0": 0.0, "hp s1": 0.0, "fp8 s0": 5.0, "fp8 s1": -10.0})
     with pytest.raises(ValueError, match=r"seed\(s\) \[2\]"):
         with_seed_gaps(pd.concat([df, pd.DataFrame({"run": ["fp8 s2"], "final_val_loss": [1.0]})]), "hp")
-
-
-def test_gap_stats_t_interval_and_p_value():
-    """Against a hand computation: x = (1, 2, 3): mean 2, sd 1, t_{0.975,2} = 4.302653, t = 2 sqrt(3)."""
-    import math
-
-    import pandas as pd
-    from scipy import stats
-
-    from altgrad_lib.comparisons import gap_stats
-    summary = pd.DataFrame({"run": ["a s0", "a s1", "a s2", "b s0"], "val_gap_pct": [1.0, 2.0, 3.0, 5.0]})
-    out = gap_stats(summary)
-    half = 4.302652729911275 / math.sqrt(3)
-    assert out.loc["a", "n"] == 3 and out.loc["a", "mean"] == 2.0
-    assert math.isclose(out.loc["a", "ci_low"], 2 - half, rel_tol=1e-9)
-    assert math.isclose(out.loc["a", "ci_high"], 2 + half, rel_tol=1e-9)
-    assert math.isclose(out.loc["a", "p"], 2 * stats.t.sf(2 * math.sqrt(3), 2), rel_tol=1e-9)
-    assert out.loc["b", "n"] == 1 and math.isnan(out.loc["b", "p"]) and math.isnan(out.loc["b", "ci_low"])

@@ -116,3 +116,13 @@ def test_control_check_reuses_comparisons_rule():
     assert clear and list(table.index) == [0, 1, 2] and table.margin.tolist() == pytest.approx([0.31] * 3)
     f.loc[5, "final_val_loss"] = 3.4   # margin 0.2 < 3 sd = 0.3
     assert not stats.control_check(f, ["recipe", "freeze_blocks"], "bf16 False", "bf16 True")[1]
+
+
+def test_gap_pct_rescales_the_welch_interval_by_the_baseline_mean():
+    # baseline (4, 4.2, 4.4): mean 4.2; variant (4.4, 4.6, 4.8): diff 0.4 nats = 9.5238 % of 4.2
+    f = pd.DataFrame({"v": ["hp"] * 3 + ["x"] * 3, "seed": [0, 1, 2] * 2,
+                      "final_val_loss": [4.0, 4.2, 4.4, 4.4, 4.6, 4.8]})
+    t = stats.gap_pct(stats.claims_table(f, "v", "hp")).iloc[0]
+    half = 2.7764451051977987 * math.sqrt(2 * 0.04 / 3)   # Welch df = 4 for equal variances and n
+    assert t.gap_pct == pytest.approx(100 * 0.4 / 4.2)
+    assert t.gap_pct_lo == pytest.approx(100 * (0.4 - half) / 4.2) and t.gap_pct_hi == pytest.approx(100 * (0.4 + half) / 4.2)

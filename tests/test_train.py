@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_same_state
 
 from altgrad_lib import checkpoint as ckpt
 from altgrad_lib.runs import Run
@@ -41,21 +42,6 @@ def tiny(tmp: Path, **kw) -> TrainConfig:
 def result_lines(run_dir: Path) -> list[str]:
     """metrics.csv without wall-clock rows: must be byte-identical between interrupted and clean runs."""
     return [ln for ln in (run_dir / "metrics.csv").read_text().splitlines() if ",perf/" not in ln]
-
-
-def assert_same_state(a, b, path="") -> None:
-    if torch.is_tensor(a):
-        assert torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same_state(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same_state(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
 
 
 def assert_same_final_state(dir_a: Path, dir_b: Path) -> None:
