@@ -93,7 +93,7 @@ def test_failing_and_diverging_runs_do_not_stop_the_others(tmp_path):
     logs = []
     idx = run_study(s, log=logs.append).set_index("recipe")
     assert idx.loc["no_such_recipe", "status"] == "failed"
-    assert idx.loc["no_such_recipe", "error"].startswith("ValueError: unknown recipe 'no_such_recipe'")
+    assert "unknown recipe 'no_such_recipe'" in idx.loc["no_such_recipe", "error"]   # one-line ConfigError
     ok = idx[idx.status == "completed"]
     assert len(ok) == 1 and math.isfinite(ok.final_val_loss.iloc[0]) and ok.lr.iloc[0] == pytest.approx(3e-3)
     div = idx[idx.status == "diverged"]
