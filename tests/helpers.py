@@ -167,3 +167,15 @@ def assert_same_state(a, b, path: str = "") -> None:
             assert_same_state(x, y, f"{path}[{i}]")
     else:
         assert a == b, path
+
+
+class Crash(Exception):
+    """A simulated kill inside train() (raised from on_step), for resume tests."""
+
+
+def crash_at(k: int):
+    """An on_step callback that raises Crash right after step k."""
+    def on_step(step, metrics):
+        if step == k:
+            raise Crash(step)
+    return on_step

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_same_state
+from helpers import Crash, assert_same_state, crash_at
 
 from altgrad_lib.formats import get_format
 from altgrad_lib.optim.factory import build_optimizer
@@ -55,17 +55,6 @@ def test_weight_fmt_under_bf16_and_errors():
         build_optimizer(_model(hw), hw)
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_at(k):
-    def on_step(step, metrics):
-        if step == k:
-            raise Crash(step)
-    return on_step
-
-
 def _lines(d: Path) -> list[str]:
     return [ln for ln in (d / "metrics.csv").read_text().splitlines() if ",perf/" not in ln]
 
@@ -85,7 +74,7 @@ def test_resume_after_crash_is_bit_exact(tmp_path, optimizer, optim):
     ref = train(TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "ref")}), progress=False, verbose=False)
     cfg = TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "crash")})
     with pytest.raises(Crash):                      # after step 4: resumes from the step-3 checkpoint
-        train(cfg, progress=False, verbose=False, on_step=_crash_at(4))
+        train(cfg, progress=False, verbose=False, on_step=crash_at(4))
     run = train(cfg, progress=False, verbose=False)
     assert run.status == "completed" and _lines(run.dir) == _lines(ref.dir)
     sa = torch.load(ref.dir / "checkpoints" / "last.pt", weights_only=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_same_state
+from helpers import Crash, assert_same_state, crash_at
 
 from altgrad_lib import checkpoint as ckpt
 from altgrad_lib.runs import Run
@@ -100,21 +100,10 @@ def test_same_run_name_other_config_is_refused(reference):
     assert (reference.dir / "config.yaml").read_text() == before
 
 
-class Crash(Exception):
-    pass
-
-
-def _crash_at(k):
-    def on_step(step, metrics):
-        if step == k:
-            raise Crash(step)
-    return on_step
-
-
 def test_resume_in_process_is_bit_exact(reference, tmp_path):
     cfg = tiny(tmp_path)
     with pytest.raises(Crash):  # crash right after the step-4 checkpoint (the edge case k == ckpt step)
-        train(cfg, progress=False, on_step=_crash_at(4))
+        train(cfg, progress=False, on_step=crash_at(4))
     assert not (cfg.run_dir / "summary.json").exists()
     run = train(cfg, progress=False)
     assert run.status == "completed" and not run.reused
@@ -181,7 +170,7 @@ def test_sigkill_while_writing_checkpoint_keeps_previous_and_resumes_exactly(ref
 def _interrupted(tmp_path) -> TrainConfig:
     cfg = tiny(tmp_path, max_steps=6, ckpt_interval=2)
     with pytest.raises(Crash):
-        train(cfg, progress=False, on_step=_crash_at(3))
+        train(cfg, progress=False, on_step=crash_at(3))
     return cfg
 
 
