@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from common import add_model_args, check_device
+
 from altgrad_lib.checkpoint import snapshot_state
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.config import DiagnosticsConfig
@@ -72,18 +74,10 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=50, help="steps per mode per round (multiple of every interval)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--recipe", default="fp8_hybrid")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu")
+    add_model_args(ap, batch=8)
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=4097)
     args = ap.parse_args()
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: CUDA is not available on this machine; valid here: cpu")
+    check_device(ap, args.device)
     torch.set_num_threads(args.threads)
     cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
                     vocab_size=args.vocab)

@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from common import add_model_args, check_device
+
 from altgrad_lib.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.quant import Quantizer
@@ -97,18 +99,10 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=DEFAULT, help=f"<{'|'.join(MODES)}>:<eager|compiled>")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i>")
+    add_model_args(ap, batch=16)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=4097)
     args = ap.parse_args()
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: CUDA is not available on this machine; valid here: cpu")
+    check_device(ap, args.device)
 
     torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = 64     # one graph per quantizer config is fine; don't fall back to eager
