@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e '.[dev,notebooks]'
+	# ray: the study executor's test runs against a local Ray instance (ray stays an optional extra for users)
+	$(PY) -m pip install -q -e '.[dev,notebooks,ray]'
 	# gpt2.tiktoken (official GPT-2 BPE ranks) ships inside openai-whisper; its heavy deps are not needed.
 	$(PY) -m pip install -q --no-deps $(WHISPER)
 	touch $@
