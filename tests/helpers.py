@@ -179,3 +179,27 @@ def crash_at(k: int):
         if step == k:
             raise Crash(step)
     return on_step
+
+
+# SR + delayed scaling: every kind of hidden quantizer state (SR generators, amax history) that must survive a
+# checkpoint for resume to be exact, and that monitors must never disturb
+SR_DELAYED = {"name": "sr_delayed", "recipe": "fp8_hybrid", "layers": {"*": {
+    "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},
+    "weight": {"fmt": "E4M3", "rounding": "stochastic"},
+    "grad_output": {"fmt": "E5M2", "rounding": "stochastic"}}}}
+
+
+def spawn_lock_holder(run_dir):
+    """A separate process that takes the RunLock of run_dir and sleeps; returns once it holds the lock.
+    The caller kills it (SIGKILL: no cleanup code runs, only the kernel can release the flock)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (f"import time; from altgrad_lib.runs import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
+            f"print('locked', flush=True); time.sleep(120)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout.readline().strip() == "locked"
+    return p

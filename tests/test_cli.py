@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import spawn_lock_holder
 import yaml
 
 from altgrad_lib.cli import main
@@ -204,12 +205,8 @@ def test_a_stub_without_results_is_free_for_another_config(tmp_path):
 def test_second_process_on_a_run_dir_is_refused_with_the_holder(tmp_path):
     out = tmp_path / "runs"
     run_dir = out / "shared"
-    code = (f"import time; from altgrad_lib.runs import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
-            f"print('locked', flush=True); time.sleep(120)")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    holder = spawn_lock_holder(run_dir)
     try:
-        assert holder.stdout.readline().strip() == "locked"
         p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=shared")
         _assert_user_error(p, str(run_dir), "in use by", f"pid {holder.pid}")
     finally:

@@ -13,14 +13,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from altgrad_lib.monitors import read_diagnostics, read_events
 from altgrad_lib.monitors.diagnostics import Diagnostics
+from helpers import SR_DELAYED
+
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.train import TrainConfig, train
 
-# SR + delayed scaling + dropout: every hidden state (SR generators, amax history, torch RNG) is exercised
-SR_DELAYED = {"name": "sr_delayed", "recipe": "fp8_hybrid", "layers": {"*": {
-    "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},
-    "weight": {"fmt": "E4M3", "rounding": "stochastic"},
-    "grad_output": {"fmt": "E5M2", "rounding": "stochastic"}}}}
+# SR_DELAYED + dropout: every hidden state (SR generators, amax history, torch RNG) is exercised
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=6, warmup_steps=2, eval_interval=3, eval_iters=1, ckpt_interval=2, dropout=0.1,
             recipe=SR_DELAYED)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import spawn_lock_holder
 
 from altgrad_lib import runs
 from altgrad_lib.errors import ConfigError
@@ -151,12 +152,8 @@ def test_run_lock_is_exclusive_says_who_and_is_released(tmp_path):
 
 def test_run_lock_dies_with_its_process(tmp_path):
     d = tmp_path / "r"
-    code = (f"import sys, time; from altgrad_lib.runs import RunLock; lock = RunLock({str(d)!r}).acquire(); "
-            f"print('locked', flush=True); time.sleep(120)")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    p = spawn_lock_holder(d)
     try:
-        assert p.stdout.readline().strip() == "locked"
         with pytest.raises(runs.RunLockedError, match=f"pid {p.pid}"):
             runs.RunLock(d).acquire()
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import Crash, assert_same_state, crash_at
+from helpers import SR_DELAYED, Crash, assert_same_state, crash_at
 
 from altgrad_lib import checkpoint as ckpt
 from altgrad_lib.runs import Run
@@ -24,12 +24,8 @@ from altgrad_lib.train import RunConflictError, TrainConfig, train
 
 REPO = Path(__file__).resolve().parents[1]
 
-# SR + delayed scaling + dropout: every kind of hidden state (SR generators, amax history, torch RNG) must
-# survive a checkpoint for resume to be exact
-SR_DELAYED = {"name": "sr_delayed", "recipe": "fp8_hybrid", "layers": {"*": {
-    "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},
-    "weight": {"fmt": "E4M3", "rounding": "stochastic"},
-    "grad_output": {"fmt": "E5M2", "rounding": "stochastic"}}}}
+# SR_DELAYED + dropout: every kind of hidden state (SR generators, amax history, torch RNG) must survive a
+# checkpoint for resume to be exact
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=10, warmup_steps=2, eval_interval=5, eval_iters=2, ckpt_interval=4, dropout=0.1,
             recipe=SR_DELAYED)
