@@ -160,6 +160,25 @@ class RayExecutor:
                 yield item, out
 
 
+def auto_workers(n_jobs: int, device: str = "cpu") -> int:
+    """Default parallelism for `n_jobs` training runs: `ALTGRAD_WORKERS` if set; on CPU one single-threaded worker
+    per core (tiny GEMMs scale badly over threads: see the module note); on a GPU one (the runs share it)."""
+    env = os.environ.get("ALTGRAD_WORKERS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"ALTGRAD_WORKERS={env!r} must be a positive integer")
+        return int(env)
+    if n_jobs <= 1 or not str(device).startswith("cpu"):
+        return 1
+    return max(1, min(n_jobs, os.cpu_count() or 1))
+
+
+def auto_executor(n_jobs: int, device: str = "cpu") -> LocalExecutor:
+    """LocalExecutor sized by auto_workers; with one worker the jobs run in this process (no start-up cost)."""
+    workers = auto_workers(n_jobs, device)
+    return LocalExecutor(workers=workers, threads=None if workers == 1 else default_threads(workers))
+
+
 def get_executor(name: str = "local", **kwargs: Any) -> LocalExecutor | RayExecutor:
     """`local` (workers, threads) or `ray` (address, cpus_per_job, gpus_per_job, threads)."""
     if name == "local":

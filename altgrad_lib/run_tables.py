@@ -233,17 +233,37 @@ def throughput(runs: Mapping[str, Any], skip: int = 5) -> pd.Series:
     return pd.Series(out, name="tokens_per_s")
 
 
-def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int],
-                   **train_kwargs: Any) -> dict[str, Any]:
+def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int], *,
+                   study: str | None = None, executor: Any = None, **train_kwargs: Any) -> dict[str, Any]:
     """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>".
 
-    train() returns an existing completed run with the same config hash, so a baseline trained by
-    notebook 02 is reused here rather than retrained.
+    The runs still to train go through the study layer (study.run_points): side by side on `executor`
+    (default executors.auto_executor: on CPU one single-threaded worker per core), with an index
+    `<outputs>/studies/<study>/study.csv` (columns label, seed, status, final numbers) when `study` names one,
+    so notebook 06 reads a notebook's runs like any study. A run is keyed by its config (auto run name), so
+    a baseline trained by notebook 02 or by a study is reused here, not retrained. A run that fails in a
+    worker is trained again here, in this process, so its error surfaces where the notebook asked for it.
     """
+    import dataclasses
+
+    from altgrad_lib.runs import outputs_dir
+    from altgrad_lib.study import INDEX_FILE, StudyPoint, run_points
     from altgrad_lib.train import train
 
-    runs = {}
+    keyed = []
     for seed in seeds:
         for label, overrides in variants.items():
-            runs[f"{label} s{seed}"] = train(cfg.replace(seed=int(seed), **overrides), **train_kwargs)
+            c = cfg.replace(seed=int(seed), **overrides).resolved()
+            keyed.append((f"{label} s{seed}", StudyPoint(c.run_name, {"label": label, "seed": int(seed)}, c)))
+    points = list({p.name: p for _, p in keyed}.values())   # two labels with one config train it once
+    todo = {p.name for p in points if not (p.config.run_dir / "summary.json").exists()}
+    if study or len(todo) > 1:
+        index = outputs_dir() / "studies" / study / INDEX_FILE if study else None
+        verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)
+        run_points(points, ["label", "seed"], index, executor, log=print if verbose or todo else (lambda *a: None),
+                   name=study or "variants")
+    runs = {}
+    for key, p in keyed:
+        run = train(p.config, **train_kwargs)   # finished by now: loaded, not retrained
+        runs[key] = dataclasses.replace(run, reused=p.name not in todo) if dataclasses.is_dataclass(run) else run
     return runs

@@ -13,9 +13,10 @@ A study file (`params/studies/*.yaml`):
     comparisons:                          # optional: what the claims table compares (stats.claims_table)
       - {axis: recipe, baseline: bf16}
 
-Every point is a TrainConfig (axes override base). Its run name is the recipe, the other axis values the
-point sets, `s<seed>` and the first 8 hex digits of the config hash, e.g. `fp8_hybrid-lr0.002-s1-3f2a9c1b`:
-stable across expansions, and equal to `TrainConfig.auto_run_name()` when only recipe and seed vary, so a
+Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
+optimizer and storage when set, `frozen` for the control, `s<seed>`, the first 8 hex digits of the config hash)
+with the values of any other axis inserted before the seed, e.g. `fp8_hybrid-lr0.002-s1-3f2a9c1b`: stable
+across expansions, and exactly the auto name when only recipe, seed, optimizer/optim or freeze_blocks vary, so a
 study and a notebook that train the same config share one run directory (runs go to the base config's
 `out_dir`, default `<outputs>/runs`).
 
@@ -40,7 +41,7 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.train_config import TrainConfig
+from altgrad_lib.train_config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
 INDEX_FILE = "study.csv"
@@ -61,11 +62,19 @@ def _slug(v: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(v)).strip("_") or "x"
 
 
+# axes that TrainConfig.auto_run_name() already spells out (or that never change numbers)
+_AUTO_NAMED = {"recipe", "seed", "freeze_blocks", "optimizer", "optim"}
+
+
 def run_name(axes: Mapping[str, Any], cfg: TrainConfig) -> str:
-    """`<recipe>-<other axis values>-s<seed>-<hash8>`; only recipe and seed varied -> cfg.auto_run_name()."""
-    parts = [_slug(cfg.recipe_name)]
+    """cfg.auto_run_name() with the values of the other axes inserted before `-s<seed>`, e.g.
+    `hp-lr0.002-s1-3f2a9c1b`. A point that varies only recipe, seed, optimizer/optim or freeze_blocks gets
+    exactly cfg.auto_run_name(), so a study and a notebook that train the same config share one run directory."""
+    auto = cfg.auto_run_name()
+    head, tail = auto.rsplit(f"-s{cfg.seed}-", 1)
+    parts = []
     for k, v in axes.items():
-        if k in ("recipe", "seed"):
+        if k in _AUTO_NAMED or k in NON_RESULT_FIELDS:
             continue
         if isinstance(v, bool):
             parts.append(k if v else f"no_{k}")
@@ -75,7 +84,7 @@ def run_name(axes: Mapping[str, Any], cfg: TrainConfig) -> str:
             parts.append(f"{k}{v:g}")
         else:
             parts.append(_slug(f"{k}{v}"))
-    name = "-".join([*parts, f"s{cfg.seed}", cfg.config_hash()[:8]])
+    name = "-".join([head, *parts, f"s{cfg.seed}", tail])
     return name if len(name) <= 120 else f"{name[:100]}-{cfg.config_hash()[:8]}"
 
 
@@ -222,35 +231,50 @@ def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
-    """Run every point of `study` through `executor` (default: local, one worker); returns the index."""
-    from altgrad_lib.executors import LocalExecutor
+    """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index."""
+    run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
+               title=study.short_str(), name=study.name)
+    return study.results()
 
-    executor = executor or LocalExecutor()
-    points = study.expand()
-    cols = study.axis_columns()
-    rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) for k in cols}, "status": "pending",
-                     "reused": False, "error": "", "final_train_loss": math.nan, "final_val_loss": math.nan,
-                     "val_ppl": math.nan, "tokens_per_s": math.nan, "diverged_at_step": math.nan,
-                     "seconds": math.nan, "run_dir": str(p.config.run_dir)} for p in points}
+
+def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None, resume: bool = True,
+               log: Any = print, title: str = "", name: str = "") -> list[dict[str, Any]]:
+    """The engine under run_study and run_tables.train_variants: train (reuse, resume) each point through
+    `executor` (default: executors.auto_executor for the points still to train), rewriting the index
+    `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
+    from altgrad_lib.executors import LocalExecutor, auto_executor
+
+    todo = [p for p in points if not (p.config.run_dir / "summary.json").exists()]
+    executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
+    rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
+                                       for k in cols},
+                     "status": "pending", "reused": False, "error": "", "final_train_loss": math.nan,
+                     "final_val_loss": math.nan, "val_ppl": math.nan, "tokens_per_s": math.nan,
+                     "diverged_at_step": math.nan, "seconds": math.nan, "run_dir": str(p.config.run_dir)}
+            for p in points}
     order = [p.name for p in points]
-    _write_index(study.index_path, [rows[n] for n in order])
-    log(f"{study.short_str()} on {executor.short_str()}; index {study.index_path}")
+    write = (lambda: _write_index(index_path, [rows[n] for n in order])) if index_path else (lambda: None)
+    write()
+    log(f"{title or name}: {len(points)} runs, {len(todo)} to train, on {executor.short_str()}"
+        + (f"; index {index_path}" if index_path else ""))
     t0 = time.perf_counter()
-    jobs = [(p.name, p.config.to_dict(), resume) for p in points]
-    for i, ((name, _, _), out) in enumerate(executor.map(_job, jobs), 1):
-        row = rows[name]
+    jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
+    done = [j for j in jobs if j[0] not in {p.name for p in todo}]   # finished runs: read here, no worker needed
+    outcomes = itertools.chain(LocalExecutor().map(_job, done), executor.map(_job, [j for j in jobs if j not in done]))
+    for i, ((pname, _, _), out) in enumerate(outcomes, 1):
+        row = rows[pname]
         if out.ok:
             row.update(out.value)
         else:
             row.update(status="failed", error=out.error)
         row["seconds"] = round(out.seconds, 2)
-        _write_index(study.index_path, [rows[n] for n in order])
+        write()
         extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
                  f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
-        log(f"[{i}/{len(points)}] {name}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
+        log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
             f"({row['seconds']} s)")
-    log(f"study {study.name}: {len(points)} runs in {time.perf_counter() - t0:.1f} s -> {study.index_path}")
-    return study.results()
+    log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s" + (f" -> {index_path}" if index_path else ""))
+    return [rows[n] for n in order]
 
 
 def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:

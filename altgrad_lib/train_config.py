@@ -230,7 +230,19 @@ class TrainConfig:
         return str(self.recipe.get("name", "custom"))
 
     def auto_run_name(self) -> str:
-        slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", self.recipe_name).strip("_") or "custom"
+        """`<recipe>[-<optimizer>[-<storage>][-m<fmt>v<fmt>]][-frozen]-s<seed>-<hash8>`: readable, unique by hash.
+        Every notebook and study that trains this config lands in this one directory (and reuses it)."""
+        parts = [self.recipe_name]
+        if self.optimizer != "adamw" or self.optim:
+            o = self.optim or {}
+            parts.append(self.optimizer)
+            if o.get("storage", "fp32") != "fp32":
+                parts.append(str(o["storage"]))
+            if o.get("state_m") or o.get("state_v"):
+                parts.append(f"m{o.get('state_m') or 'fp32'}v{o.get('state_v') or 'fp32'}")
+        if self.freeze_blocks:
+            parts.append("frozen")
+        slug = "-".join(re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(x)).strip("_") or "custom" for x in parts)
         return f"{slug}-s{self.seed}-{self.config_hash()[:8]}"
 
     def resolved(self) -> "TrainConfig":

@@ -49,8 +49,7 @@ def test_run_names_are_stable_and_match_notebook_runs():
     assert [p.name for p in a] == [p.name for p in b]
     for p in a:
         plain = TrainConfig.from_dict({**s.base, **p.axes})
-        if set(p.axes) <= {"recipe", "seed"}:           # the control points also name freeze_blocks
-            assert p.name == plain.auto_run_name()      # shared with notebooks training the same config
+        assert p.name == plain.auto_run_name()          # shared with notebooks training the same config
         assert p.config.config_hash() == plain.config_hash()
     # bookkeeping fields never change a name; a field that changes numbers always does
     same = Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), "config": {**s.base, "ckpt_interval": 7}})
@@ -65,7 +64,7 @@ def test_axis_values_in_names_points_and_duplicates(tmp_path):
     names = [p.name for p in s.expand()]
     assert len(names) == 3                                       # the last point repeats a product point
     assert names[0].startswith("hp-lr0.001-s3-") and names[1].startswith("hp-lr0.002-s3-")
-    assert names[2].startswith("hp-freeze_blocks-s3-")
+    assert names[2].startswith("hp-frozen-s3-")
     assert s.axis_columns() == ["lr", "seed", "freeze_blocks"]
     assert Study.from_dict({"name": "t", "axes": {"lr": [1e-3]}}).axis_columns() == ["lr", "seed"]
 
