@@ -227,6 +227,10 @@ LOG2W = "hist.log2w"     # monitors/weights.py: fraction of a layer's weights wi
 GRAD_NORM = "grad_norm"  # monitors/gradients.py: ||grad|| of each parameter before clipping, role = parameter name
 
 
+def _short(layer: str) -> str:
+    return layer.removeprefix("transformer.")
+
+
 def _no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
     ax.set_xticks([])
@@ -259,7 +263,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
             for step, style in ((last, "-"), (first, "--")) if layer != ALL and first != last else ((last, "-"),):
                 b = g[g.step == step].groupby("k").value.sum()
                 ax_w.plot(b.index, b.to_numpy(), style, marker=".", color=f"C{i % 10}",
-                          label=f"{name} (step {step})")
+                          label=f"{_short(name)} (step {step})")
         ax_w.set_xlabel("floor(log2 |w|)")
         ax_w.set_ylabel("fraction of weights")
         ax_w.legend(fontsize=6)
@@ -270,7 +274,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
                        "train it with the diagnostics group 'gradients'")
     else:
         for i, (name, d) in enumerate(g.sort_values("step").groupby("layer", sort=True)):
-            ax_g.plot(d.step, d.value, color=f"C{i % 10}", lw=1, label=name)
+            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1, label=_short(name))
         ax_g.set_yscale("log")
         ax_g.set_xlabel("step")
         ax_g.set_ylabel("||grad W|| (before clipping)")
