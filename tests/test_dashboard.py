@@ -115,7 +115,8 @@ def _lines_by_label(ax):
 def test_drilldown_figure_draws_the_rows_and_names_missing_data():
     fig = dashboard.drilldown(_diag_with_hists(), "E4M3")
     w, g = _lines_by_label(fig.axes[0]), _lines_by_label(fig.axes[1])
-    assert w == {"h.0.attn.c_attn (step 10)": ([-5, -4], [0.25, 0.75]), "h.0.mlp.c_fc (step 10)": ([-4, -3], [0.25, 0.75])}
+    assert w == {"h.0.attn.c_attn (step 10)": ([-5, -4], [0.25, 0.75]),
+                 "h.0.mlp.c_fc (step 10)": ([-4, -3], [0.25, 0.75])}
     assert g["h.0.mlp.c_fc"] == ([5, 10], [0.5, 1.0]) and g["h.0.attn.c_attn"] == ([5, 10], [1.5, 2.0])  # bias left out
     one = _lines_by_label(dashboard.drilldown(_diag_with_hists(), "E4M3", layer="h.0.mlp.c_fc").axes[0])
     assert set(one) == {"h.0.mlp.c_fc (step 10)", "h.0.mlp.c_fc (step 5)"}   # one layer: first step too
@@ -135,7 +136,8 @@ def test_drilldown_callbacks_redraw_and_static_figures():
     assert set(_lines_by_label(d.fig.axes[1])) == {"h.0.attn.c_attn"}
     d.config.value = "hp"                                                   # no diagnostics: layers reset, message
     assert list(d.layer.options) == [dashboard.ALL] and d.layer.value == dashboard.ALL
-    assert d.fig._suptitle.get_text() == "hp" and any("no weight histograms" in t.get_text() for t in d.fig.axes[0].texts)
+    assert d.fig._suptitle.get_text() == "hp"
+    assert any("no weight histograms" in t.get_text() for t in d.fig.axes[0].texts)
     figs = d.show(static=True)                                              # papermill: one figure per format
     assert list(figs) == ["E4M3", "hp"] and len(figs["E4M3"].axes[0].get_lines()) == 2
     with pytest.raises(ValueError, match="no configurations"):
