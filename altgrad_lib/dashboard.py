@@ -7,6 +7,9 @@ matplotlib Figure, so the same code draws in JupyterLab, under papermill and in 
 `Dashboard` wires dropdowns (metric, colour-by axis, and one filter per axis) to a redraw; `redraw()` is
 what the widgets call, so tests drive it by setting `.value` on the dropdowns. Under papermill (no widget
 frontend) `show()` still displays the current figure as a static image, so the executed notebook is complete.
+`DrillDown` does the same from one configuration (a format) to its weight histograms (the weights monitor's
+`hist.log2w:<k>` rows) and its gradient flow (the gradients monitor's per-layer `grad_norm`); statically it draws
+every configuration.
 """
 from __future__ import annotations
 
@@ -216,3 +219,132 @@ class Dashboard:
         if static:
             display(self.fig)
 
+
+
+# ------------------------------------------------------------------------------------------ drill-down
+
+LOG2W = "hist.log2w"     # monitors/weights.py: fraction of a layer's weights with floor(log2|w|) = k, role "W"
+GRAD_NORM = "grad_norm"  # monitors/gradients.py: ||grad|| of each parameter before clipping, role = parameter name
+
+
+def _short(layer: str) -> str:
+    return layer.removeprefix("transformer.")
+
+
+def _no_data(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def drilldown_layers(diag: pd.DataFrame | None) -> list[str]:
+    """Layers that have weight histograms or weight-gradient norms in `diag` (sorted)."""
+    if diag is None or diag.empty:
+        return []
+    d = diag[(diag.metric.str.startswith(LOG2W + ":") & (diag.role == "W"))
+             | ((diag.metric == GRAD_NORM) & (diag.role == "weight"))]
+    return sorted(d.layer.unique())
+
+
+def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure:
+    """Two panels for one run: left, the log2|w| histogram of each layer (or of `layer`) at the last diagnostic
+    step (one layer: the first step dashed too); right, the gradient flow, ||grad W|| per layer over training (log
+    scale). A panel whose rows the run did not record says so instead of drawing anything."""
+    fig, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
+    diag = diag if diag is not None else pd.DataFrame(columns=["step", "layer", "role", "metric", "value"])
+    pick = (lambda d: d) if layer == ALL else (lambda d: d[d.layer == layer])
+    h = pick(diag[diag.metric.str.startswith(LOG2W + ":") & (diag.role == "W")])
+    if h.empty:
+        _no_data(ax_w, f"no weight histograms ({LOG2W}) in this run:\ntrain it with the diagnostics group 'weights'")
+    else:
+        h = h.assign(k=h.metric.str.slice(len(LOG2W) + 1).astype(int))
+        first, last = h.step.min(), h.step.max()
+        for i, (name, g) in enumerate(h.groupby("layer", sort=True)):
+            for step, style in ((last, "-"), (first, "--")) if layer != ALL and first != last else ((last, "-"),):
+                b = g[g.step == step].groupby("k").value.sum()
+                ax_w.plot(b.index, b.to_numpy(), style, marker=".", color=f"C{i % 10}",
+                          label=f"{_short(name)} (step {step})")
+        ax_w.set_xlabel("floor(log2 |w|)")
+        ax_w.set_ylabel("fraction of weights")
+        ax_w.legend(fontsize=6)
+    ax_w.set_title("weight histograms (log2 |w|)", fontsize=9)
+    g = pick(diag[(diag.metric == GRAD_NORM) & (diag.role == "weight")])
+    if g.empty:
+        _no_data(ax_g, f"no per-layer gradient norms ({GRAD_NORM}) in this run:\n"
+                       "train it with the diagnostics group 'gradients'")
+    else:
+        for i, (name, d) in enumerate(g.sort_values("step").groupby("layer", sort=True)):
+            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1, label=_short(name))
+        ax_g.set_yscale("log")
+        ax_g.set_xlabel("step")
+        ax_g.set_ylabel("||grad W|| (before clipping)")
+        ax_g.legend(fontsize=6)
+    ax_g.set_title("gradient flow: weight-gradient norm per layer", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+class DrillDown:
+    """From a configuration (e.g. a format) to its run's weight histograms and gradient flow.
+
+    diags: configuration label -> that configuration's diagnostics frame (None: the run wrote none);
+    runs: label -> run name (for titles). Dropdowns: configuration, then layer (its options follow the run).
+    """
+
+    def __init__(self, diags: dict[str, pd.DataFrame | None], runs: dict[str, str] | None = None):
+        import ipywidgets as w
+
+        if not diags:
+            raise ValueError("DrillDown: no configurations to show")
+        self.diags, self.runs = diags, dict(runs or {})
+        self.config = w.Dropdown(options=list(diags), value=next(iter(diags)), description="format")
+        self.layer = w.Dropdown(options=[ALL], value=ALL, description="layer")
+        self.out = w.Output()
+        self.fig: Figure | None = None
+        self._syncing = False
+        self.config.observe(lambda change: self._on_config(), names="value")
+        self.layer.observe(lambda change: None if self._syncing else self.redraw(), names="value")
+        self._on_config()
+
+    def _on_config(self) -> None:
+        self._syncing = True   # changing the layer options must not redraw a stale layer first
+        try:
+            self.layer.options = [ALL, *drilldown_layers(self.diags[self.config.value])]
+            self.layer.value = ALL
+        finally:
+            self._syncing = False
+        self.redraw()
+
+    def figure_for(self, label: str, layer: str = ALL) -> Figure:
+        run = self.runs.get(label)
+        return drilldown(self.diags[label], f"{label}" + (f" ({run})" if run else ""), layer)
+
+    def redraw(self) -> Figure:
+        self.fig = self.figure_for(self.config.value, self.layer.value)
+        plt.close(self.fig)
+        self.out.clear_output(wait=True)
+        with self.out:
+            from IPython.display import display
+
+            display(self.fig)
+        return self.fig
+
+    def widget(self) -> Any:
+        import ipywidgets as w
+
+        return w.VBox([w.HBox([self.config, self.layer]), self.out])
+
+    def show(self, static: bool = True) -> dict[str, Figure]:
+        """Display the widgets and, if `static`, one figure per configuration (all layers), which is what lands in
+        a notebook executed without a widget frontend; returns those figures (label -> Figure)."""
+        from IPython.display import display
+
+        display(self.widget())
+        figs = {}
+        if static:
+            for label in self.diags:
+                figs[label] = self.figure_for(label)
+                plt.close(figs[label])
+                display(figs[label])
+        return figs

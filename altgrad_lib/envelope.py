@@ -24,8 +24,9 @@ When the LR is scaled, min_lr is scaled with it (the schedule keeps its shape).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -180,6 +181,43 @@ def find_stable_lr(config: TrainConfig, lo: float, hi: float, steps: int | None 
     return StableLR(good, bad, _table(rows))
 
 
+def _bisect_job(job: tuple[str, TrainConfig, float, float, dict[str, Any]]) -> StableLR:
+    """One label's bisection in a worker process (module-level: the executor pickles it by reference)."""
+    _, config, lo, hi, kw = job
+    return find_stable_lr(config, lo, hi, **kw)
+
+
+def _default_workers(bases: Mapping[str, TrainConfig]) -> int:
+    """One worker per format on CPU (capped by the cores); on a GPU the bisections share it one after another."""
+    import torch
+
+    on_cpu = all(c.device == "cpu" or (c.device == "auto" and not torch.cuda.is_available()) for c in bases.values())
+    return min(len(bases), os.cpu_count() or 1) if on_cpu else 1
+
+
+def find_stable_lrs(bases: Mapping[str, TrainConfig], lo: float, hi: float, steps: int | None = None, *,
+                    max_trials: int = 12, executor: Any = None, **kw: Any) -> dict[str, StableLR]:
+    """`find_stable_lr` for each labelled base config (e.g. one per format), the bisections side by side: each
+    worker of `executor` (default LocalExecutor(workers=min(len(bases), cores)) on CPU, 1 worker on a GPU) runs one
+    label's whole bisection. Same trials, same runs and same results as calling find_stable_lr per label (the
+    trials of one bisection depend only on its own earlier trials). Returns {label: StableLR} in the order of
+    `bases`; a bisection that raises stops with its label and one-line error. `kw`: ratio, criterion, run_fn (a
+    module-level function when the executor spawns processes) and TrainConfig changes, as find_stable_lr."""
+    from altgrad_lib.executors import LocalExecutor
+
+    if not bases:
+        return {}
+    if executor is None:
+        executor = LocalExecutor(workers=_default_workers(bases))
+    jobs = [(label, cfg, lo, hi, {"steps": steps, "max_trials": max_trials, **kw}) for label, cfg in bases.items()]
+    out: dict[str, StableLR] = {}
+    for (label, *_), outcome in executor.map(_bisect_job, jobs):
+        if not outcome.ok:
+            raise RuntimeError(f"find_stable_lrs: the bisection of {label!r} failed: {outcome.error}")
+        out[label] = outcome.value
+    return {label: out[label] for label in bases}
+
+
 def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     extra = [c for c in df.columns if c not in TRIAL_COLUMNS]
@@ -232,5 +270,6 @@ def critical_lr_table(config: TrainConfig, recipes: Sequence[str | dict], seeds:
     return pd.DataFrame(rows)
 
 
-__all__ = ["Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial", "find_stable_lr", "lr_sweep",
+__all__ = ["Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial", "find_stable_lr", "find_stable_lrs",
+           "lr_sweep",
            "lr_sensitivity", "sensitivity_summary", "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]

@@ -54,6 +54,7 @@ def layer_step_heatmap(df: pd.DataFrame, metric: str, role: str | None = None, *
         vals = np.log10(np.where(vals > 0, vals, np.nan))
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(grid) + 1.2)))
     im = ax.imshow(vals, aspect="auto", interpolation="nearest", cmap="viridis")
+    ax.grid(False)   # plots.setup turns grids on: lines over an image hide cells
     ax.set_yticks(range(len(grid)), grid.index, fontsize=7)
     steps = grid.columns.to_numpy()
     ticks = np.unique(np.linspace(0, len(steps) - 1, min(8, len(steps))).astype(int))
@@ -82,6 +83,7 @@ def stiffness_field(df: pd.DataFrame, layer: str) -> Figure:
     h = h.loc[sorted(h.index, key=int)]
     fig, ax = plt.subplots(figsize=(8, 3.5))
     im = ax.imshow(h.to_numpy(), aspect="auto", origin="lower", interpolation="nearest", cmap="magma")
+    ax.grid(False)
     ax.set_yticks(range(len(h)), h.index)
     steps = h.columns.to_numpy()
     ticks = np.unique(np.linspace(0, len(steps) - 1, min(8, len(steps))).astype(int))

@@ -96,3 +96,49 @@ def test_diagnostic_summary_by_hand_and_run_files(tmp_path):
     w = dashboard.warning_events(ev)
     assert w.step.tolist() == [9] and w.run.tolist() == ["r1"]
     assert dashboard.warning_events({}) is None
+
+
+def _diag_with_hists():
+    rows = []
+    for step in (5, 10):
+        for layer, shift in (("h.0.mlp.c_fc", 0), ("h.0.attn.c_attn", 1)):
+            rows += [(step, layer, "W", f"hist.log2w:{k}", v) for k, v in ((-4 - shift, 0.25), (-3 - shift, 0.75))]
+            rows += [(step, layer, "weight", "grad_norm", 0.1 * step + shift), (step, layer, "bias", "grad_norm", 9.0)]
+    rows.append((5, "h.0.mlp.c_fc", "X", "ctr.sat_frac", 0.0))   # other metrics are ignored
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+
+
+def _lines_by_label(ax):
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()}
+
+
+def test_drilldown_figure_draws_the_rows_and_names_missing_data():
+    fig = dashboard.drilldown(_diag_with_hists(), "E4M3")
+    w, g = _lines_by_label(fig.axes[0]), _lines_by_label(fig.axes[1])
+    assert w == {"h.0.attn.c_attn (step 10)": ([-5, -4], [0.25, 0.75]),
+                 "h.0.mlp.c_fc (step 10)": ([-4, -3], [0.25, 0.75])}
+    assert g["h.0.mlp.c_fc"] == ([5, 10], [0.5, 1.0]) and g["h.0.attn.c_attn"] == ([5, 10], [1.5, 2.0])  # bias left out
+    one = _lines_by_label(dashboard.drilldown(_diag_with_hists(), "E4M3", layer="h.0.mlp.c_fc").axes[0])
+    assert set(one) == {"h.0.mlp.c_fc (step 10)", "h.0.mlp.c_fc (step 5)"}   # one layer: first step too
+    empty = dashboard.drilldown(None, "hp")
+    texts = [t.get_text() for ax in empty.axes for t in ax.texts]
+    assert any("no weight histograms" in t for t in texts) and any("no per-layer gradient norms" in t for t in texts)
+    assert dashboard.drilldown_layers(_diag_with_hists()) == ["h.0.attn.c_attn", "h.0.mlp.c_fc"]
+    assert dashboard.drilldown_layers(None) == []
+
+
+def test_drilldown_callbacks_redraw_and_static_figures():
+    pytest.importorskip("ipywidgets")
+    d = dashboard.DrillDown({"E4M3": _diag_with_hists(), "hp": None}, runs={"E4M3": "fmt-s0-abc"})
+    assert d.fig._suptitle.get_text() == "E4M3 (fmt-s0-abc)"
+    assert list(d.layer.options) == [dashboard.ALL, "h.0.attn.c_attn", "h.0.mlp.c_fc"]
+    d.layer.value = "h.0.attn.c_attn"                                       # widget callback -> redraw
+    assert set(_lines_by_label(d.fig.axes[1])) == {"h.0.attn.c_attn"}
+    d.config.value = "hp"                                                   # no diagnostics: layers reset, message
+    assert list(d.layer.options) == [dashboard.ALL] and d.layer.value == dashboard.ALL
+    assert d.fig._suptitle.get_text() == "hp"
+    assert any("no weight histograms" in t.get_text() for t in d.fig.axes[0].texts)
+    figs = d.show(static=True)                                              # papermill: one figure per format
+    assert list(figs) == ["E4M3", "hp"] and len(figs["E4M3"].axes[0].get_lines()) == 2
+    with pytest.raises(ValueError, match="no configurations"):
+        dashboard.DrillDown({})

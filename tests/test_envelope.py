@@ -160,3 +160,53 @@ def test_critical_lr_table_one_row_per_recipe_and_seed(tmp_path):
     assert list(zip(table["recipe"], table["seed"])) == [("hp", 0), ("hp", 1), ("fmt:E5M2", 0), ("fmt:E5M2", 1)]
     assert ((table["lr_stable"] < 0.02) & (table["lr_unstable"] >= 0.02)).all()
     assert (table["lr_critical"] == (table["lr_stable"] * table["lr_unstable"]) ** 0.5).all()
+
+
+def test_find_stable_lrs_in_process_matches_find_stable_lr_and_names_a_failure(tmp_path):
+    from altgrad_lib.executors import LocalExecutor
+
+    cfg = TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path)})
+    bases = {"hp": cfg.replace(recipe="hp"), "E5M2": cfg.replace(recipe="fmt:E5M2")}
+    got = ev.find_stable_lrs(bases, 1e-4, 10.0, ratio=1.2, max_trials=40, run_fn=Trainer(0.02),
+                             executor=LocalExecutor(workers=1))
+    assert list(got) == ["hp", "E5M2"]
+    for label, base in bases.items():
+        ref = ev.find_stable_lr(base, 1e-4, 10.0, ratio=1.2, max_trials=40, run_fn=Trainer(0.02))
+        pd.testing.assert_frame_equal(got[label].trials, ref.trials)
+        assert (got[label].lr_stable, got[label].lr_unstable) == (ref.lr_stable, ref.lr_unstable)
+
+    def broken(c):
+        raise RuntimeError("no data")
+
+    with pytest.raises(RuntimeError, match="bisection of 'hp' failed: RuntimeError: no data"):
+        ev.find_stable_lrs(bases, 1e-4, 10.0, run_fn=broken, executor=LocalExecutor(workers=1))
+    assert ev.find_stable_lrs({}, 1e-4, 10.0) == {}
+
+
+def test_real_find_stable_lrs_two_workers_identical_to_sequential(tmp_path):
+    # real tiny runs: the per-format bisections in 2 spawned workers (1 torch thread each) give the same trial
+    # tables (losses, verdicts, run names) as find_stable_lr called per format in this process with 1 thread
+    import torch
+
+    from altgrad_lib.executors import LocalExecutor
+
+    tiny = {**TINY, "max_docs": 20, "n_layer": 1, "n_embd": 16}
+    seq_cfg = TrainConfig.from_dict({**tiny, "out_dir": str(tmp_path / "seq")})
+    par_cfg = TrainConfig.from_dict({**tiny, "out_dir": str(tmp_path / "par")})
+    recipes = {"hp": "hp", "E5M2": "fmt:E5M2"}
+    kw = dict(steps=5, ratio=30, max_trials=3)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seq = {k: ev.find_stable_lr(seq_cfg.replace(recipe=r), 1e-3, 1e4, **kw) for k, r in recipes.items()}
+    finally:
+        torch.set_num_threads(prev)
+    par = ev.find_stable_lrs({k: par_cfg.replace(recipe=r) for k, r in recipes.items()}, 1e-3, 1e4, **kw,
+                             executor=LocalExecutor(workers=2, threads=1))
+    assert list(par) == list(recipes)
+    for k in recipes:
+        assert len(seq[k].trials) == 3 and not seq[k].trials["reused"].any()
+        pd.testing.assert_frame_equal(par[k].trials, seq[k].trials)
+        assert (par[k].lr_stable, par[k].lr_unstable) == (seq[k].lr_stable, seq[k].lr_unstable)
+        for name in par[k].trials["run_name"]:                    # trained in the workers, into par's out_dir
+            assert (tmp_path / "par" / name / "summary.json").exists()

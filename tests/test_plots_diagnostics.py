@@ -61,3 +61,15 @@ def test_every_figure_draws_real_rows(df):
     _check(pd_.kurtosis(df), "Kurtosis")
     with pytest.raises(ValueError, match="no rows for metric"):
         pd_.layer_step_heatmap(df, "nope")
+
+
+def test_images_have_no_grid_lines_over_their_cells(df):
+    plt.rcParams["axes.grid"] = True          # as plots.setup does
+    try:
+        for fig in (pd_.layer_step_heatmap(df, "overflow_frac", "dY"),
+                    pd_.stiffness_field(df, "transformer.h.0.mlp.c_fc")):
+            ax = fig.axes[0]
+            assert not any(g.get_visible() for g in ax.get_xgridlines() + ax.get_ygridlines())
+            plt.close(fig)
+    finally:
+        plt.rcParams["axes.grid"] = False
