@@ -160,3 +160,18 @@ def test_critical_lr_table_one_row_per_recipe_and_seed(tmp_path):
     assert list(zip(table["recipe"], table["seed"])) == [("hp", 0), ("hp", 1), ("fmt:E5M2", 0), ("fmt:E5M2", 1)]
     assert ((table["lr_stable"] < 0.02) & (table["lr_unstable"] >= 0.02)).all()
     assert (table["lr_critical"] == (table["lr_stable"] * table["lr_unstable"]) ** 0.5).all()
+
+
+def test_role_recipe_builds_notebook_04_style_recipes_and_passes_names_through():
+    assert ev.role_recipe("hp") == "hp" and ev.role_recipe("fmt:E5M2") == "fmt:E5M2"
+    assert ev.role_recipe("E5M2@W") == {"name": "E5M2-W", "layers": {"*": {"weight": "E5M2"}, "lm_head": None}}
+    r = ev.role_recipe("E7M0@dYXW")       # tag order in the spec does not matter; the name uses X, W, dY order
+    assert r["name"] == "E7M0-XWdY"
+    assert r["layers"]["*"] == {"input": "E7M0", "weight": "E7M0", "grad_output": "E7M0"}
+    cfg = TrainConfig.from_dict({"recipe": ev.role_recipe("E4M3@XW")})
+    assert cfg.recipe_name == "E4M3-XW"
+    for bad in ("E4M3@", "E4M3@Q", "E4M3@WW"):
+        with pytest.raises(ValueError, match="role_recipe"):
+            ev.role_recipe(bad)
+    with pytest.raises(ValueError):
+        ev.role_recipe("E99M9@W")
