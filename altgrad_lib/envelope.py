@@ -260,5 +260,5 @@ def critical_lr_table(config: TrainConfig, recipes: Sequence[str | dict], seeds:
     return pd.DataFrame(rows)
 
 
-__all__ = ["role_recipe", "ROLE_TAGS", "Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial", "find_stable_lr", "lr_sweep",
-           "lr_sensitivity", "sensitivity_summary", "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]
+__all__ = ["role_recipe", "ROLE_TAGS", "Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial",
+           "find_stable_lr", "lr_sweep", "lr_sensitivity", "sensitivity_summary", "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]
