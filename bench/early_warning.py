@@ -94,6 +94,7 @@ def measure(cfg: TrainConfig, interval: int, iters: int, adam: bool) -> tuple[pd
     alarms = {**first_alarms(read_events(run.dir)), "lr_lambda": first("lr_lambda_max", cv.GD_STABILITY_LIMIT),
               "lr_lambda_adam": first("lr_lambda_adam", adam_limit)}
     summary = {"recipe": cfg.recipe_name, "lr": cfg.lr, "seed": cfg.seed, "status": run.status, "event": event,
+               "rise_1.5x": first_spike(loss, 1.5),   # context only: where the loss first rose by half
                "loss_at_event": float(loss.loc[event]) if event is not None else math.nan,
                **{f"first_{a}": alarms[a] for a in ALARM_COLS},
                **{f"lead_{a}": warning_outcome(event, alarms[a]) for a in ALARM_COLS},
@@ -152,7 +153,7 @@ def main() -> None:
     df = pd.read_csv(a.report) if a.report else pd.DataFrame(out)
     for c in (f"lead_{x}" for x in ALARM_COLS):   # leads back from csv: ints where they are numbers
         df[c] = [int(v) if str(v).lstrip("-").isdigit() else v for v in df[c]]
-    for c in ["event", *(f"first_{x}" for x in ALARM_COLS)]:
+    for c in ["event", "rise_1.5x", *(f"first_{x}" for x in ALARM_COLS)]:
         df[c] = [None if pd.isna(v) else int(v) for v in df[c]]
     df.to_csv(out_dir / "runs.csv", index=False)
     alarms = ALARM_COLS if df["max_lr_lambda_adam"].notna().any() else ALARM_COLS[:-1]   # adam: only if measured
@@ -164,7 +165,7 @@ def main() -> None:
         print(agg.to_string(index=False))
     print(f"total {total:.0f} s; per-run tables in {out_dir}")
     if a.md:
-        runs = df[["recipe", "k", "seed", "lr", "event", "loss_at_event",
+        runs = df[["recipe", "k", "seed", "lr", "event", "loss_at_event", "rise_1.5x",
                    *(c for a_ in alarms for c in (f"first_{a_}", f"lead_{a_}")),
                    "max_lr_lambda", *(["max_lr_lambda_adam"] if "lr_lambda_adam" in alarms else [])]].astype(object)
         done = f"- report rebuilt from {a.report}\n" if a.report else f"- wall time: {total:.0f} s for {len(df)} runs\n"
@@ -183,8 +184,9 @@ METHOD = """## Method
   base lr 1e-3 (min_lr 1e-4, linear warmup over 30 steps, then cosine), grad clip 1.0; the run's lr (and min_lr) is
   the base × k, so a large k crosses the critical lr during the warmup (a gradual, not a step-1, destabilisation;
   without warmup or clipping k = 1000 blows up at step 2, leaving nothing to warn about; with them, in a seed-0
-  probe of 80 steps, k ≤ 1000 did not blow up and k = 3000 did at steps 20–36; k = 3000 is the only destabilising k
-  measured, chosen from that probe before any alarm was looked at). {steps} steps; k = 1 is the control.
+  probe of 80 steps, k ≤ 1000 did not blow up and k = 3000 did at steps 20–36; both k were chosen from that probe
+  before any alarm was looked at: k = 3000 destabilises, k = 1000 is near the edge, k = 1 is the control).
+  {steps} steps.
   Recipes: `hp` = nothing quantized; `<FMT>-W` = the weights of every Linear but lm_head in FMT (simulated).
 - Event: first step with a non-finite train loss or a train loss ≥ 2 × the lowest before it
   (`envelope.first_spike`). Runs stop at a non-finite loss.
@@ -192,12 +194,15 @@ METHOD = """## Method
   `altgrad_lib/monitors/events.py`), from the run's own `events.csv`, diagnostics every {interval} steps (and step 1):
   - kurtosis: excess kurtosis of any Linear input > 50, or > 2 × its mean over the last 8 diagnostic steps;
   - attn_entropy: a head's attention entropy < 0.5 × its mean over the last 8 diagnostic steps;
+  - both window rules need 3 earlier diagnostic steps, so the earliest step they can fire is the 4th diagnostic step
+    (step 6 at interval 2); the absolute kurtosis > 50 rule can fire from step 1;
   - grad_norm: total gradient norm > EMA + 6 EMA-std (every step, after 10 steps; reference alarm);
   - lr_lambda: lr·λ_max(H) > 2, λ_max by {iters} power iterations on Hessian-vector products on a fixed validation
     batch, at the diagnostic steps (STE surrogate Hessian on quantized models);
   - lr_lambda_adam (only with `--adam`): lr·λ_max(P⁻¹H) > 38 (Adam's edge of stability, β1 = 0.9;
     P = √v̂ + ε).
   Power iteration approaches λ_max from below, so with few iterations lr_lambda can fire late, never early.
+- rise_1.5x (context, not used for the leads): first step whose loss is non-finite or ≥ 1.5 × the lowest before it.
 - Lead = event step − first alarm step (> 0 only when the alarm fired strictly before the event); missed = an event
   without an earlier alarm; false alarm = an alarm in a run without event. The median and range of the lead are over
   the detected runs.
