@@ -68,6 +68,34 @@ def first_spike(losses: Sequence[float] | pd.Series, ratio: float = 2.0) -> int 
     return None
 
 
+ROLE_TAGS = {"X": "input", "W": "weight", "dY": "grad_output"}   # tag -> QuantPolicy role, in name order
+
+
+def role_recipe(spec: str | dict) -> str | dict:
+    """A recipe from a short spec: "<FMT>@<tags>" quantizes the chosen operands of every Linear except lm_head in
+    FMT, the rest high precision (tags from X, W, dY: "E5M2@W" weights only, "E4M3@XWdY" all three, as notebook
+    04's recipes, named "<FMT>-<tags>"); anything else (a named recipe such as "hp" or "fmt:E5M2", a dict) is
+    returned unchanged."""
+    if not isinstance(spec, str) or "@" not in spec:
+        return spec
+    fmt, _, tags = spec.partition("@")
+    from altgrad_lib.formats import get_format   # validates the format name (one-line error listing choices)
+
+    get_format(fmt)
+    roles, rest = [], tags
+    while rest:
+        tag = next((t for t in ROLE_TAGS if rest.startswith(t)), None)
+        if tag is None or ROLE_TAGS[tag] in roles:
+            raise ValueError(f"role_recipe: bad operand tags {tags!r} in {spec!r}; valid: a combination of "
+                             f"{tuple(ROLE_TAGS)}, e.g. 'E5M2@W' or 'E4M3@XWdY'")
+        roles.append(ROLE_TAGS[tag])
+        rest = rest[len(tag):]
+    if not roles:
+        raise ValueError(f"role_recipe: no operand tags in {spec!r}; valid: a combination of {tuple(ROLE_TAGS)}")
+    tag = "".join(t for t, r in ROLE_TAGS.items() if r in roles)
+    return {"name": f"{fmt}-{tag}", "layers": {"*": {r: fmt for r in roles}, "lm_head": None}}
+
+
 def trial_verdict(run: Any, criterion: Criterion = Criterion()) -> dict[str, Any]:
     """One trial's row: stable, reason, status and the losses the criterion used (NaN where undefined);
     initial_loss is the step-0 validation loss, spike_step the step of the first blow-up (None if none)."""
@@ -270,6 +298,6 @@ def critical_lr_table(config: TrainConfig, recipes: Sequence[str | dict], seeds:
     return pd.DataFrame(rows)
 
 
-__all__ = ["Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial", "find_stable_lr", "find_stable_lrs",
-           "lr_sweep",
-           "lr_sensitivity", "sensitivity_summary", "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]
+__all__ = ["role_recipe", "ROLE_TAGS", "Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial",
+           "find_stable_lr", "find_stable_lrs", "lr_sweep", "lr_sensitivity", "sensitivity_summary", "critical_lr_table",
+           "REASONS", "TRIAL_COLUMNS"]

@@ -210,3 +210,18 @@ def test_real_find_stable_lrs_two_workers_identical_to_sequential(tmp_path):
         assert (par[k].lr_stable, par[k].lr_unstable) == (seq[k].lr_stable, seq[k].lr_unstable)
         for name in par[k].trials["run_name"]:                    # trained in the workers, into par's out_dir
             assert (tmp_path / "par" / name / "summary.json").exists()
+
+
+def test_role_recipe_builds_notebook_04_style_recipes_and_passes_names_through():
+    assert ev.role_recipe("hp") == "hp" and ev.role_recipe("fmt:E5M2") == "fmt:E5M2"
+    assert ev.role_recipe("E5M2@W") == {"name": "E5M2-W", "layers": {"*": {"weight": "E5M2"}, "lm_head": None}}
+    r = ev.role_recipe("E7M0@dYXW")       # tag order in the spec does not matter; the name uses X, W, dY order
+    assert r["name"] == "E7M0-XWdY"
+    assert r["layers"]["*"] == {"input": "E7M0", "weight": "E7M0", "grad_output": "E7M0"}
+    cfg = TrainConfig.from_dict({"recipe": ev.role_recipe("E4M3@XW")})
+    assert cfg.recipe_name == "E4M3-XW"
+    for bad in ("E4M3@", "E4M3@Q", "E4M3@WW"):
+        with pytest.raises(ValueError, match="role_recipe"):
+            ev.role_recipe(bad)
+    with pytest.raises(ValueError):
+        ev.role_recipe("E99M9@W")

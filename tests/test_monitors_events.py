@@ -1,13 +1,17 @@
-"""Tests for altgrad_lib.monitors.events: spike rule vs a hand-rolled EMA, trend / drop alarms, state round trip."""
+"""Tests for altgrad_lib.monitors.events: spike rule vs a hand-rolled EMA, trend / drop alarms, state round trip,
+alarm read-back (first_alarms vs brute force) and the lead / missed / false classes."""
 from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from altgrad_lib.monitors.base import StepContext
 from altgrad_lib.monitors.config import DiagnosticsConfig
-from altgrad_lib.monitors.events import EMA_ALPHA, WARMUP, EventsMonitor
+from altgrad_lib.monitors.events import ALARMS, EMA_ALPHA, WARMUP, EventsMonitor, first_alarms, warning_outcome
 
 
 def _mon(**kw) -> EventsMonitor:
@@ -49,3 +53,40 @@ def test_nonfinite_loss_kurtosis_and_entropy_alarms():
     again = _mon(window=4)
     again.load_state_dict(mon.state_dict())
     assert again.state_dict() == mon.state_dict()
+
+
+def test_first_alarms_is_the_earliest_step_of_each_family_vs_brute_force():
+    kinds = [k for ks in ALARMS.values() for k in ks] + ["loss_spike", "unavailable:numerics"]
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 500), st.sampled_from(kinds)), max_size=30))
+    def check(evs):
+        got = first_alarms(evs)
+        df = first_alarms(pd.DataFrame(evs, columns=["step", "kind"]) if evs else
+                          pd.DataFrame({"step": [], "kind": []}))
+        assert got == df
+        for fam, ks in ALARMS.items():            # brute force: min over the family's kinds, None if none
+            steps = [s for s, k in evs if k in ks]
+            assert got[fam] == (min(steps) if steps else None)
+
+    check()
+
+
+def test_warning_outcome_classes():
+    assert warning_outcome(30, 12) == 18
+    assert warning_outcome(30, 30) == "missed"      # same step: no warning
+    assert warning_outcome(30, 31) == "missed"
+    assert warning_outcome(30, None) == "missed"
+    assert warning_outcome(None, 5) == "false"
+    assert warning_outcome(None, None) == "none"
+
+
+def test_events_monitor_alarm_read_back_by_first_alarms():
+    """The monitor's own events, read back: the kurtosis family's first step is the first trend crossing."""
+    mon, events = _mon(kurtosis_alarm=50.0, kurtosis_trend=2.0, entropy_drop=0.5, window=8), []
+    kurt = [1.0, 1.1, 0.9, 1.0, 1.05, 2.5, 3.0, 70.0]       # 2.5 > 2 × mean(1.0, 1.1, 0.9, 1.0, 1.05) = 2.02
+    for step, k in enumerate(kurt, start=1):
+        ctx = StepContext(step=step, x=None, y=None, snap=None)
+        mon.on_rows(step, [(step, "l.c_fc", "X", "kurtosis", k), (step, "l.attn", "head0", "attn_entropy", 2.0)], ctx)
+        events += ctx.events
+    assert first_alarms(events) == {"kurtosis": 6, "attn_entropy": None, "grad_norm": None}

@@ -9,17 +9,37 @@ At diagnostic steps, from the activations group's rows:
     attn_entropy_drop              a head's entropy < entropy_drop × its window mean (layer "<fqn>/head<i>")
 Other monitors add "unavailable:<what>" notes when a number cannot be measured in this run (e.g. dY
 counters under torch.compile). Thresholds are settings, reported with each event, never tuned to a run.
+
+Reading the events back as early warnings (`first_alarms`, `warning_outcome`; bench/early_warning.py):
+    ALARMS groups event kinds into alarm families — "kurtosis" (kurtosis_alarm or kurtosis_trend, any Linear),
+    "attn_entropy" (attn_entropy_drop, any head), "grad_norm" (grad_norm_spike) — and a run's alarm is the first
+    step any kind of its family fired. Against the step of the failure event (e.g. envelope.first_spike: loss
+    non-finite or doubled) the outcome is the lead in steps (alarm strictly before the event), "missed" (no
+    alarm before it: none at all, or only at / after the event), "false" (an alarm but no event) or "none".
+    The default thresholds (DiagnosticsConfig) are used unchanged, not fitted to any early-warning run; why
+    they are reasonable a priori: kurtosis 50 (a Gaussian has excess kurtosis 0, a Laplace 3; 50 means a few
+    outlier features dominate the fourth moment, the regime FOG / Fishman et al. flag), trend 2× and entropy 0.5×
+    the mean of the last `window` diagnostic steps (a halving / doubling within a few intervals, far outside
+    step-to-step noise), spike 6 EMA-std (a one-in-~10^9 excursion for Gaussian noise). Measured lead times,
+    misses and false alarms: bench/results/early_warning.md (the kurtosis trend on *excess* kurtosis, whose
+    baseline is near 0, turned out to be a low bar there).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 from altgrad_lib.monitors.base import Monitor, Row, StepContext
 
 EMA_ALPHA = 0.1
 WARMUP = 10
 MIN_HISTORY = 3
+ALARMS: dict[str, tuple[str, ...]] = {     # alarm family -> the event kinds that raise it
+    "kurtosis": ("kurtosis_alarm", "kurtosis_trend"),
+    "attn_entropy": ("attn_entropy_drop",),
+    "grad_norm": ("grad_norm_spike",),
+}
+OUTCOMES = ("missed", "false", "none")     # besides a lead (a positive int, in steps)
 
 
 class EventsMonitor(Monitor):
@@ -79,3 +99,24 @@ class EventsMonitor(Monitor):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.ema = {k: list(v) for k, v in state.get("ema", {}).items()}
         self.hist = {k: list(v) for k, v in state.get("hist", {}).items()}
+
+
+def first_alarms(events: Any, families: Mapping[str, Iterable[str]] = ALARMS) -> dict[str, int | None]:
+    """Family -> first step any of its event kinds fired (None: never). `events` is read_events(run_dir)
+    (columns step, kind) or any iterable of (step, kind, ...) tuples."""
+    pairs = zip(events["step"], events["kind"]) if hasattr(events, "columns") else ((e[0], e[1]) for e in events)
+    kind_to_family = {k: f for f, kinds in families.items() for k in kinds}
+    first: dict[str, int | None] = {f: None for f in families}
+    for step, kind in pairs:
+        f = kind_to_family.get(kind)
+        if f is not None and (first[f] is None or int(step) < first[f]):
+            first[f] = int(step)
+    return first
+
+
+def warning_outcome(event: int | None, alarm: int | None) -> int | str:
+    """The alarm's lead over the failure event in steps (int > 0), or "missed" (event without an alarm strictly
+    before it), "false" (alarm, no event) or "none" (neither)."""
+    if event is None:
+        return "false" if alarm is not None else "none"
+    return "missed" if alarm is None or alarm >= event else int(event - alarm)
