@@ -255,7 +255,10 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
         for label, overrides in variants.items():
             c = cfg.replace(seed=int(seed), **overrides).resolved()
             keyed.append((f"{label} s{seed}", StudyPoint(c.run_name, {"label": label, "seed": int(seed)}, c)))
-    points = list({p.name: p for _, p in keyed}.values())   # two labels with one config train it once
+    unique: dict[str, Any] = {}
+    for _, p in keyed:                      # two labels with one config train it once (indexed under the first)
+        unique.setdefault(p.name, p)
+    points = list(unique.values())
     todo = {p.name for p in points if not (p.config.run_dir / "summary.json").exists()}
     if study or len(todo) > 1:
         index = outputs_dir() / "studies" / study / INDEX_FILE if study else None

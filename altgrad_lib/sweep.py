@@ -7,9 +7,13 @@ writing executed notebooks to `outputs/notebooks/<notebook>/<params>.ipynb` and 
 `outputs/sweep/summary.csv`. A failing notebook is recorded and the sweep goes on, so one bad format
 never loses the others; the exit code is non-zero if any notebook failed.
 
-Notebooks run through the same executors as studies (executors.py): one after another in this process by
-default; `--workers N` (local processes) or `--executor ray` run them side by side. Only notebooks that
-share no run may run side by side (03 reuses the baseline 02 trains), so keep the default for those.
+Notebooks run through the same executors as studies (executors.py). The per-format notebook (01: no
+training, one job per format) runs its jobs side by side, one single-threaded kernel per core; the others run
+one after another, because each trains its own runs side by side through the study layer
+(run_tables.train_variants -> study.run_points) and later notebooks reuse earlier ones' runs (02's baseline in
+03-06, 04's runs in 06). `--workers N` / `--executor ray` override that for every notebook. tcmalloc is preloaded
+into the kernels when the machine has it (glibc page-faults on every new large tensor). The sweep ends with
+the wall time of each notebook.
 """
 from __future__ import annotations
 
@@ -80,10 +84,39 @@ def run_job(job: Job, kernel: str) -> tuple[str, str]:
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
 
 
-def _run_item(item: tuple[Job, str]) -> tuple[str, str]:
-    """Executor job (module level, picklable): one notebook."""
-    job, kernel = item
+def _run_item(item: tuple[Job, str] | tuple[Job, str, int]) -> tuple[str, str]:
+    """Executor job (module level, picklable): one notebook; with a thread count, its kernel gets that many."""
+    job, kernel, *threads = item
+    if threads and threads[0]:
+        import os
+
+        os.environ["OMP_NUM_THREADS"] = str(threads[0])   # read by the kernel's torch at start-up
     return run_job(job, kernel)
+
+
+TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib64/libtcmalloc_minimal.so.4",
+            "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
+
+
+def preload_tcmalloc() -> str:
+    """LD_PRELOAD tcmalloc for the kernels this process starts, if the machine has it and nothing is preloaded."""
+    import os
+
+    if os.environ.get("LD_PRELOAD"):
+        return os.environ["LD_PRELOAD"]
+    lib = next((p for p in TCMALLOC if Path(p).exists()), "")
+    if lib:
+        os.environ["LD_PRELOAD"] = lib
+    return lib
+
+
+def stages(jobs: list[Job], workers: int | None) -> list[tuple[list[Job], int]]:
+    """(jobs, workers) in order: per-format notebooks side by side (auto), then each other notebook alone."""
+    from altgrad_lib.executors import auto_workers
+
+    per_format = [j for j in jobs if j.notebook.stem in PER_FORMAT_NOTEBOOKS]
+    out = [(per_format, workers or auto_workers(len(per_format)))] if per_format else []
+    return out + [([j], workers or 1) for j in jobs if j.notebook.stem not in PER_FORMAT_NOTEBOOKS]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,9 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default="python3")
     ap.add_argument("--dry-run", action="store_true", help="list the jobs and exit")
     ap.add_argument("--executor", default="local", choices=("local", "ray"), help="where notebooks run")
-    ap.add_argument("--workers", type=int, default=1, help="local: notebooks side by side (default 1)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="local: notebooks side by side (default: 01's formats one per core, the others one at a time)")
     ap.add_argument("--address", default="auto", help="ray: cluster address")
     args = ap.parse_args(argv)
+
+    import time
 
     import pandas as pd
 
@@ -111,21 +147,35 @@ def main(argv: list[str] | None = None) -> int:
     summary_path.parent.mkdir(parents=True, exist_ok=True)
     from altgrad_lib.executors import ExecutorError, get_executor
 
-    try:
-        executor = get_executor(args.executor, workers=args.workers, address=args.address)
-    except (ExecutorError, ValueError) as e:
-        raise SystemExit(f"sweep: error: {e}") from None
-    rows = []
-    for i, ((job, _), out) in enumerate(executor.map(_run_item, [(job, args.kernel) for job in jobs]), 1):
-        status, error = out.value if out.ok else ("failed", out.error)
-        rows.append({"notebook": job.notebook.stem, "params": str(job.params_file.relative_to(ROOT)),
-                     "status": status, "seconds": round(out.seconds, 1), "output": str(job.output), "error": error})
-        # Written after every job so an interrupted sweep still leaves its record.
-        pd.DataFrame(rows).to_csv(summary_path, index=False)
-        print(f"[{i}/{len(jobs)}] {job.label}: {status} in {rows[-1]['seconds']} s {error}", flush=True)
+    lib = preload_tcmalloc()
+    print(f"allocator: {'tcmalloc (' + lib + ')' if lib else 'glibc malloc (no libtcmalloc_minimal.so.4 here)'}")
+    rows, walls, t_start = [], {}, time.perf_counter()
+    for stage_jobs, workers in stages(jobs, args.workers):
+        try:
+            executor = get_executor(args.executor, workers=workers, threads=1 if workers > 1 else None,
+                                    address=args.address)
+        except (ExecutorError, ValueError) as e:
+            raise SystemExit(f"sweep: error: {e}") from None
+        t0 = time.perf_counter()
+        items = [(job, args.kernel, 1 if workers > 1 else 0) for job in stage_jobs]
+        for (job, *_), out in executor.map(_run_item, items):
+            status, error = out.value if out.ok else ("failed", out.error)
+            rows.append({"notebook": job.notebook.stem, "params": str(job.params_file.relative_to(ROOT)),
+                         "status": status, "seconds": round(out.seconds, 1), "output": str(job.output),
+                         "error": error})
+            # Written after every job so an interrupted sweep still leaves its record.
+            pd.DataFrame(rows).to_csv(summary_path, index=False)
+            print(f"[{len(rows)}/{len(jobs)}] {job.label}: {status} in {rows[-1]['seconds']} s {error}", flush=True)
+        nb = stage_jobs[0].notebook.stem
+        walls[nb] = walls.get(nb, 0.0) + time.perf_counter() - t0
 
     table = pd.DataFrame(rows)
     print("\n" + table[["notebook", "params", "status", "seconds"]].to_string(index=False))
+    wall = pd.DataFrame({"notebook": list(walls), "jobs": [int((table.notebook == n).sum()) for n in walls],
+                         "wall_s": [round(w, 1) for w in walls.values()]})
+    wall.to_csv(summary_path.with_name("wall.csv"), index=False)
+    print(f"\nwall time per notebook (profile {args.profile}):\n{wall.to_string(index=False)}\n"
+          f"total {time.perf_counter() - t_start:.1f} s")
     print(f"\nsummary: {summary_path}")
     failed = table[table.status != "ok"]
     if len(failed):

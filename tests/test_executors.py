@@ -91,3 +91,19 @@ def test_study_on_a_local_ray_instance(tmp_path, monkeypatch):
     assert idx.status.tolist() == ["completed", "completed"] and idx.seed.tolist() == [0, 1]
     assert all(math.isfinite(v) for v in idx.final_val_loss)
     assert (tmp_path / "runs" / idx.run[0] / "summary.json").exists()
+
+
+def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkeypatch):
+    from altgrad_lib.executors import auto_executor, auto_workers
+
+    monkeypatch.delenv("ALTGRAD_WORKERS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert [auto_workers(n) for n in (0, 1, 2, 9)] == [1, 1, 2, 4]
+    assert auto_workers(9, "cuda") == 1 and auto_workers(9, "cuda:1") == 1
+    ex = auto_executor(9)
+    assert (ex.workers, ex.threads) == (4, 1) and auto_executor(1).workers == 1
+    monkeypatch.setenv("ALTGRAD_WORKERS", "3")
+    assert auto_workers(1, "cuda") == 3
+    monkeypatch.setenv("ALTGRAD_WORKERS", "two")
+    with pytest.raises(ValueError, match="ALTGRAD_WORKERS='two' must be a positive integer"):
+        auto_workers(2)

@@ -75,3 +75,26 @@ def test_train_config_from_takes_only_declared_parameters():
     with pytest.raises(ValueError, match=r"\['backends'\] are neither TrainConfig keys nor declared as extra"):
         run_tables.train_config_from({"lr": 2e-3, "backends": ["sim"]})
     assert run_tables.train_config_from({"recipe": "bf16"}, max_steps=3).recipe == "hp"   # overrides, alias
+
+
+def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_the_notebook(tmp_path, monkeypatch):
+    from altgrad_lib.executors import LocalExecutor
+    from altgrad_lib.train import train
+    from altgrad_lib.train_config import TrainConfig
+    from tests.helpers import tiny_study_dict
+
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outputs"))
+    cfg = TrainConfig.from_dict(tiny_study_dict(tmp_path, max_steps=3)["config"])
+    first = train(cfg.replace(seed=0))                        # trained before: reused, not retrained
+    variants = {"hp": {}, "same": {}, "control": {"freeze_blocks": True}}   # "same" is hp's config: trained once
+    runs = run_tables.train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
+                                     progress=False, verbose=False)
+    assert list(runs) == ["hp s0", "same s0", "control s0", "hp s1", "same s1", "control s1"]
+    assert runs["hp s0"].dir == first.dir and runs["hp s0"].reused and not runs["hp s1"].reused
+    assert runs["same s1"].dir == runs["hp s1"].dir and runs["control s1"].name.startswith("hp-frozen-s1-")
+    assert all(r.status == "completed" for r in runs.values())
+    index = pd.read_csv(tmp_path / "outputs" / "studies" / "nb" / "study.csv")
+    assert index.label.tolist() == ["hp", "control", "hp", "control"] and index.seed.tolist() == [0, 0, 1, 1]
+    assert (index.status == "completed").all()
+    assert index.final_val_loss.tolist() == [runs[f"{l} s{s}"].final_val_loss
+                                             for l, s in zip(index.label, index.seed)]

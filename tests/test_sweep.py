@@ -68,8 +68,46 @@ def test_sweep_runs_jobs_through_the_executor_and_isolates_a_crash(fake_project,
 
     monkeypatch.setattr(sweep, "ROOT", fake_project)
     monkeypatch.setattr(sweep, "run_job", _fake_run_job)
-    assert sweep.main(["--out", str(fake_project / "out")]) == 1            # one failed -> non-zero exit
+    # one worker: the monkeypatched run_job lives in this process only
+    assert sweep.main(["--out", str(fake_project / "out"), "--workers", "1"]) == 1   # one failed -> non-zero exit
     table = pd.read_csv(fake_project / "outputs" / "sweep" / "summary.csv").set_index("params")
     assert table.status.to_dict() == {"params/01_formats/e4m3.yaml": "ok", "params/01_formats/e7m0.yaml": "failed",
                                       "params/02_bf16_baseline/cpu.yaml": "ok"}
     assert table.loc["params/01_formats/e7m0.yaml", "error"] == "RuntimeError: kernel died"
+
+
+def test_stages_run_per_format_notebooks_side_by_side_and_the_others_alone(fake_project, monkeypatch):
+    jobs = sweep.plan_jobs("cpu", fake_project / "out")
+    monkeypatch.setenv("ALTGRAD_WORKERS", "2")
+    assert [([j.label for j in js], w) for js, w in sweep.stages(jobs, None)] == [
+        (["01_formats[e4m3]", "01_formats[e7m0]"], 2), (["02_bf16_baseline[cpu]"], 1)]
+    assert [w for _, w in sweep.stages(jobs, 3)] == [3, 3]        # --workers overrides every stage
+
+
+def test_the_sweep_writes_wall_time_per_notebook(fake_project, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setattr(sweep, "ROOT", fake_project)
+    monkeypatch.setattr(sweep, "run_job", lambda job, kernel: ("ok", ""))
+    assert sweep.main(["--out", str(fake_project / "out"), "--workers", "1"]) == 0
+    wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv")
+    assert wall.notebook.tolist() == ["01_formats", "02_bf16_baseline"] and wall.jobs.tolist() == [2, 1]
+    assert (wall.wall_s >= 0).all()
+
+
+def test_cpu_profiles_share_one_model_so_runs_are_trained_once():
+    # 03-06 reuse 02's baseline and control (and 06 every run of 02-04) only if the model block is identical
+    import yaml
+
+    from altgrad_lib.train_config import NON_RESULT_FIELDS, TrainConfig
+
+    def model(stem):
+        d = yaml.safe_load((sweep.PARAMS_DIR / stem / "cpu.yaml").read_text())
+        return {k: v for k, v in d.items() if k in TrainConfig.keys() and k not in NON_RESULT_FIELDS and k != "recipe"}
+
+    ref = model("02_bf16_baseline")
+    assert ref["max_steps"] >= 300 and ref["device"] == "cpu"
+    for stem in ("03_fp8_baseline", "04_exotic_formats", "05_manifold_optimizer"):
+        assert model(stem) == ref, stem
+    study = yaml.safe_load((sweep.PARAMS_DIR / "studies" / "cpu_formats.yaml").read_text())
+    assert study["base"] == "../02_bf16_baseline/cpu.yaml" and not study.get("config")
