@@ -195,7 +195,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
     if resume and (run_dir / "summary.json").exists():
         run = Run.load(run_dir)
         run.reused = True
-        _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
+        if verbose:
+            _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
         from altgrad_lib.monitors.config import DiagnosticsConfig
         if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
             _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
@@ -333,7 +334,8 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
         "final_val_ppl": math.exp(final_val) if final_val is not None and final_val < 700 else None,
         "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
     run = Run.load(run_dir)
-    _log(f"run {run_dir} completed: val/loss={final_val:.4f}" if final_val is not None else f"run {run_dir} completed")
+    if verbose:
+        _log(f"run {run_dir} completed: val/loss={final_val:.4f}" if final_val is not None else f"run {run_dir} completed")
     return run
 
 

@@ -230,9 +230,10 @@ class TrainConfig:
         return str(self.recipe.get("name", "custom"))
 
     def auto_run_name(self) -> str:
-        """`<recipe>[-<optimizer>[-<storage>][-m<fmt>v<fmt>]][-frozen]-s<seed>-<hash8>`: readable, unique by hash.
+        """`<recipe>[-<backend>][-<optimizer>[-<storage>][-m<fmt>v<fmt>]][-frozen]-s<seed>-<hash8>` (backend when not
+        sim): readable, unique by hash.
         Every notebook and study that trains this config lands in this one directory (and reuses it)."""
-        parts = [self.recipe_name]
+        parts = [self.recipe_name] + ([self.backend] if self.backend != "sim" else [])
         if self.optimizer != "adamw" or self.optim:
             o = self.optim or {}
             parts.append(self.optimizer)
