@@ -11,11 +11,13 @@ or whose worker process dies, comes back as `ok=False` with a one-line error; th
 - `local` (default): `workers` processes (spawned, so no forked torch thread pools), each running
   `threads` torch threads (default: the machine's cores divided among the workers). With `workers=1`
   jobs run in this process, one after another.
-  Measured on the shared 2-core dev box (load ~11 from other jobs), a study of 2 tiny fp8_hybrid runs (1 layer,
-  64 wide, 30 steps): 1 worker x 1 thread 28-34 s wall (6.5 s CPU); 2 workers x 1 thread 40-57 s (11.6 s CPU:
-  each process pays ~5 s of torch/dynamo import); 1 worker x 2 threads 112-137 s (33 s CPU: two OpenMP threads
-  on tiny GEMMs spin against the other load). So the default is 1 worker; side by side pays only when a run
-  is long against the ~5 s start-up of a worker process, and `--threads 1` wins on a busy machine.
+  Default (`auto_executor`, used by studies, notebooks and the sweep): on CPU one single-threaded worker per core
+  for the runs still to train, on a GPU one worker. Why: the models of the cpu profiles are tiny, and their GEMMs
+  scale badly over threads. Measured on 2 idle cores, one 300-step run of the shared cpu model (2 x 64, T 64):
+  12.0 s on 1 thread, 9.3 s on 2 threads, so two runs side by side (one thread each) beat two in a row on two
+  threads if they slow each other by less than 1.55x (the sweep's timing of `make run` is the end-to-end check).
+  On a busy machine the opposite held (load ~11 from other jobs, 2 tiny 30-step runs: 1 worker 28-34 s, 2
+  workers 40-57 s, each process paying ~5 s of torch import): set `ALTGRAD_WORKERS=1` there.
   A worker process that dies (OOM, segfault) breaks the pool; the jobs it left unfinished are then retried
   one per fresh process, so only the job that kills its process comes back failed ("worker process died").
 - `ray`: one Ray task per job, `cpus_per_job` / `gpus_per_job` reserved each, on the cluster at `address`

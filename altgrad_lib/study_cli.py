@@ -15,9 +15,9 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                                     "interrupted), and keep <outputs>/studies/<name>/study.csv.")
     sp.add_argument("-f", "--file", required=True, help="study YAML (params/studies/*.yaml)")
     sp.add_argument("--executor", default="local", choices=("local", "ray"), help="where runs execute (default local)")
-    sp.add_argument("--workers", type=int, default=1,
-                    help="local: worker processes (default 1: on 2 cores two tiny runs side by side were slower than "
-                         "one after the other, see executors.py)")
+    sp.add_argument("--workers", type=int, default=0,
+                    help="local: worker processes (default 0 = auto: on CPU one single-threaded worker per core for "
+                         "the runs still to train, on a GPU one; see executors.py)")
     sp.add_argument("--threads", type=int, default=None,
                     help="torch threads per worker / Ray task (default: cores // workers; Ray: cpus per job)")
     sp.add_argument("--address", default="auto", help="ray: cluster address (default auto = `ray start` on this node)")
@@ -41,8 +41,11 @@ def cmd_study(args: argparse.Namespace) -> int:
             for p in points:
                 print(f"  {p.name}  {p.axes}")
             return 0
-        executor = get_executor(args.executor, workers=args.workers, threads=args.threads, address=args.address,
-                                cpus_per_job=args.cpus_per_run, gpus_per_job=args.gpus_per_run)
+        if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
+            executor = None if args.threads is None else get_executor("local", workers=1, threads=args.threads)
+        else:
+            executor = get_executor(args.executor, workers=args.workers, threads=args.threads, address=args.address,
+                                    cpus_per_job=args.cpus_per_run, gpus_per_job=args.gpus_per_run)
         index = run_study(study, executor, resume=not args.no_resume)
     except (ValueError, TypeError, FileNotFoundError, ExecutorError) as e:
         print(f"altgrad study: error: {e}", file=sys.stderr)
