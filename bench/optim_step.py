@@ -1,7 +1,8 @@
 """Benchmark: optimizer step time of the optim/ optimizers per storage mode vs torch.optim.AdamW(foreach=True).
 
 Same parameters and gradients for every optimizer: the GPT of the cpu profile (params/03_fp8_baseline/cpu.yaml:
-4 layers, C=128, vocab 4096, fp8_hybrid recipe) and a ~10x larger one (6 layers, C=384). Eager and compiled
+4 layers, C=128, vocab 4096, fp8_hybrid recipe) and a ~10x larger one (6 layers, C=384). The reference
+AdamW is the same for every case (its parameters; the same gradients). Eager and compiled
 (`optim.compile`: one compiled update per param group over its flat buffers, SR bits hashed inside it). Prints
 the median step time and the ratio to torch's AdamW(foreach=True) in eager mode (every case's step right after
 a reference step, round robin over all cases, so machine load hits all alike), checks that changing the LR
@@ -11,6 +12,7 @@ and prints the optimizer-state bytes per parameter of the low-precision-state va
     HF_HUB_OFFLINE=1 .venv/bin/python bench/optim_step.py                    # everything
     .venv/bin/python bench/optim_step.py --sizes cpu --modes eager --steps 10
 
+ratio = median over the timed steps of (case step time / the AdamW step taken just before it).
 Targets (issue 9): GridAdamW fp32 master <= 1.3x AdamW; grid-stored + SR <= 1.6x; no recompilation on LR change.
 Not a test: numbers depend on the machine (and on its load).
 """

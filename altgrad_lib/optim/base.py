@@ -15,9 +15,9 @@ a recompilation of the compiled update (`compile=True`); the step count is a ten
 Speed (bench/optim_step.py): a group whose parameters are all fp32 and whose states are all fp32 / bf16 tensors
 is stepped as one flat buffer: its elementwise states (m, v, Kahan buffers, momentum) live in one flat buffer
 per state key (self.state[p][k] are views into it, so state_dict() is unchanged), the per-tensor constants
-(grid scale, Madam's bound) are expanded once into per-element vectors, and each step is torch.cat of the
-weights and gradients, one update over the flat buffer (one compiled graph per group with compile=True) and a
-foreach copy back.  Groups with low-precision states, with some gradients missing, or with track_stats
+(grid scale, Madam's bound) are expanded once into per-element vectors, and an eager step is torch.cat of the
+weights and gradients, one update over the flat buffer and a foreach copy back.  Compiled (compile=True), the
+group's tensors go through one graph instead (one static-shape graph per group: no cat, no copy back).  Groups with low-precision states, with some gradients missing, or with track_stats
 (per-tensor diagnostics) take the per-parameter loop; both paths compute the same elementwise arithmetic.
 Grid storage with stochastic rounding draws its bits from counter_rng (a hash of seed and element index,
 fused into the compiled update; one integer of state, `sr_offset`, in state_dict()).  Both paths draw in
@@ -61,11 +61,14 @@ class GridOptimizer(torch.optim.Optimizer):
         self._offset_t = torch.zeros((), dtype=torch.int64, device=dev)      # sr_offset as a tensor (no recompiles)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = diag.StepStats(device=dev)
-        fused, flat = type(self)._update_and_write, type(self)._flat_update_and_write
+        fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
-        # flat buffers have one static shape per group: no automatic-dynamic (its SymFloats / SymInts buy nothing)
-        self._flat_fused: Callable = torch.compile(flat, dynamic=False) if compile else flat
+        # eager: one op per step over the group's flat buffer; compiled: the group's tensors in one graph (no cat,
+        # no copy back), static shapes (automatic-dynamic's SymInts / SymFloats buy nothing here)
+        self._flat_fused: Callable = type(self)._flat_update_and_write
+        self._group_fused: Callable | None = (torch.compile(type(self)._group_update_and_write, dynamic=False)
+                                              if compile else None)
         self._flat: list[dict[str, Any] | None] = []
         for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
             for p in group["params"]:
@@ -160,10 +163,15 @@ class GridOptimizer(torch.optim.Optimizer):
     def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,
                    lr_t: torch.Tensor) -> None:
         torch._foreach_add_(flat["steps"], 1)
+        self._offset_t.fill_(self.sr_offset)
+        if self._group_fused is not None:
+            self._group_fused(self, [p.detach() for p in params], [p.grad for p in params],
+                              [self.state[p] for p in params], group, fmt, lr_t, self._offset_t)
+            self._advance(group, fmt, sum(flat["numels"]))
+            return
         w = torch.cat([p.detach().reshape(-1) for p in params])          # (N,) fp32
         g = torch.cat([p.grad.reshape(-1) for p in params])              # (N,)
         st = {**flat["state"], "step": flat["steps"][0]}
-        self._offset_t.fill_(self.sr_offset)
         self._flat_fused(self, w, g, st, group, fmt, flat["s"], lr_t, self._offset_t)
         self._advance(group, fmt, w.numel())
         torch._foreach_copy_([p.detach() for p in params],
@@ -188,10 +196,21 @@ class GridOptimizer(torch.optim.Optimizer):
 
     def _flat_update_and_write(self, w: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any],
                                fmt, s: torch.Tensor | None, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
-        """_update_and_write on a group's flat buffers (its own code object: its own compile cache)."""
+        """_update_and_write on a group's flat buffers (eager)."""
         w_new = self._update(w, grad, st, group, fmt, s, lr_t)
         rbits = self._sr_bits(w_new, group, fmt, offset_t)
         write(w, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+
+    def _group_update_and_write(self, ps: list[torch.Tensor], grads: list[torch.Tensor], sts: list[dict[str, Any]],
+                                group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
+        """The compiled form of the flat step: every tensor of the group in one graph, SR offsets in order."""
+        off = 0
+        for p, g, st in zip(ps, grads, sts):
+            s = st.get("grid_scale")
+            w_new = self._update(p, g, st, group, fmt, s, lr_t)
+            rbits = self._sr_bits(w_new, group, fmt, offset_t + off)
+            write(p, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+            off += p.numel()
 
     # ---- flat buffers
     @torch.no_grad()
