@@ -21,12 +21,13 @@ _MUL = 0x45D9F3B
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
-    """One 32-bit avalanche round on int64 values in [0, 2^32)."""
-    x = x ^ (x >> 16)
-    x = (x * _MUL) & _M32
-    x = x ^ (x >> 16)
-    x = (x * _MUL) & _M32
-    return x ^ (x >> 16)
+    """One 32-bit avalanche round on int64 values in [0, 2^32), in place on x (a fresh temporary of the caller:
+    eager then allocates one shift temporary per line instead of three tensors)."""
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_MUL).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_MUL).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def _mix_int(x: int) -> int:
@@ -49,11 +50,11 @@ def hash_bits(offset: torch.Tensor, n: int, keys: tuple[int, int], k: int, devic
     offset: a 0-d int64 tensor (a tensor so a changing offset never recompiles a compiled caller)."""
     if not 1 <= k <= 62:
         raise ValueError(f"k={k} random bits is invalid; valid: 1 <= k <= 62")
-    i = torch.arange(n, dtype=torch.int64, device=device if device is not None else offset.device) + offset
-    lo, hi = i & _M32, (i >> 32) & _M32
-    x = _mix(lo ^ keys[0])
-    x = _mix(x ^ hi ^ keys[1])
+    i = torch.arange(n, dtype=torch.int64, device=device if device is not None else offset.device).add_(offset)
+    hi = (i >> 32).bitwise_and_(_M32)
+    x = _mix(i.bitwise_and_(_M32).bitwise_xor_(keys[0]))
+    x = _mix(x.bitwise_xor_(hi).bitwise_xor_(keys[1]))
     if k <= 32:
         return x >> (32 - k)
-    y = _mix(x ^ 0x68E31DA4)                        # a second independent word for k > 32
+    y = _mix(x ^ 0x68E31DA4)                        # (a new tensor: x is still needed)
     return ((x << 30) | (y >> 2)) >> (62 - k)
