@@ -186,3 +186,18 @@ def test_compiled_update_matches_eager_and_lr_changes_do_not_recompile(storage):
     s = comp.state[pb[0]]["grid_scale"]
     from altgrad_lib.formats import get_format
     assert storage == "fp32" or torch.equal(get_format("E4M3").quantize(pb[0].detach() * s), pb[0].detach() * s)
+
+
+@pytest.mark.parametrize("name,storage", [("grid_adamw", "grid_sr"), ("madam", "kahan"), ("adamw", "fp32")])
+def test_eager_chunks_inside_and_across_tensors_match_the_loop(name, storage, monkeypatch):
+    """Eager flat steps work in CHUNK-element pieces; with a small CHUNK the pieces cut tensors and span them."""
+    import altgrad_lib.optim.base as base
+
+    monkeypatch.setattr(base, "CHUNK", 1000)
+    pa, pb = _model_params(), _model_params()
+    flat, loop = _flat_groups(name, storage, pa), _flat_groups(name, storage, pb, track_stats=True)
+    assert len(flat._flat[0]["chunks"]) == 6 and len(flat._flat[0]["chunks"][-1][2]) == 2   # 5248 elements
+    _steps(flat, pa, torch.Generator().manual_seed(1), 3)
+    _steps(loop, pb, torch.Generator().manual_seed(1), 3)
+    for a, b in zip(pa, pb):
+        assert torch.equal(a, b)

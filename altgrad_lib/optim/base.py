@@ -38,6 +38,7 @@ from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, writ
 from altgrad_lib.rounding import default_sr_bits
 from altgrad_lib.scaling import _choice_error
 
+CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
 
@@ -169,13 +170,21 @@ class GridOptimizer(torch.optim.Optimizer):
                               [self.state[p] for p in params], group, fmt, lr_t, self._offset_t)
             self._advance(group, fmt, sum(flat["numels"]))
             return
-        w = torch.cat([p.detach().reshape(-1) for p in params])          # (N,) fp32
-        g = torch.cat([p.grad.reshape(-1) for p in params])              # (N,)
-        st = {**flat["state"], "step": flat["steps"][0]}
-        self._flat_fused(self, w, g, st, group, fmt, flat["s"], lr_t, self._offset_t)
-        self._advance(group, fmt, w.numel())
-        torch._foreach_copy_([p.detach() for p in params],
-                             [c.view(p.shape) for c, p in zip(w.split(flat["numels"]), params)])
+        # eager: chunks of <= CHUNK elements, so temporaries stay small (a fresh >= 32 MiB tensor page-faults under
+        # glibc) and cache-resident; a chunk inside one tensor is updated in place, others are cat'ed and copied back
+        st = {"step": flat["steps"][0]}
+        for a, b, pieces in flat["chunks"]:
+            ws = [params[i].detach().view(-1)[lo:hi] for i, lo, hi in pieces]
+            gs = [params[i].grad.reshape(-1)[lo:hi] for i, lo, hi in pieces]
+            w = ws[0] if len(ws) == 1 else torch.cat(ws)
+            g = gs[0] if len(gs) == 1 else torch.cat(gs)
+            st.update({k: v[a:b] for k, v in flat["state"].items()})
+            s = flat["s"][a:b] if flat["s"] is not None else None
+            self._offset_t.fill_(self.sr_offset + a)
+            self._flat_fused(self, w, g, st, group, fmt, s, lr_t, self._offset_t)
+            if len(ws) > 1:
+                torch._foreach_copy_(ws, list(w.split([hi - lo for _, lo, hi in pieces])))
+        self._advance(group, fmt, sum(flat["numels"]))
 
     def _sr_bits(self, w: torch.Tensor, group: dict[str, Any], fmt, offset_t: torch.Tensor) -> torch.Tensor | None:
         """The stochastic-rounding integers of w's elements (None unless the group stores with grid_sr)."""
@@ -217,7 +226,7 @@ class GridOptimizer(torch.optim.Optimizer):
     def _flatten(self, group: dict[str, Any]) -> dict[str, Any] | None:
         """Move a group's elementwise states into flat buffers (states become views); None if not eligible."""
         ps = group["params"]
-        if not ps or any(p.dtype != torch.float32 or p.dim() == 0 for p in ps):
+        if not ps or any(p.dtype != torch.float32 or p.dim() == 0 or not p.is_contiguous() for p in ps):
             return None
         sts = [self.state[p] for p in ps]
 
@@ -238,7 +247,13 @@ class GridOptimizer(torch.optim.Optimizer):
         for k in sorted(const):                   # per-tensor constants -> per-element vectors (fixed after init)
             state[k] = torch.cat([st[k].float().reshape(1).expand(n) for st, n in zip(sts, numels)])
         steps = [st["step"] for st in sts]
-        return {"numels": numels, "state": state, "s": state.pop("grid_scale", None), "steps": steps,
+        starts = [sum(numels[:i]) for i in range(len(numels))]
+        chunks = []                               # (a, b, [(param index, lo, hi)]) covering [0, N) in CHUNK pieces
+        for a in range(0, sum(numels), CHUNK):
+            b = min(a + CHUNK, sum(numels))
+            chunks.append((a, b, [(i, max(a, o) - o, min(b, o + n) - o) for i, (o, n) in enumerate(zip(starts, numels))
+                                  if o < b and o + n > a]))
+        return {"numels": numels, "chunks": chunks, "state": state, "s": state.pop("grid_scale", None), "steps": steps,
                 "synced": bool((torch.stack(steps) == steps[0]).all())}
 
     # ---- checkpoints
