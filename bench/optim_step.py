@@ -3,7 +3,8 @@
 Same parameters and gradients for every optimizer: the GPT of the cpu profile (params/03_fp8_baseline/cpu.yaml:
 4 layers, C=128, vocab 4096, fp8_hybrid recipe) and a ~10x larger one (6 layers, C=384). The reference
 AdamW is the same for every case (its parameters; the same gradients). Eager and compiled
-(`optim.compile`: one compiled update per param group over its flat buffers, SR bits hashed inside it). Prints
+(`optim.compile`: one static-shape graph per param group over its tensors, SR bits hashed inside it; eager:
+one update per 2^18-element chunk of the group's flat buffers). Prints
 the median step time and the ratio to torch's AdamW(foreach=True) in eager mode (every case's step right after
 a reference step, round robin over all cases, so machine load hits all alike), checks that changing the LR
 every step does not recompile (torch._dynamo error_on_recompile + graph counters; the LR is held in a tensor),
@@ -11,6 +12,7 @@ and prints the optimizer-state bytes per parameter of the low-precision-state va
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/optim_step.py                    # everything
     .venv/bin/python bench/optim_step.py --sizes cpu --modes eager --steps 10
+    .venv/bin/python bench/optim_step.py --threads 1 --steps 20     # on a shared, loaded machine
 
 ratio = median over the timed steps of (case step time / the AdamW step taken just before it).
 Targets (issue 9): GridAdamW fp32 master <= 1.3x AdamW; grid-stored + SR <= 1.6x; no recompilation on LR change.
