@@ -1,21 +1,27 @@
 """Benchmark: optimizer step time of the optim/ optimizers per storage mode vs torch.optim.AdamW(foreach=True).
 
 Same parameters and gradients for every optimizer: the GPT of the cpu profile (params/03_fp8_baseline/cpu.yaml:
-4 layers, C=128, vocab 4096, fp8_hybrid recipe) and a ~10x larger one (6 layers, C=384). Eager and compiled
-(`optim.compile`: the per-tensor update is torch.compile'd; SR bits are drawn outside it). Prints the median
-step time and the ratio to torch's AdamW(foreach=True) in eager mode (their steps interleaved, so machine load
-hits both alike), and checks that changing the LR every step does not recompile (torch._dynamo counters; the LR
-is held in a tensor).
+4 layers, C=128, vocab 4096, fp8_hybrid recipe) and a ~10x larger one (6 layers, C=384). The reference
+AdamW is the same for every case (its parameters; the same gradients). Eager and compiled
+(`optim.compile`: one static-shape graph per param group over its tensors, SR bits hashed inside it; eager:
+one update per 2^18-element chunk of the group's flat buffers). Prints
+the median step time and the ratio to torch's AdamW(foreach=True) in eager mode (every case's step right after
+a reference step, round robin over all cases, so machine load hits all alike), checks that changing the LR
+every step does not recompile (torch._dynamo error_on_recompile + graph counters; the LR is held in a tensor),
+and prints the optimizer-state bytes per parameter of the low-precision-state variant vs fp32 states.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/optim_step.py                    # everything
     .venv/bin/python bench/optim_step.py --sizes cpu --modes eager --steps 10
+    .venv/bin/python bench/optim_step.py --threads 1 --steps 20     # on a shared, loaded machine
 
+ratio = median over the timed steps of (case step time / the AdamW step taken just before it).
 Targets (issue 9): GridAdamW fp32 master <= 1.3x AdamW; grid-stored + SR <= 1.6x; no recompilation on LR change.
 Not a test: numbers depend on the machine (and on its load).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -63,11 +69,24 @@ def _timed_step(opt, params, grads, vary_lr: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _state_memory(model_fn, base_cfg) -> dict[str, float]:
+    """Optimizer-state bytes per parameter (every state tensor: codes, block scales, step counters, grid scales)
+    of GridAdamW grid_sr with m E4M3 / v E5M2 (block 256, tensors < 4096 elements in fp32) vs fp32 states."""
+    from altgrad_lib.optim.lowp_state import state_bytes
+
+    out = {}
+    for tag, optim in (("fp32", {}), ("lowp", {"state_m": "E4M3", "state_v": "E5M2", "state_block": 256,
+                                               "state_min_numel": 4096})):
+        opt = build_optimizer(model_fn(), base_cfg.replace(optimizer="grid_adamw", optim={"storage": "grid_sr", **optim}))
+        out[tag] = state_bytes(opt)["bytes_per_param"]
+    return out
+
+
 def run(size: str, modes: list[str], steps: int) -> list[dict]:
-    """Each case's steps are interleaved with torch AdamW steps, so a loaded machine slows both alike."""
+    """All cases step in turn, each right after a torch AdamW step (round robin over the cases, `steps` rounds),
+    so load drift on a shared machine hits every case and the reference alike."""
     from torch._dynamo.utils import counters
 
-    rows = []
     model = make_model(size)
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
@@ -78,29 +97,42 @@ def run(size: str, modes: list[str], steps: int) -> list[dict]:
     ref = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.1, foreach=True)
     for _ in range(3):
         _timed_step(ref, params, grads, True)
+    cases = []                                          # (case, mode, optimizer, its params)
     for mode in modes:
         for case, (name, optim) in CASES.items():
             if mode == "compiled" and case not in COMPILED:
                 continue
             m = make_model(size)                        # fresh weights: grid storage projects them
             ps = [p for p in m.parameters() if p.requires_grad]
-            cfg = base_cfg.replace(optimizer=name, optim={**optim, "compile": mode == "compiled"})
-            opt = build_optimizer(m, cfg)
-            if mode == "compiled":
-                torch._dynamo.reset()
-            for _ in range(3):                          # warm-up (compiles)
-                _timed_step(opt, ps, grads, True)
+            opt = build_optimizer(m, base_cfg.replace(optimizer=name, optim={**optim, "compile": mode == "compiled"}))
             g0 = counters["stats"]["unique_graphs"]
-            t_ref, t_case = [], []
-            for _ in range(steps):                      # the LR changes every step
-                t_ref.append(_timed_step(ref, params, grads, True))
-                t_case.append(_timed_step(opt, ps, grads, True))
-            rec = counters["stats"]["unique_graphs"] - g0 if mode == "compiled" else ""
-            tr, tc = statistics.median(t_ref), statistics.median(t_case)
-            rows.append({"size": size, "params": n, "case": case, "mode": mode, "ms": tc * 1e3,
-                         "adamw_ms": tr * 1e3, "ratio": tc / tr, "new_graphs_on_lr_change": rec})
-            print(f"  {size:4s} {case:26s} {mode:8s} {tc * 1e3:8.2f} ms  AdamW(foreach) {tr * 1e3:7.2f} ms  "
-                  f"{tc / tr:5.2f}x" + (f"  new graphs while the LR changed: {rec}" if rec != "" else ""), flush=True)
+            t0 = time.perf_counter()
+            for _ in range(2):                          # warm-up (compiles: one graph per param group)
+                _timed_step(opt, ps, grads, True)
+            cases.append({"case": case, "mode": mode, "opt": opt, "ps": ps, "t": [], "t_ref": [],
+                          "graphs": counters["stats"]["unique_graphs"] - g0, "warm_s": time.perf_counter() - t0})
+    g1 = counters["stats"]["unique_graphs"]
+    # the LR changes at every step below: a recompilation raises (error_on_recompile) instead of going unnoticed
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(steps):
+            for c in cases:
+                c["t_ref"].append(_timed_step(ref, params, grads, True))
+                c["t"].append(_timed_step(c["opt"], c["ps"], grads, True))
+    new_graphs = counters["stats"]["unique_graphs"] - g1
+    rows = []
+    for c in cases:
+        tr, tc = statistics.median(c["t_ref"]), statistics.median(c["t"])
+        ratio = statistics.median(a / b for a, b in zip(c["t"], c["t_ref"]))   # paired: robust to load drift
+        rows.append({"size": size, "params": n, "case": c["case"], "mode": c["mode"], "ms": tc * 1e3,
+                     "adamw_ms": tr * 1e3, "ratio": ratio,
+                     "graphs": c["graphs"] if c["mode"] == "compiled" else ""})
+        print(f"  {size:4s} {c['case']:26s} {c['mode']:8s} {tc * 1e3:8.2f} ms  AdamW(foreach) {tr * 1e3:7.2f} ms  "
+              f"{ratio:5.2f}x" + (f"  graphs {c['graphs']} (warm-up {c['warm_s']:.0f} s)"
+                                    if c["mode"] == "compiled" else ""), flush=True)
+    print(f"  {size}: new graphs while the LR changed every step: {new_graphs} (error_on_recompile was on)")
+    mem = _state_memory(lambda: make_model(size), base_cfg)
+    print(f"  {size}: optimizer state {mem['lowp']:.3f} B/param (m E4M3, v E5M2, block 256, < 4096 in fp32) vs "
+          f"{mem['fp32']:.3f} B/param fp32 states: {100 * mem['lowp'] / mem['fp32']:.1f} % (target <= 27 %)")
     return rows
 
 
@@ -113,6 +145,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    # one graph per (optimizer, param group); the default limit of 8 would silently fall back to eager
+    torch._dynamo.config.recompile_limit = 256
+    print(f"load average before: {os.getloadavg()}")
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     rows = []
     for size in a.sizes:
@@ -121,6 +156,7 @@ def main() -> None:
     df = pd.DataFrame(rows)
     with pd.option_context("display.width", 160):
         print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(f"load average after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

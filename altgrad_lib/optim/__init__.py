@@ -4,8 +4,9 @@ Files (one job each):
   grid.py         the grid of one weight tensor (format / fixed power-of-two scale), ULP in the step's direction,
                   stiffness variants (exponent-aware "ulp", the seed's "mantissa", damping), code ordinals
   storage.py      weight storage modes: fp32 master, grid_rne, grid_sr (seeded stochastic rounding), kahan
-  base.py         GridOptimizer: param groups with fmt/storage, the step loop, LR as a tensor, SR generator and
-                  diagnostic counters in state_dict (bit-exact resume)
+  base.py         GridOptimizer: param groups with fmt/storage, the step loop (one flat update per group), LR as
+                  a tensor, SR counter and diagnostic counters in state_dict (bit-exact resume)
+  counter_rng.py  SR random bits as a hash of (seed, element index): fused into the compiled update, resumable
   adamw.py        AdamW (ours, any storage / low-precision state), StiffnessAdamW (the naive baseline),
                   GridAdamW (Δw = -lr_ulp · ULP(w) · m̂/(√v̂+ε))
   wrapper.py      StiffnessWrapper: any optimizer on g · S(w)^a(t) with a stiffness schedule a(t)

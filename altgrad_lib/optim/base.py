@@ -11,8 +11,18 @@ kahan_dtype ("bf16" | "fp32"), sr_bits (stochastic rounding random bits; None = 
 
 The LR is copied each step into a 0-d tensor per group, so a schedule that changes group["lr"] never forces
 a recompilation of the compiled update (`compile=True`); the step count is a tensor for the same reason.
-Stochastic rounding draws from `self.generator` (seeded, on the parameters' device) outside the compiled
-update; its state is part of state_dict(), as are the diagnostic counters (track_stats=True).
+
+Speed (bench/optim_step.py): a group whose parameters are all fp32 and whose states are all fp32 / bf16 tensors
+is stepped as one flat buffer: its elementwise states (m, v, Kahan buffers, momentum) live in one flat buffer
+per state key (self.state[p][k] are views into it, so state_dict() is unchanged), the per-tensor constants
+(grid scale, Madam's bound) are expanded once into per-element vectors, and an eager step is torch.cat of the
+weights and gradients, one update over the flat buffer and a foreach copy back.  Compiled (compile=True), the
+group's tensors go through one graph instead (one static-shape graph per group: no cat, no copy back).  Groups with low-precision states, with some gradients missing, or with track_stats
+(per-tensor diagnostics) take the per-parameter loop; both paths compute the same elementwise arithmetic.
+Grid storage with stochastic rounding draws its bits from counter_rng (a hash of seed and element index,
+fused into the compiled update; one integer of state, `sr_offset`, in state_dict()).  Both paths draw in
+parameter order, so they consume the same bits.  `self.generator` (torch, seeded) remains for stochastic
+rounding of low-precision states; its state is in state_dict() too, as are the diagnostic counters.
 """
 from __future__ import annotations
 
@@ -22,11 +32,13 @@ import torch
 
 from altgrad_lib.formats import get_format
 from altgrad_lib.optim import diagnostics as diag
+from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
-from altgrad_lib.rounding import random_bits
+from altgrad_lib.rounding import default_sr_bits
 from altgrad_lib.scaling import _choice_error
 
+CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
 
@@ -45,15 +57,24 @@ class GridOptimizer(torch.optim.Optimizer):
         self.seed, self.track_stats, self.compiled = int(seed), bool(track_stats), bool(compile)
         super().__init__(params, {**_COMMON, **defaults})
         dev = self.param_groups[0]["params"][0].device
-        self.generator = torch.Generator(device=dev).manual_seed(self.seed)
+        self.generator = torch.Generator(device=dev).manual_seed(self.seed)   # low-precision state SR only
+        self._sr_keys, self.sr_offset = seed_keys(self.seed), 0             # weight SR: counter_rng
+        self._offset_t = torch.zeros((), dtype=torch.int64, device=dev)      # sr_offset as a tensor (no recompiles)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = diag.StepStats(device=dev)
         fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
+        # eager: one op per step over the group's flat buffer; compiled: the group's tensors in one graph (no cat,
+        # no copy back), static shapes (automatic-dynamic's SymInts / SymFloats buy nothing here)
+        self._flat_fused: Callable = type(self)._flat_update_and_write
+        self._group_fused: Callable | None = (torch.compile(type(self)._group_update_and_write, dynamic=False)
+                                              if compile else None)
+        self._flat: list[dict[str, Any] | None] = []
         for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
             for p in group["params"]:
                 self._init_state(p, group)
+            self._flat.append(self._flatten(group))
 
     # ---- groups and state
     def add_param_group(self, group: dict[str, Any]) -> None:
@@ -72,6 +93,7 @@ class GridOptimizer(torch.optim.Optimizer):
             self._lr_t.append(torch.zeros((), dtype=torch.float32, device=g["params"][0].device))
             for p in g["params"]:
                 self._init_state(p, g)
+            self._flat.append(self._flatten(g))
 
     def _check_group(self, group: dict[str, Any]) -> None:
         """Validate a subclass's own options (override)."""
@@ -110,21 +132,28 @@ class GridOptimizer(torch.optim.Optimizer):
             fmt = get_format(group["fmt"]) if group["fmt"] is not None else None
             lr_t = self._lr_t[gi]
             lr_t.fill_(group["lr"])
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            params = [p for p in group["params"] if p.grad is not None]
+            flat = self._flat[gi]
+            if flat is not None and len(params) < len(group["params"]):
+                flat["synced"] = False            # step counts now differ inside the group: per-parameter from here on
+            if (flat is not None and flat["synced"] and not (self.track_stats and fmt is not None)
+                    and all(p.grad.dtype == torch.float32 for p in params)):
+                self._step_flat(params, group, flat, fmt, lr_t)
+                continue
+            for p in params:
                 st = self.state[p]
                 self._init_state(p, group)
                 st["step"] += 1
                 s = st.get("grid_scale")
-                rbits = None
-                if group["storage"] == "grid_sr" and fmt is not None:   # drawn outside compiled code
-                    rbits = random_bits(p.detach().float(), fmt.kernel, group["sr_bits"], self.generator)
+                self._offset_t.fill_(self.sr_offset)
                 if not (self.track_stats and fmt is not None):
-                    self._fused(self, p, p.grad, st, group, fmt, s, lr_t, rbits)
+                    self._fused(self, p, p.grad, st, group, fmt, s, lr_t, self._offset_t)
+                    self._advance(group, fmt, p.numel())
                     continue
                 w_old = p.detach().float().clone()
                 w_new = self._kernel(self, w_old, p.grad.float(), st, group, fmt, s, lr_t)
+                rbits = self._sr_bits(w_new, group, fmt, self._offset_t)
+                self._advance(group, fmt, p.numel())
                 q_old = w_old if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
                 write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
                 pf = p.detach().float()
@@ -132,16 +161,106 @@ class GridOptimizer(torch.optim.Optimizer):
                 self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
         return loss
 
+    def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,
+                   lr_t: torch.Tensor) -> None:
+        torch._foreach_add_(flat["steps"], 1)
+        self._offset_t.fill_(self.sr_offset)
+        if self._group_fused is not None:
+            self._group_fused(self, [p.detach() for p in params], [p.grad for p in params],
+                              [self.state[p] for p in params], group, fmt, lr_t, self._offset_t)
+            self._advance(group, fmt, sum(flat["numels"]))
+            return
+        # eager: chunks of <= CHUNK elements, so temporaries stay small (a fresh >= 32 MiB tensor page-faults under
+        # glibc) and cache-resident; a chunk inside one tensor is updated in place, others are cat'ed and copied back
+        st = {"step": flat["steps"][0]}
+        for a, b, pieces in flat["chunks"]:
+            ws = [params[i].detach().view(-1)[lo:hi] for i, lo, hi in pieces]
+            gs = [params[i].grad.reshape(-1)[lo:hi] for i, lo, hi in pieces]
+            w = ws[0] if len(ws) == 1 else torch.cat(ws)
+            g = gs[0] if len(gs) == 1 else torch.cat(gs)
+            st.update({k: v[a:b] for k, v in flat["state"].items()})
+            s = flat["s"][a:b] if flat["s"] is not None else None
+            self._offset_t.fill_(self.sr_offset + a)
+            self._flat_fused(self, w, g, st, group, fmt, s, lr_t, self._offset_t)
+            if len(ws) > 1:
+                torch._foreach_copy_(ws, list(w.split([hi - lo for _, lo, hi in pieces])))
+        self._advance(group, fmt, sum(flat["numels"]))
+
+    def _sr_bits(self, w: torch.Tensor, group: dict[str, Any], fmt, offset_t: torch.Tensor) -> torch.Tensor | None:
+        """The stochastic-rounding integers of w's elements (None unless the group stores with grid_sr)."""
+        if group["storage"] != "grid_sr" or fmt is None:
+            return None
+        k = default_sr_bits(torch.float32, fmt.kernel) if group["sr_bits"] is None else int(group["sr_bits"])
+        return hash_bits(offset_t, w.numel(), self._sr_keys, k, w.device).view(w.shape)
+
+    def _advance(self, group: dict[str, Any], fmt, n: int) -> None:
+        if group["storage"] == "grid_sr" and fmt is not None:
+            self.sr_offset += n
+
     def _update_and_write(self, p: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
-                          s: torch.Tensor | None, lr_t: torch.Tensor, rbits: torch.Tensor | None) -> None:
+                          s: torch.Tensor | None, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
         w_new = self._update(p.detach().float(), grad.float(), st, group, fmt, s, lr_t)
+        rbits = self._sr_bits(w_new, group, fmt, offset_t)
         write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+
+    def _flat_update_and_write(self, w: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any],
+                               fmt, s: torch.Tensor | None, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
+        """_update_and_write on a group's flat buffers (eager)."""
+        w_new = self._update(w, grad, st, group, fmt, s, lr_t)
+        rbits = self._sr_bits(w_new, group, fmt, offset_t)
+        write(w, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+
+    def _group_update_and_write(self, ps: list[torch.Tensor], grads: list[torch.Tensor], sts: list[dict[str, Any]],
+                                group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
+        """The compiled form of the flat step: every tensor of the group in one graph, SR offsets in order."""
+        off = 0
+        for p, g, st in zip(ps, grads, sts):
+            s = st.get("grid_scale")
+            w_new = self._update(p, g, st, group, fmt, s, lr_t)
+            rbits = self._sr_bits(w_new, group, fmt, offset_t + off)
+            write(p, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+            off += p.numel()
+
+    # ---- flat buffers
+    @torch.no_grad()
+    def _flatten(self, group: dict[str, Any]) -> dict[str, Any] | None:
+        """Move a group's elementwise states into flat buffers (states become views); None if not eligible."""
+        ps = group["params"]
+        if not ps or any(p.dtype != torch.float32 or p.dim() == 0 or not p.is_contiguous() for p in ps):
+            return None
+        sts = [self.state[p] for p in ps]
+
+        def kinds(p, st):
+            elem = {k for k, v in st.items() if torch.is_tensor(v) and k != "step" and v.shape == p.shape}
+            const = {k for k, v in st.items() if torch.is_tensor(v) and k != "step" and v.dim() == 0}
+            return elem, const, set(st) - elem - const - {"step"}
+        elem, const, other = kinds(ps[0], sts[0])
+        if other or any(kinds(p, st) != (elem, const, other) for p, st in zip(ps, sts)):
+            return None                           # e.g. low-precision states (codes + scales): per-parameter
+        numels = [p.numel() for p in ps]
+        state = {}
+        for k in sorted(elem):
+            buf = torch.cat([st[k].reshape(-1) for st in sts])
+            for st, chunk, p in zip(sts, buf.split(numels), ps):
+                st[k] = chunk.view(p.shape)
+            state[k] = buf
+        for k in sorted(const):                   # per-tensor constants -> per-element vectors (fixed after init)
+            state[k] = torch.cat([st[k].float().reshape(1).expand(n) for st, n in zip(sts, numels)])
+        steps = [st["step"] for st in sts]
+        starts = [sum(numels[:i]) for i in range(len(numels))]
+        chunks = []                               # (a, b, [(param index, lo, hi)]) covering [0, N) in CHUNK pieces
+        for a in range(0, sum(numels), CHUNK):
+            b = min(a + CHUNK, sum(numels))
+            chunks.append((a, b, [(i, max(a, o) - o, min(b, o + n) - o) for i, (o, n) in enumerate(zip(starts, numels))
+                                  if o < b and o + n > a]))
+        return {"numels": numels, "chunks": chunks, "state": state, "s": state.pop("grid_scale", None), "steps": steps,
+                "synced": bool((torch.stack(steps) == steps[0]).all())}
 
     # ---- checkpoints
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
         sd["altgrad"] = {"generator": self.generator.get_state(), "stats": self.stats.state_dict(),
-                         "seed": self.seed}
+                         "seed": self.seed, "sr_offset": self.sr_offset}
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -150,6 +269,9 @@ class GridOptimizer(torch.optim.Optimizer):
         if extra is None:
             raise ValueError(f"{type(self).__name__}.load_state_dict: no 'altgrad' entry (generator state); "
                              f"this state_dict was not written by {type(self).__name__}")
+        if "sr_offset" not in extra:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: no 'sr_offset' (stochastic-rounding counter); "
+                             f"this state_dict predates counter_rng and cannot resume bit-exactly")
         # torch casts every state tensor to the param's dtype (uint8 codes, bf16 Kahan buffers -> fp32): undo it,
         # exactly (those values are exact in fp32), from the dtypes saved in the state_dict
         dtypes = {i: {k: v.dtype for k, v in st.items() if torch.is_tensor(v)} for i, st in sd["state"].items()}
@@ -161,7 +283,9 @@ class GridOptimizer(torch.optim.Optimizer):
             for k, dt in dtypes.get(i, {}).items():
                 st[k] = st[k].to(dt)
         self.generator.set_state(extra["generator"])
+        self.sr_offset = int(extra["sr_offset"])
         self.stats.load_state_dict(extra["stats"])
+        self._flat = [self._flatten(g) for g in self.param_groups]     # the loaded states are new tensors
 
     # ---- printing
     def short_str(self) -> str:

@@ -6,7 +6,7 @@ ULP is not silently lost before the update is added) and then calls `write`, whi
   fp32      param.data = w_new: the FP32 master weight; the forward fake-quantizes it (today's path).
   grid_rne  param.data = Q_rne(w_new) on the weight's grid: no FP32 copy; updates under half an ULP are rounded
             away (the weight *stalls*).
-  grid_sr   param.data = Q_sr(w_new): stochastic rounding with the optimizer's own seeded generator; a sub-ULP
+  grid_sr   param.data = Q_sr(w_new): stochastic rounding with the optimizer's seeded counter_rng bits; a sub-ULP
             update survives in expectation (E[Q_sr(x)] = x).
   kahan     compensated storage: param.data = Q_rne(w_new + c), c = (w_new + c) - param.data keeps what the
             rounding dropped, in bf16 (the BF16-training recipe: a 16-bit buffer) or fp32 (`kahan_dtype`).
