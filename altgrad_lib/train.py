@@ -246,7 +246,11 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
             n = sum(p.numel() for p in model.parameters())
             _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
                  f"{device.type}, steps {start}->{cfg.max_steps}")
-        return _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag)
+        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag)
+        if verbose and run.status == "completed":
+            v = run.final_val_loss
+            _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
+        return run
     finally:
         if cfg.deterministic:
             torch.use_deterministic_algorithms(prev_det)
@@ -333,10 +337,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
         "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
         "final_val_ppl": math.exp(final_val) if final_val is not None and final_val < 700 else None,
         "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
-    run = Run.load(run_dir)
-    if verbose:
-        _log(f"run {run_dir} completed: val/loss={final_val:.4f}" if final_val is not None else f"run {run_dir} completed")
-    return run
+    return Run.load(run_dir)
 
 
 def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, step: int, loss_v: float,
