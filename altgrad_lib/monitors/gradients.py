@@ -49,17 +49,21 @@ class GradientsMonitor(Monitor):
         self.clipped += int(clip > 0 and grad_norm > clip)
 
     def on_backward(self, ctx: StepContext) -> None:
-        for name, p in self.att.model.named_parameters():
-            if p.grad is None:
-                continue
-            g = p.grad.detach()
-            layer, role = _split(name)
-            norm = torch.linalg.vector_norm(g, dtype=torch.float64)
-            var, mean = torch.var_mean(g.float(), unbiased=False)
-            ctx.emit(layer, role, "grad_norm", norm)
-            ctx.emit(layer, role, "grad_mean", mean)
-            ctx.emit(layer, role, "grad_var", var)
-            ctx.emit(layer, role, "grad_to_weight", norm / torch.linalg.vector_norm(p.detach(), dtype=torch.float64))
+        named = [(n, p) for n, p in self.att.model.named_parameters() if p.grad is not None]
+        if not named:
+            return
+        gs = [p.grad.detach() for _, p in named]
+        ws = [p.detach() for _, p in named]
+        # batched and accumulated in float64 without float64 copies of the tensors: one foreach norm for all
+        # gradients, one for all weights, one float64-accumulated sum per gradient; var = E[g²] − mean²
+        norm = torch.stack(torch._foreach_norm(gs, 2, dtype=torch.float64))                   # (P,)
+        wnorm = torch.stack(torch._foreach_norm(ws, 2, dtype=torch.float64))                  # (P,)
+        n = torch.tensor([float(g.numel()) for g in gs], dtype=torch.float64, device=norm.device)
+        mean = torch.stack([g.sum(dtype=torch.float64) for g in gs]) / n
+        var = (norm * norm / n - mean * mean).clamp_min(0)
+        keys = [(*_split(name), m) for m in ("grad_norm", "grad_mean", "grad_var", "grad_to_weight")
+                for name, _ in named]
+        ctx.emit_many(keys, torch.cat([norm, mean, var, norm / wnorm]))
 
     def on_step(self, ctx: StepContext) -> None:
         ctx.emit("", "", "grad_norm_total", ctx.grad_norm)
