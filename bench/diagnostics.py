@@ -71,7 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--block", type=int, default=50, help="steps per mode per round (multiple of every interval)")
+    ap.add_argument("--block", type=int, default=100, help="steps per mode per round (multiple of every interval)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--recipe", default="fp8_hybrid")
     add_model_args(ap, batch=8)
