@@ -54,5 +54,8 @@ def test_dotted_keys_fold_into_the_dict_field_and_do_not_change_the_hash():
 def test_cli_accepts_dotted_diagnostics(capsys):
     assert main(["train", "-p", "diagnostics.interval=25", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["diagnostics"]["interval"] == 25
+    assert main(["train", "-p", "diagnostics.hessian_interval=50", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"]["hessian_interval"] == 50
+    assert TrainConfig.from_yaml(None, ["diagnostics.hessian_interval=50"]).config_hash() == TrainConfig().config_hash()
     assert main(["train", "-p", "diagnostics=sometimes", "--print-config"]) == 2
     assert "valid: ('off', 'cheap', 'full')" in capsys.readouterr().err
