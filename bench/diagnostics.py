@@ -85,7 +85,7 @@ def main() -> None:
         (platform.processor() or platform.machine())
     print(f"torch {torch.__version__} | {where} | threads {args.threads} | {cfg.short_str()} | {args.recipe} | "
           f"batch {args.batch} | {'compiled' if args.compile else 'eager'} | {args.rounds} rounds x {args.block} "
-          f"steps per mode, interleaved")
+          f"steps per mode, interleaved | load average {os.getloadavg()[0]:.2f} (shared machines: note it)")
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randint(0, cfg.vocab_size, (args.batch, cfg.block_size), generator=g).to(args.device),
                 torch.randint(0, cfg.vocab_size, (args.batch, cfg.block_size), generator=g).to(args.device))
@@ -112,7 +112,8 @@ def main() -> None:
                 totals[key] += time.perf_counter() - t
     base = totals.get("off")
     n = args.rounds * args.block
-    print(f"\n{'mode':14s} {'ms/step':>9s} {'overhead':>9s}   (amortized over {n} steps; target)")
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
+    print(f"{'mode':14s} {'ms/step':>9s} {'overhead':>9s}   (amortized over {n} steps; target)")
     targets = {"cheap@1": "<= 10 %", "cheap@10": "<= 2 %", "full@default": "<= 5 %"}
     for key, tot in totals.items():
         ov = f"{100 * (tot / base - 1):+8.1f}%" if base else "      n/a"

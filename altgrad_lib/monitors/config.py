@@ -17,7 +17,7 @@ Groups (what each measures: see the module named in MONITORS):
     events       divergence early warnings (loss / grad-norm spikes, kurtosis trend, attention-entropy drop)
     curvature    top Hessian eigenvalue of the STE surrogate (curvature.STE_NOTE) and lr·λ_max, whole model and
                  per block, on a fixed batch; switched on by hessian_interval > 0 alone (in no preset: one
-                 measurement costs ~100+ Hessian-vector products, see curvature.CurvatureMonitor)
+                 measurement costs up to hessian_iters x (1 + blocks) Hessian-vector products)
 A new monitor (e.g. curvature) plugs in with one MONITORS entry "group": "module:Class" (see base.Monitor).
 """
 from __future__ import annotations
