@@ -194,7 +194,7 @@ def test_no_tensor_work_on_steps_that_log_nothing(tmp_path):
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
     quantize_model(model, "fp8_hybrid", verbose=False)
-    d = Diagnostics(DiagnosticsConfig(preset="full", interval=5), tmp_path, model, grad_clip=1.0)
+    d = Diagnostics(DiagnosticsConfig(preset="full", interval=5, hessian_interval=5), tmp_path, model, grad_clip=1.0)
     d.start(0, None)
     x = torch.randint(0, 64, (2, 8))
     _, loss = model(x, x)
