@@ -45,12 +45,19 @@ def codes(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     return fmt.encode(_ws(w, s))
 
 
+_RANKS: dict[tuple[Any, str], torch.Tensor] = {}
+
+
 def rank_of_code(fmt: Any, device: Any = "cpu") -> torch.Tensor:
-    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0)."""
-    v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
-    vals = fmt.values()
-    r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
-    return r.clamp_max(len(vals) - 1).to(device)
+    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0). Cached per
+    (format, device): the optimizer's per-step statistics call it every step, and building it syncs."""
+    key = (fmt, str(device))
+    if key not in _RANKS:
+        v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
+        vals = fmt.values()
+        r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
+        _RANKS[key] = r.clamp_max(len(vals) - 1).to(device)
+    return _RANKS[key]
 
 
 def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
@@ -119,7 +126,7 @@ def unmoved_counts(q0: torch.Tensor, q1: torch.Tensor, asked: torch.Tensor) -> t
 
 def value_usage(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     """Counts per finite grid value of Q(w·s), ascending as fmt.values() (−0 and +0 are one value)."""
-    return torch.bincount(grid_rank(w, fmt, s).reshape(-1), minlength=len(fmt.values()))
+    return torch.bincount(grid_rank(w, fmt, s).reshape(-1), minlength=fmt.n_finite)
 
 
 def used_fraction(counts: torch.Tensor, available: int) -> torch.Tensor:
