@@ -315,3 +315,52 @@ def test_bad_arguments_and_backends_are_refused():
         cv.top_eigenvalue(torch.compile(m), mlp_loss, b)
     with pytest.raises(ValueError, match="no parameters"):
         cv.top_eigenvalue(m, mlp_loss, b, params=[])
+
+
+# ------------------------------------------------------------------------------------------ the diagnostics group
+
+
+def test_curvature_monitor_rows_match_eigvalsh_on_a_fixed_batch(tmp_path):
+    from altgrad_lib.monitors import read_diagnostics
+    from altgrad_lib.monitors.config import DiagnosticsConfig
+    from altgrad_lib.monitors.diagnostics import Diagnostics
+    m = tiny_gpt("fp8_hybrid")
+    cfg = DiagnosticsConfig(preset="off", hessian_interval=2, hessian_iters=1000)
+    assert cfg.active_groups == ("curvature",) and "hessian@2" in cfg.short_str()
+    d = Diagnostics(cfg, tmp_path, m)
+    d.start(0, None)
+    b1, b2 = gpt_batch(0), gpt_batch(1)
+    flags = [mod.training for mod in m.modules()]
+    for step, b in ((1, b1), (2, b2), (3, b2)):      # step 2 gets another batch: the monitor keeps the first
+        d.after_backward(step, *b, None)
+        d.after_step(step, 1.0, 0.5, 0.1)
+    assert [mod.training for mod in m.modules()] == flags
+    d.close()
+    df = read_diagnostics(tmp_path)
+    assert set(df["step"]) == {1, 2}
+    assert set(df["role"]) == {"ste_surrogate"}
+    v = df.set_index(["step", "layer", "metric"])["value"]
+    H = dense_hessian(m, cv.gpt_loss, b1)
+    ref = float(torch.linalg.eigvalsh(H).max())
+    for step in (1, 2):
+        assert within(v[(step, "model", "lambda_max")], ref)
+        assert v[(step, "model", "lr_lambda_max")] == pytest.approx(0.1 * v[(step, "model", "lambda_max")], rel=1e-12)
+    groups = cv.layer_groups(m, by="block")
+    h0 = float(torch.linalg.eigvalsh(block(H, m, groups["transformer.h.0"])).max())
+    assert within(v[(1, "transformer.h.0", "lambda_max")], h0)
+    other = float(torch.linalg.eigvalsh(dense_hessian(m, cv.gpt_loss, b2)).max())
+    assert not within(other, ref, 0.001)                 # the second batch would give another number
+
+
+def test_hessian_interval_config():
+    from altgrad_lib.monitors.config import DiagnosticsConfig
+    assert "curvature" not in DiagnosticsConfig(preset="full").active_groups
+    assert "curvature" not in DiagnosticsConfig(preset="cheap").active_groups
+    full = DiagnosticsConfig.from_value({"hessian_interval": 50})
+    assert full.active_groups[-1] == "curvature" and full.interval_of("curvature") == 50
+    assert full.due("curvature", 50) and not full.due("curvature", 51)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="hessian_interval"):
+            DiagnosticsConfig(hessian_interval=bad)
+    with pytest.raises(ValueError, match="hessian_interval"):
+        DiagnosticsConfig(groups=("curvature",))

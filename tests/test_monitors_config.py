@@ -6,7 +6,7 @@ import json
 import pytest
 
 from altgrad_lib.cli import main
-from altgrad_lib.monitors.config import CHEAP_GROUPS, MONITORS, DiagnosticsConfig
+from altgrad_lib.monitors.config import CHEAP_GROUPS, INTERVAL_GROUPS, MONITORS, DiagnosticsConfig
 from altgrad_lib.train_config import TrainConfig
 
 
@@ -14,7 +14,8 @@ def test_presets_and_intervals():
     off, cheap, full = (DiagnosticsConfig.from_value(p) for p in ("off", "cheap", "full"))
     assert not off.enabled and off.short_str() == "diag:off"
     assert cheap.active_groups == CHEAP_GROUPS and cheap.every == 10
-    assert full.active_groups == tuple(MONITORS) and full.every == 100
+    assert full.active_groups == tuple(g for g in MONITORS if g not in INTERVAL_GROUPS) and full.every == 100
+    assert INTERVAL_GROUPS == ("curvature",) and full.hessian_interval == 0     # curvature: hessian_interval only
     d = DiagnosticsConfig.from_value({"interval": 25, "group_intervals": {"grid": 100}})
     assert d.preset == "full" and d.every == 25 and d.interval_of("grid") == 100
     assert [s for s in range(1, 201) if d.due("grid", s)] == [1, 100, 200]
@@ -53,5 +54,8 @@ def test_dotted_keys_fold_into_the_dict_field_and_do_not_change_the_hash():
 def test_cli_accepts_dotted_diagnostics(capsys):
     assert main(["train", "-p", "diagnostics.interval=25", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["diagnostics"]["interval"] == 25
+    assert main(["train", "-p", "diagnostics.hessian_interval=50", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"]["hessian_interval"] == 50
+    assert TrainConfig.from_yaml(None, ["diagnostics.hessian_interval=50"]).config_hash() == TrainConfig().config_hash()
     assert main(["train", "-p", "diagnostics=sometimes", "--print-config"]) == 2
     assert "valid: ('off', 'cheap', 'full')" in capsys.readouterr().err

@@ -94,6 +94,28 @@ def test_crash_and_resume_leave_the_same_files(runs, tmp_path):
     assert result_lines(run.dir) == result_lines(on.dir)
 
 
+def test_hessian_rows_leave_training_bit_identical_and_resume(runs, tmp_path):
+    off, _ = runs
+    hess = {"preset": "cheap", "hessian_interval": 2, "hessian_iters": 5}
+    on = train(tiny(tmp_path / "on", diagnostics=hess), progress=False, verbose=False)
+    assert result_lines(on.dir) == result_lines(off.dir)
+    assert_same(final_state(on.dir), final_state(off.dir))
+    df = read_diagnostics(on.dir)
+    lam = df[(df["metric"] == "lambda_max") & (df["layer"] == "model")]
+    assert sorted(lam["step"]) == [1, 2, 4, 6] and set(lam["role"]) == {"ste_surrogate"}
+    assert lam["value"].notna().all() and (lam["value"] != 0).all()
+    assert (df[df["metric"] == "lr_lambda_max"]["layer"] == "transformer.h.0").any()
+    cfg = tiny(tmp_path / "crash", diagnostics=hess)
+
+    def crash(step, m):
+        if step == 5:       # checkpoint at 4: the fixed batch (taken at step 1) must come back from it
+            raise Crash()
+    with pytest.raises(Crash):
+        train(cfg, progress=False, verbose=False, on_step=crash)
+    run = train(cfg, progress=False, verbose=False)
+    assert (run.dir / "diagnostics.csv").read_text() == (on.dir / "diagnostics.csv").read_text()
+
+
 def test_replay_agrees_with_the_training_steps_own_counters(runs):
     # counters come from the real step, numerics from the eager replay on a private copy: same numbers
     df = read_diagnostics(runs[1].dir).set_index(["step", "layer", "role", "metric"])["value"]
@@ -172,7 +194,7 @@ def test_no_tensor_work_on_steps_that_log_nothing(tmp_path):
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
     quantize_model(model, "fp8_hybrid", verbose=False)
-    d = Diagnostics(DiagnosticsConfig(preset="full", interval=5), tmp_path, model, grad_clip=1.0)
+    d = Diagnostics(DiagnosticsConfig(preset="full", interval=5, hessian_interval=5), tmp_path, model, grad_clip=1.0)
     d.start(0, None)
     x = torch.randint(0, 64, (2, 8))
     _, loss = model(x, x)

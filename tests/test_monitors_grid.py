@@ -119,3 +119,18 @@ def test_delta_code_from_codes_equals_delta_code():
     w0, w1 = _weights()
     c0, c1 = grid.codes(w0, E4M3, 3.0), grid.codes(w1, E4M3, 2.5)
     assert torch.equal(grid.delta_code_from_codes(c0, c1, E4M3), grid.delta_code(w0, w1, E4M3, 3.0, 2.5))
+
+
+def test_value_usage_and_unmoved_counts_match_a_python_loop():
+    w0, w1 = _weights()
+    vals = sorted({float(v) for v in E4M3.values().tolist()})
+    q0 = _ml_codes(w0.numpy() * np.float32(S)).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    q1 = _ml_codes(w1.numpy() * np.float32(S)).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    usage = grid.value_usage(w0, E4M3, S)
+    assert usage.tolist() == [sum(1 for a in q0 if float(a) + 0.0 == v) for v in vals]
+    assert float(grid.used_fraction(usage, len(vals))) == len({float(a) + 0.0 for a in q0}) / len(vals)
+    asked = torch.rand(len(w0), generator=torch.Generator().manual_seed(4)) < 0.7
+    n, stuck = grid.unmoved_counts(torch.from_numpy(q0), torch.from_numpy(q1), asked)
+    brute = [i for i in range(len(q0)) if bool(asked[i])]
+    assert int(n) == len(brute) and int(stuck) == sum(1 for i in brute if q0[i] == q1[i])
+    assert 0 < int(stuck) < int(n)

@@ -52,7 +52,8 @@ def test_code_usage_and_entropy_bruteforce():
     h = -sum(x * math.log2(x) for x in p)
     out = code_entropy_bits(counts, F)
     assert math.isclose(out["entropy_bits"], h, rel_tol=1e-12)
-    assert math.isclose(out["capacity_use"], h / math.log2(F.n_finite), rel_tol=1e-12)
+    assert math.isclose(out["entropy_frac"], h / math.log2(F.n_finite), rel_tol=1e-12)
+    assert out["capacity_use"] == len(c) / len(grid)          # values used / finite values
 
 
 def test_step_stats_accumulate_and_reset():

@@ -14,7 +14,7 @@ creates one `Diagnostics` object. Files, one job each:
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
-A curvature monitor plugs in as one more MONITORS entry ("curvature": "altgrad_lib.monitors.curvature:...").
+The curvature group (curvature.CurvatureMonitor) runs only when DiagnosticsConfig.hessian_interval > 0.
 
 What is written (next to metrics.csv; `read_diagnostics(run_dir)`, `read_events(run_dir)`):
     diagnostics.csv  step:int, layer:str (module fqn; "" = whole model, "*" = all parameters), role:str,
@@ -32,6 +32,7 @@ Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fr
                  hist.code:<0xNN> grad_stiffness_corr
     activations  [X] kurtosis (every Linear); [head<i>] attn_entropy (layer = attention fqn, nats);
                  [hidden] dead_frac fired_frac (layer = MLP fqn)
+    curvature    [ste_surrogate|exact] lambda_max lr_lambda_max power_iters (layer "model" and each block)
     events       loss_spike grad_norm_spike loss_nonfinite kurtosis_alarm kurtosis_trend attn_entropy_drop
                  unavailable:<group>
 """

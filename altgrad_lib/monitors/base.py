@@ -59,6 +59,13 @@ class StepContext:
         written (a missing bin is 0)."""
         self._rows.append((layer, role, prefix, _Hist(counts, [str(b) for b in labels])))
 
+    def emit_many(self, keys: list[tuple[str, str, str]], values: torch.Tensor) -> None:
+        """One row per (layer, role, metric) key from the matching entry of a 1-d tensor (a batched
+        computation: one tensor instead of len(keys) 0-d ones, so materialize stays one cheap transfer)."""
+        if len(keys) != values.numel():
+            raise ValueError(f"emit_many: {len(keys)} keys for {values.numel()} values")
+        self._rows.append(("", "", "", _Vec(values, list(keys))))
+
     def event(self, kind: str, layer: str, value: float, threshold: float) -> None:
         self.events.append((self.step, kind, layer, float(value), float(threshold)))
 
@@ -69,6 +76,8 @@ class StepContext:
             if isinstance(v, _Hist):
                 c = v.counts.detach().reshape(-1).to(torch.float64)
                 parts.append(c / c.sum().clamp_min(1))
+            elif isinstance(v, _Vec):
+                parts.append(v.values.detach().reshape(-1).to(torch.float64))
             elif torch.is_tensor(v):
                 parts.append(v.detach().reshape(1).to(torch.float64))
         host = torch.cat(_same_device(parts)).cpu().tolist() if parts else []
@@ -79,6 +88,9 @@ class StepContext:
                 n = len(v.labels)
                 out += [(self.step, layer, role, f"{metric}:{b}", f) for b, f in zip(v.labels, host[i:i + n]) if f]
                 i += n
+            elif isinstance(v, _Vec):
+                out += [(self.step, *k, f) for k, f in zip(v.keys, host[i:i + len(v.keys)])]
+                i += len(v.keys)
             elif torch.is_tensor(v):
                 out.append((self.step, layer, role, metric, host[i]))
                 i += 1
@@ -92,6 +104,12 @@ class StepContext:
 class _Hist:
     counts: torch.Tensor
     labels: list[str]
+
+
+@dataclass
+class _Vec:
+    values: torch.Tensor
+    keys: list[tuple[str, str, str]]
 
 
 def _same_device(ts: list[torch.Tensor]) -> list[torch.Tensor]:

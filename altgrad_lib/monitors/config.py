@@ -15,6 +15,9 @@ Groups (what each measures: see the module named in MONITORS):
     grid         stiffness field, misalignment, stall rate, Δcode, bit flips, code usage, grad-stiffness corr.
     activations  kurtosis of each Linear's input, attention entropy per head, dead MLP units over a window
     events       divergence early warnings (loss / grad-norm spikes, kurtosis trend, attention-entropy drop)
+    curvature    top Hessian eigenvalue of the STE surrogate (curvature.STE_NOTE) and lr·λ_max, whole model and
+                 per block, on a fixed batch; switched on by hessian_interval > 0 alone (in no preset: one
+                 measurement costs up to hessian_iters x (1 + blocks) Hessian-vector products)
 A new monitor (e.g. curvature) plugs in with one MONITORS entry "group": "module:Class" (see base.Monitor).
 """
 from __future__ import annotations
@@ -32,12 +35,14 @@ MONITORS: dict[str, str] = {
     "weights": "altgrad_lib.monitors.weights:WeightsMonitor",
     "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
     "events": "altgrad_lib.monitors.events:EventsMonitor",
+    "curvature": "altgrad_lib.monitors.curvature:CurvatureMonitor",   # only through hessian_interval
 }
+INTERVAL_GROUPS = ("curvature",)   # groups switched on by their own interval field, never by a preset / groups
 CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
     "cheap": (CHEAP_GROUPS, 10),
-    "full": (tuple(MONITORS), 100),   # a full diagnostic step costs ~4-11 CPU training steps (bench/diagnostics.py)
+    "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),   # a full diagnostic step costs ~4 CPU training steps (bench/diagnostics.py)
 }
 OUTPUT_FORMATS = ("csv",)
 
@@ -64,6 +69,8 @@ class DiagnosticsConfig:
     kurtosis_trend: float = 2.0         # ... and so is kurtosis above this factor times its window mean
     entropy_drop: float = 0.5           # a head's attention entropy below this fraction of its window mean
     baseline_run: str = ""              # run dir whose diagnostics.csv (weights group) is the KL reference
+    hessian_interval: int = 0           # curvature group every N steps (0 = off), on the first due step's batch
+    hessian_iters: int = 20             # power-iteration cap per λ_max (stops earlier at rel. change < 1e-3)
     output_format: str = "csv"
 
     def __post_init__(self) -> None:
@@ -73,18 +80,24 @@ class DiagnosticsConfig:
             raise _err("interval", self.interval, "an int >= 0 (0 = the preset's default)")
         if self.groups is not None:
             groups = (self.groups,) if isinstance(self.groups, str) else tuple(self.groups)
-            bad = [g for g in groups if g not in MONITORS]
+            valid = tuple(g for g in MONITORS if g not in INTERVAL_GROUPS)
+            bad = [g for g in groups if g not in valid]
             if bad:
-                raise _err("groups", bad[0] if len(bad) == 1 else bad, tuple(MONITORS))
+                raise _err("groups", bad[0] if len(bad) == 1 else bad,
+                           f"{valid} (curvature: set hessian_interval)")
             object.__setattr__(self, "groups", groups)
         gi = dict(self.group_intervals or {})
         for g, n in gi.items():
-            if g not in MONITORS:
-                raise _err("group_intervals", g, tuple(MONITORS))
+            if g not in MONITORS or g in INTERVAL_GROUPS:
+                raise _err("group_intervals", g, f"{tuple(x for x in MONITORS if x not in INTERVAL_GROUPS)} "
+                                                 f"(curvature: set hessian_interval)")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise _err(f"group_intervals[{g!r}]", n, "an int >= 1")
         object.__setattr__(self, "group_intervals", gi)
-        for name in ("window", "dcode_max"):
+        hi = self.hessian_interval
+        if isinstance(hi, bool) or not isinstance(hi, int) or hi < 0:
+            raise _err("hessian_interval", hi, "an int >= 0 (0 = off)")
+        for name in ("window", "dcode_max", "hessian_iters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise _err(name, v, "an int >= 1")
@@ -131,7 +144,8 @@ class DiagnosticsConfig:
 
     @property
     def active_groups(self) -> tuple[str, ...]:
-        return self.groups if self.groups is not None else PRESETS[self.preset][0]
+        base = self.groups if self.groups is not None else PRESETS[self.preset][0]
+        return base + (("curvature",) if self.hessian_interval > 0 else ())
 
     @property
     def every(self) -> int:
@@ -139,6 +153,8 @@ class DiagnosticsConfig:
         return self.interval or PRESETS[self.preset][1] or PRESETS["full"][1]
 
     def interval_of(self, group: str) -> int:
+        if group == "curvature":
+            return self.hessian_interval
         return int(self.group_intervals.get(group, self.every))
 
     def due(self, group: str, step: int) -> bool:
@@ -148,4 +164,6 @@ class DiagnosticsConfig:
     def short_str(self) -> str:
         if not self.enabled:
             return "diag:off"
-        return f"diag:{self.preset}@{self.every}[{','.join(self.active_groups)}]"
+        h = f",hessian@{self.hessian_interval}" if self.hessian_interval else ""
+        groups = [g for g in self.active_groups if g not in INTERVAL_GROUPS]
+        return f"diag:{self.preset}@{self.every}[{','.join(groups)}{h}]"

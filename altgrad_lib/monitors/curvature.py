@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from altgrad_lib import checkpoint as ckpt
+from altgrad_lib.monitors.base import Monitor
 
 STE_NOTE = ("Hessian of the straight-through (STE) surrogate: forward quantizers differentiate as the identity "
             "(clipped STE: a 0/1 mask) and dY quantization is off while measuring; it is not the Hessian of the "
@@ -378,3 +379,48 @@ def curvature_rows(model: nn.Module, batch: Any, *, step: int, lr: float, loss_f
 def _restrict(op: _HVP, idx: list[int]) -> Callable[[list[Tensor]], list[Tensor]]:
     """The H[idx, idx] block of op as an operator on the selected parameters."""
     return lambda v: op(v, idx)
+
+
+# ------------------------------------------------------------------------------------------ monitor group
+
+
+class CurvatureMonitor(Monitor):
+    """The "curvature" diagnostics group (DiagnosticsConfig.hessian_interval > 0): every hessian_interval steps
+    (and at step 1) `curvature_rows` (hessian_iters power iterations at most) of the live model, after that step's optimizer update, on a **fixed batch**
+    (the batch of the first measured step, kept in the checkpointed state, so λ_max is comparable over
+    training): lambda_max, lr_lambda_max (lr·λ_max; the GD alarm is at 2), power_iters for layer "model" and
+    each block. role "ste_surrogate" on a quantized model: the Hessian of the STE surrogate (STE_NOTE), not of
+    the quantized model. hessian_mode restores training flags, buffers, quantizer state and every RNG, and
+    .grad is never written, so training stays bit-identical. These rows cost host syncs (power iteration),
+    only on the steps they are due. Backends that are not twice differentiable give NaN rows and one
+    "unavailable:curvature" event."""
+
+    def __init__(self, att: Any) -> None:
+        super().__init__(att)
+        self.batch: tuple[Tensor, Tensor] | None = None
+        self.noted = False
+
+    def on_backward(self, ctx: Any) -> None:
+        if self.batch is None:
+            self.batch = (ctx.x.detach().clone(), ctx.y.detach().clone())
+
+    def on_step(self, ctx: Any) -> None:
+        model = self.att.model
+        x, y = (t.to(ctx.x.device) for t in self.batch)
+        try:
+            rows = curvature_rows(model, (x, y), step=ctx.step, lr=ctx.lr, iters=self.cfg.hessian_iters)
+        except ValueError as e:        # hardware-FP8 layers: not twice differentiable
+            if not self.noted:
+                ctx.event("unavailable:curvature", str(e)[:80], math.nan, math.nan)
+                self.noted = True
+            for m in ("lambda_max", "lr_lambda_max"):
+                ctx.emit("model", "ste_surrogate", m, math.nan)
+            return
+        for r in rows:
+            ctx.emit(r["layer"], r["role"], r["metric"], r["value"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batch": None if self.batch is None else tuple(t.cpu() for t in self.batch), "noted": self.noted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batch, self.noted = state.get("batch"), bool(state.get("noted", False))

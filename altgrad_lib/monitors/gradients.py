@@ -20,17 +20,30 @@ import torch
 from altgrad_lib.monitors.base import Monitor, StepContext
 
 
+def snr_cos(gs: list[torch.Tensor], refs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per pair and over all pairs (last entry): grad SNR 10·log10(Σ ref² / Σ (g − ref)²) in dB (+inf when
+    equal) and cosine(g, ref); (P+1,) float64 tensors, no sync. Batched (foreach norms), accumulated in float64
+    without float64 copies of the tensors; g − ref is formed in the tensors' dtype (exact when g and ref are
+    within a factor 2 of each other, the case that matters for a high SNR)."""
+    f64 = torch.float64
+    gs = [g.detach() for g in gs]
+    rs = [r.detach().to(g.dtype) for g, r in zip(gs, refs)]
+    sig = torch.stack(torch._foreach_norm(rs, 2, dtype=f64)) ** 2                              # (P,)
+    noise = torch.stack(torch._foreach_norm(torch._foreach_sub(gs, rs), 2, dtype=f64)) ** 2
+    gg = torch.stack(torch._foreach_norm(gs, 2, dtype=f64)) ** 2
+    sig, noise, gg = (torch.cat([t, t.sum().reshape(1)]) for t in (sig, noise, gg))
+    gr = (gg + sig - noise) / 2          # Σ g·r from the accurate Σ(g − r)²: no float32 products, exact near cos 1
+    inf = torch.tensor(math.inf, dtype=f64, device=sig.device)
+    return torch.where(noise > 0, 10 * torch.log10(sig / noise), inf), gr / (gg.sqrt() * sig.sqrt())
+
+
 def grad_snr_db(g: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """10·log10(Σ ref² / Σ (g − ref)²) in float64 (+inf when equal); a 0-d tensor, no sync."""
-    g, ref = g.detach().double(), ref.detach().double()
-    noise, signal = (g - ref).pow(2).sum(), ref.pow(2).sum()
-    inf = torch.tensor(math.inf, dtype=torch.float64, device=g.device)
-    return torch.where(noise > 0, 10 * torch.log10(signal / noise), inf)
+    """10·log10(Σ ref² / Σ (g − ref)²) (+inf when equal); a 0-d float64 tensor, no sync."""
+    return snr_cos([g], [ref])[0][0]
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    a, b = a.detach().double().reshape(-1), b.detach().double().reshape(-1)
-    return (a @ b) / (a.norm() * b.norm())
+    return snr_cos([a], [b])[1][0]
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -49,17 +62,21 @@ class GradientsMonitor(Monitor):
         self.clipped += int(clip > 0 and grad_norm > clip)
 
     def on_backward(self, ctx: StepContext) -> None:
-        for name, p in self.att.model.named_parameters():
-            if p.grad is None:
-                continue
-            g = p.grad.detach()
-            layer, role = _split(name)
-            norm = torch.linalg.vector_norm(g, dtype=torch.float64)
-            var, mean = torch.var_mean(g.float(), unbiased=False)
-            ctx.emit(layer, role, "grad_norm", norm)
-            ctx.emit(layer, role, "grad_mean", mean)
-            ctx.emit(layer, role, "grad_var", var)
-            ctx.emit(layer, role, "grad_to_weight", norm / torch.linalg.vector_norm(p.detach(), dtype=torch.float64))
+        named = [(n, p) for n, p in self.att.model.named_parameters() if p.grad is not None]
+        if not named:
+            return
+        gs = [p.grad.detach() for _, p in named]
+        ws = [p.detach() for _, p in named]
+        # batched and accumulated in float64 without float64 copies of the tensors: one foreach norm for all
+        # gradients, one for all weights, one float64-accumulated sum per gradient; var = E[g²] − mean²
+        norm = torch.stack(torch._foreach_norm(gs, 2, dtype=torch.float64))                   # (P,)
+        wnorm = torch.stack(torch._foreach_norm(ws, 2, dtype=torch.float64))                  # (P,)
+        n = torch.tensor([float(g.numel()) for g in gs], dtype=torch.float64, device=norm.device)
+        mean = torch.stack([g.sum(dtype=torch.float64) for g in gs]) / n
+        var = (norm * norm / n - mean * mean).clamp_min(0)
+        keys = [(*_split(name), m) for m in ("grad_norm", "grad_mean", "grad_var", "grad_to_weight")
+                for name, _ in named]
+        ctx.emit_many(keys, torch.cat([norm, mean, var, norm / wnorm]))
 
     def on_step(self, ctx: StepContext) -> None:
         ctx.emit("", "", "grad_norm_total", ctx.grad_norm)
@@ -78,16 +95,9 @@ class GradientsMonitor(Monitor):
 class ShadowMonitor(Monitor):
     def on_backward(self, ctx: StepContext) -> None:
         ref = self.att.probe.shadow_grads(ctx.x, ctx.y, ctx.snap)
-        gs, rs = [], []
-        for name, p in self.att.model.named_parameters():
-            if p.grad is None or name not in ref:
-                continue
-            layer, role = _split(name)
-            ctx.emit(layer, role, "grad_snr_db", grad_snr_db(p.grad, ref[name]))
-            ctx.emit(layer, role, "grad_cos", cosine(p.grad, ref[name]))
-            gs.append(p.grad.detach().reshape(-1))
-            rs.append(ref[name].reshape(-1))
-        if gs:
-            g, r = torch.cat(gs), torch.cat(rs)
-            ctx.emit("*", "", "grad_snr_db", grad_snr_db(g, r))
-            ctx.emit("*", "", "grad_cos", cosine(g, r))
+        named = [(n, p.grad) for n, p in self.att.model.named_parameters() if p.grad is not None and n in ref]
+        if not named:
+            return
+        snr, cos = snr_cos([g for _, g in named], [ref[n] for n, _ in named])
+        keys = [_split(n) for n, _ in named] + [("*", "")]
+        ctx.emit_many([(*k, "grad_snr_db") for k in keys] + [(*k, "grad_cos") for k in keys], torch.cat([snr, cos]))

@@ -20,8 +20,13 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     hist_entropy_bits(counts)           −Σ p·log2 p
     grad_stiffness_corr(g, w, fmt, s)   Pearson correlation of log2|g| and log2 S over g ≠ 0
 
-The optimizer work (altgrad_lib/optim/) has its own stall-rate / Δcode / code-usage helpers written in
-parallel; these are the ones the monitors use, meant to be the single copy once the two are merged.
+    unmoved_counts(q0, q1, asked)       (asked, asked and not moved): the realized stall the optimizer reports
+    value_usage(w, fmt, s)              counts per finite grid value (ascending; ±0 one value)
+    used_fraction(counts, available)    bins used / bins available (capacity_use per code or per value)
+
+The one copy of this arithmetic: optim/diagnostics.py (the optimizer's stall rate, Δcode, code usage) calls
+these functions too. Two stall views on purpose: stall_rate here predicts from the master weights (the update
+is below half an ULP); the optimizer's counts what happened (its update was asked and the grid value stayed).
 """
 from __future__ import annotations
 
@@ -40,12 +45,19 @@ def codes(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     return fmt.encode(_ws(w, s))
 
 
+_RANKS: dict[tuple[Any, str], torch.Tensor] = {}
+
+
 def rank_of_code(fmt: Any, device: Any = "cpu") -> torch.Tensor:
-    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0)."""
-    v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
-    vals = fmt.values()
-    r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
-    return r.clamp_max(len(vals) - 1).to(device)
+    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0). Cached per
+    (format, device): the optimizer's per-step statistics call it every step, and building it syncs."""
+    key = (fmt, str(device))
+    if key not in _RANKS:
+        v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
+        vals = fmt.values()
+        r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
+        _RANKS[key] = r.clamp_max(len(vals) - 1).to(device)
+    return _RANKS[key]
 
 
 def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
@@ -107,12 +119,27 @@ def hist_entropy_bits(counts: torch.Tensor) -> torch.Tensor:
 usage_entropy_bits = hist_entropy_bits
 
 
+def unmoved_counts(q0: torch.Tensor, q1: torch.Tensor, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(number asked, number asked whose value did not change) as 0-d int64 tensors (no host sync)."""
+    return asked.sum(), ((q1 == q0) & asked).sum()
+
+
+def value_usage(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    """Counts per finite grid value of Q(w·s), ascending as fmt.values() (−0 and +0 are one value)."""
+    return torch.bincount(grid_rank(w, fmt, s).reshape(-1), minlength=fmt.n_finite)
+
+
+def used_fraction(counts: torch.Tensor, available: int) -> torch.Tensor:
+    return (counts > 0).sum().double() / available
+
+
 def finite_codes(fmt: Any) -> int:
     return int(torch.isfinite(fmt.decode(torch.arange(2 ** fmt.bits))).sum())
 
 
 def capacity_use(counts: torch.Tensor, fmt: Any) -> torch.Tensor:
-    return (counts > 0).sum().double() / finite_codes(fmt)
+    """Codes used / codes holding a finite value (counts per code, code_usage)."""
+    return used_fraction(counts, finite_codes(fmt))
 
 
 def log2_hist(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:

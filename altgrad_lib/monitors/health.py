@@ -100,20 +100,24 @@ class CountersMonitor(Monitor):
     def on_step(self, ctx: StepContext) -> None:
         now = self._now()
         last = self.last if self.last is not None else [torch.zeros_like(t) for t in now]
-        for (fqn, role, q, live), a, b in zip(self.points, now, last):
-            if not live:
-                for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax"):
-                    ctx.emit(fqn, role, f"ctr.{m}", math.nan)
-                if not self.noted:
-                    ctx.event("unavailable:counters", f"{fqn}/{role}", math.nan, math.nan)
+        live = [i for i, p in enumerate(self.points) if p[3]]
+        for fqn, role, q, ok in self.points:
+            if ok:
                 continue
-            d = (a - b).to(torch.float64)
-            n = d[0].clamp_min(1)
-            ctx.emit(fqn, role, "ctr.sat_frac", d[1] / n)
-            ctx.emit(fqn, role, "ctr.flush_frac", d[2] / n)
-            ctx.emit(fqn, role, "ctr.eps_hits", d[3])
-            ctx.emit(fqn, role, "ctr.scale", q.scaler.scale)
-            ctx.emit(fqn, role, "ctr.amax", q.scaler.amax_history[0])
+            for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax"):
+                ctx.emit(fqn, role, f"ctr.{m}", math.nan)
+            if not self.noted:
+                ctx.event("unavailable:counters", f"{fqn}/{role}", math.nan, math.nan)
+        if live:
+            # all live points in a handful of batched ops: (P, 4) counter deltas, then the five metrics
+            d = (torch.stack([now[i] for i in live]) - torch.stack([last[i] for i in live])).to(torch.float64)
+            n = d[:, 0].clamp_min(1)
+            qs = [self.points[i][2] for i in live]
+            scale = torch.stack([q.scaler.scale.reshape(()) for q in qs]).to(torch.float64)
+            amax = torch.stack([q.scaler.amax_history[0].reshape(()) for q in qs]).to(torch.float64)
+            keys = [(self.points[i][0], self.points[i][1], f"ctr.{m}")
+                    for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax") for i in live]
+            ctx.emit_many(keys, torch.cat([d[:, 1] / n, d[:, 2] / n, d[:, 3], scale, amax]))
         self.noted = True
         self.last = now
 

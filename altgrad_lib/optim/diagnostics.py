@@ -1,13 +1,16 @@
-"""What a format does to the optimizer's steps, as plain functions any module can reuse (and `StepStats`, the
-running counters an optimizer keeps when track_stats=True).
+"""What a format does to the optimizer's steps (and `StepStats`, the running counters an optimizer keeps when
+track_stats=True). The grid arithmetic is the one copy in altgrad_lib/monitors/grid.py (the monitors use the
+same functions); this module only adapts it to the optimizer's view (grid-stored weights and the proposed update):
 
 - `stall_rate(q_old, q_new, delta)`: among coordinates whose proposed update was non-zero, the fraction whose
-  quantized weight did not move (the update was under half an ULP and was rounded away).
-- `delta_code_hist(q_old, q_new, fmt, s, max_codes)`: how many codes each coordinate moved per step: counts for
-  -max_codes..+max_codes, the two ends collecting everything beyond.
-- `code_usage(q, fmt, s)`: how often each code of the format is used; `code_entropy_bits` turns it into the
-  entropy in bits and the capacity use = entropy / log2(number of finite values).
-q tensors are grid values (grid(fmt) / s, see grid.py); s = 1 for an unscaled grid.
+  quantized weight did not move (the update was under half an ULP and was rounded away) — grid.unmoved_counts.
+- `delta_code_hist(q_old, q_new, fmt, s, max_codes)`: how many grid values each coordinate moved per step
+  (grid.delta_code: difference of ranks in fmt.values()): counts for -max_codes..+max_codes, ends open.
+- `code_usage(q, fmt, s)`: how often each finite grid value is used (grid.value_usage, ascending; -0 and +0 are
+  one value); `code_entropy_bits` turns it into the entropy in bits (grid.hist_entropy_bits), the capacity use =
+  values used / finite values (grid.used_fraction, the monitors' capacity_use counted per value instead of per
+  code) and entropy_frac = entropy / log2(number of finite values).
+q tensors are grid values (grid(fmt) / s, see optim/grid.py); s = 1 for an unscaled grid.
 """
 from __future__ import annotations
 
@@ -17,46 +20,40 @@ from typing import Any
 import torch
 
 from altgrad_lib.formats import FloatFormat, get_format
-from altgrad_lib.optim.grid import code_index
+from altgrad_lib.monitors import grid
 
 MAX_CODES = 8
 
 
 def stall_rate(q_old: torch.Tensor, q_new: torch.Tensor, delta: torch.Tensor) -> float:
     """Fraction of coordinates with delta != 0 whose grid value did not change (nan if no coordinate moved)."""
-    asked = delta != 0
-    n = int(asked.sum())
-    return float(((q_new == q_old) & asked).sum()) / n if n else math.nan
+    asked, stalled = grid.unmoved_counts(q_old, q_new, delta != 0)
+    n = int(asked)
+    return float(stalled) / n if n else math.nan
 
 
 def delta_codes(q_old: torch.Tensor, q_new: torch.Tensor, fmt: FloatFormat | str, s=1.0) -> torch.Tensor:
-    """Codes moved per coordinate (int64, signed: + = toward larger values)."""
-    return code_index(q_new, fmt, s) - code_index(q_old, fmt, s)
+    """Grid values moved per coordinate (int64, signed: + = toward larger values)."""
+    return grid.delta_code(q_old, q_new, get_format(fmt), s, s)
 
 
 def delta_code_hist(q_old: torch.Tensor, q_new: torch.Tensor, fmt: FloatFormat | str, s=1.0,
                     max_codes: int = MAX_CODES) -> torch.Tensor:
-    """Counts (int64, length 2*max_codes+1) of codes moved, bin i = i - max_codes; ends are open."""
-    d = delta_codes(q_old, q_new, fmt, s).clamp(-max_codes, max_codes) + max_codes
-    return torch.bincount(d.flatten(), minlength=2 * max_codes + 1)
+    """Counts (int64, length 2*max_codes+1) of grid values moved, bin i = i - max_codes; ends are open."""
+    return grid.delta_code_hist(delta_codes(q_old, q_new, fmt, s), max_codes)
 
 
 def code_usage(q: torch.Tensor, fmt: FloatFormat | str, s=1.0) -> torch.Tensor:
-    """Counts per signed ordinal -n..n (n = number of positive finite values), i.e. per finite grid value."""
-    fmt = get_format(fmt)
-    n = int((fmt.values() > 0).sum())
-    idx = code_index(q, fmt, s) + n
-    return torch.bincount(idx.flatten(), minlength=2 * n + 1)
+    """Counts per finite grid value, ascending (len(fmt.values()) bins)."""
+    return grid.value_usage(q, get_format(fmt), s)
 
 
 def code_entropy_bits(counts: torch.Tensor, fmt: FloatFormat | str | None = None) -> dict[str, float]:
-    """{"entropy_bits": H of the code distribution, "capacity_use": H / log2(n_finite) (if fmt is given)}."""
-    c = counts.double()
-    p = c[c > 0] / c.sum()
-    h = float(-(p * torch.log2(p)).sum()) if len(p) else 0.0
-    out = {"entropy_bits": h}
+    """{"entropy_bits", "capacity_use": values used / finite values, and with fmt "entropy_frac": H / log2(n_finite)}."""
+    h = float(grid.hist_entropy_bits(counts))
+    out = {"entropy_bits": h, "capacity_use": float(grid.used_fraction(counts, counts.numel()))}
     if fmt is not None:
-        out["capacity_use"] = h / math.log2(get_format(fmt).n_finite)
+        out["entropy_frac"] = h / math.log2(get_format(fmt).n_finite)
     return out
 
 
@@ -71,9 +68,9 @@ class StepStats:
 
     def record(self, q_old: torch.Tensor, q_new: torch.Tensor, delta: torch.Tensor, fmt: FloatFormat,
                s: torch.Tensor) -> None:
-        asked = delta != 0
-        self.asked += asked.sum()
-        self.stalled += ((q_new == q_old) & asked).sum()
+        asked, stalled = grid.unmoved_counts(q_old, q_new, delta != 0)
+        self.asked += asked
+        self.stalled += stalled
         self.hist += delta_code_hist(q_old, q_new, fmt, s, self.max_codes)
 
     def pop(self) -> dict[str, float]:
