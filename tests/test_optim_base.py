@@ -25,7 +25,7 @@ def _model_params(seed=0):
 
 def _make(name, storage, params, **extra):
     cls, lr = OPTS[name]
-    kw = dict(track_stats=True, seed=5, **extra)
+    kw = {"track_stats": True, "seed": 5, **extra}
     if name in ("adamw", "grid_adamw") and storage == "grid_sr":
         kw.update(state_m={"fmt": "E4M3", "rounding": "stochastic"}, state_v="E5M2")
     groups = [{"params": params[:2], "fmt": "E4M3", "storage": storage, "weight_decay": 0.01},
@@ -225,3 +225,25 @@ def test_compiled_grid_sr_resume_is_bit_exact():
     for a, b in zip(params, params2):
         assert torch.equal(a, b)
     assert_same_state(opt.state_dict(), opt2.state_dict())
+
+
+@pytest.mark.parametrize("storage", ["fp32", "grid_sr"])
+def test_track_stats_every_n_steps_measures_those_steps_only_and_changes_no_weight(storage):
+    runs = {}
+    for every in (False, True, 3):
+        params = _model_params()
+        opt = _make("adamw", storage, params, **({} if every is True else {"track_stats": every}))
+        gen, popped = torch.Generator().manual_seed(1), []
+        for _ in range(7):
+            _steps(opt, params, gen, 1)
+            popped.append(bool(opt.stats.pop()))
+        runs[every] = ([p.detach().clone() for p in params], popped, opt)
+    for every in (True, 3):                       # the measuring path takes the same steps bit for bit
+        for a, b in zip(runs[False][0], runs[every][0]):
+            assert torch.equal(a, b)
+    assert runs[True][1] == [True] * 7 and runs[False][1] == [False] * 7
+    assert runs[3][1] == [True, False, False, True, False, False, True]   # steps 1, 4, 7
+    opt = runs[3][2]
+    fresh = _make("adamw", storage, _model_params(), track_stats=3)
+    fresh.load_state_dict(_roundtrip(opt.state_dict()))                    # the step count survives a resume
+    assert fresh._calls == 7

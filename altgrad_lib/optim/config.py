@@ -10,7 +10,8 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   storage       storage.STORAGE_MODES: fp32 (master weight; the forward fake-quantizes it) | grid_rne | grid_sr | kahan
   weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
-  track_stats   stall rate / Δcode metrics (optim/*) at every log step; compile: torch.compile the update
+  track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
+                compile: torch.compile the update
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
 """
@@ -43,7 +44,7 @@ class OptimConfig:
     grid_headroom: int = 1
     kahan_dtype: str = "bf16"
     sr_bits: int | None = None
-    track_stats: bool = False
+    track_stats: bool | int = False
     compile: bool = False
     eps: float = 1e-8
     state_m: str | None = None
@@ -85,9 +86,11 @@ class OptimConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v):
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: None or a format name such as 'E4M3'")
-        for name in ("track_stats", "compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"optim.{name}={getattr(self, name)!r} is invalid; valid choices: True, False")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"optim.compile={self.compile!r} is invalid; valid choices: True, False")
+        if not isinstance(self.track_stats, (bool, int)) or self.track_stats < 0:
+            raise ValueError(f"optim.track_stats={self.track_stats!r} is invalid; valid: True, False, or N >= 1 "
+                             f"(measure every N-th step)")
         if not 0 <= self.beta2 < 1 or not 0 <= self.momentum < 1:
             raise ValueError(f"optim.beta2={self.beta2!r} and optim.momentum={self.momentum!r} must be in [0, 1)")
 
