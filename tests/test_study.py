@@ -111,7 +111,7 @@ def test_killed_study_resumes_and_completes_the_index(tmp_path):
     first, second = Study.from_yaml(study_file, out_dir=str(out)).expand()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "altgrad_lib.cli", "study", "-f", str(study_file), "--out",
-                             str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             str(out), "--workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpt2 = second.config.run_dir / "checkpoints" / "last.pt"
     deadline = time.time() + 180
     try:
