@@ -47,28 +47,35 @@ def _roundtrip(obj):
     return torch.load(buf, weights_only=False)
 
 
-@pytest.mark.parametrize("storage", STORAGES)
-@pytest.mark.parametrize("name", list(OPTS))
-def test_resume_is_bit_exact(name, storage):
+def _check_resume(make, n):
+    """n steps, a save, n more steps; a fresh optimizer (other init, then restored) takes the same n steps bit for
+    bit. Returns both optimizers."""
     params = _model_params()
-    opt = _make(name, storage, params)
+    opt = make(params)
     gen = torch.Generator().manual_seed(1)
-    _steps(opt, params, gen, 3)
+    _steps(opt, params, gen, n)
     saved = _roundtrip({"params": [p.detach().clone() for p in params], "opt": opt.state_dict(),
                         "gen": gen.get_state()})
-    _steps(opt, params, gen, 3)                                   # the uninterrupted run
+    _steps(opt, params, gen, n)                                   # the uninterrupted run
     params2 = _model_params(seed=9)                               # a fresh process: other init, then restore
-    opt2 = _make(name, storage, params2)
+    opt2 = make(params2)
     with torch.no_grad():
         for p, v in zip(params2, saved["params"]):
             p.copy_(v)
     opt2.load_state_dict(saved["opt"])
     gen2 = torch.Generator()
     gen2.set_state(saved["gen"])
-    _steps(opt2, params2, gen2, 3)
+    _steps(opt2, params2, gen2, n)
     for a, b in zip(params, params2):
         assert torch.equal(a, b)
     assert_same_state(opt.state_dict(), opt2.state_dict())
+    return opt, opt2
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("name", list(OPTS))
+def test_resume_is_bit_exact(name, storage):
+    opt, opt2 = _check_resume(lambda ps: _make(name, storage, ps), 3)
     assert opt.stats.pop() == opt2.stats.pop()
 
 
@@ -206,25 +213,7 @@ def test_eager_chunks_inside_and_across_tensors_match_the_loop(name, storage, mo
 def test_compiled_grid_sr_resume_is_bit_exact():
     """compile=True: the SR counter and the flat states round-trip through state_dict exactly."""
     _compile_or_skip()
-    params = _model_params()
-    opt = _flat_groups("grid_adamw", "grid_sr", params, compile=True)
-    gen = torch.Generator().manual_seed(1)
-    _steps(opt, params, gen, 2)
-    saved = _roundtrip({"params": [p.detach().clone() for p in params], "opt": opt.state_dict(),
-                        "gen": gen.get_state()})
-    _steps(opt, params, gen, 2)
-    params2 = _model_params(seed=9)
-    opt2 = _flat_groups("grid_adamw", "grid_sr", params2, compile=True)
-    with torch.no_grad():
-        for p, v in zip(params2, saved["params"]):
-            p.copy_(v)
-    opt2.load_state_dict(saved["opt"])
-    gen2 = torch.Generator()
-    gen2.set_state(saved["gen"])
-    _steps(opt2, params2, gen2, 2)
-    for a, b in zip(params, params2):
-        assert torch.equal(a, b)
-    assert_same_state(opt.state_dict(), opt2.state_dict())
+    _check_resume(lambda ps: _flat_groups("grid_adamw", "grid_sr", ps, compile=True), 2)
 
 
 @pytest.mark.parametrize("storage", ["fp32", "grid_sr"])
