@@ -247,7 +247,7 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
     import dataclasses
 
     from altgrad_lib.runs import outputs_dir
-    from altgrad_lib.study import INDEX_FILE, StudyPoint, run_points
+    from altgrad_lib.study import INDEX_FILE, StudyPoint, finished, run_points
     from altgrad_lib.train import train
 
     keyed = []
@@ -259,7 +259,7 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
     for _, p in keyed:                      # two labels with one config train it once (indexed under the first)
         unique.setdefault(p.name, p)
     points = list(unique.values())
-    todo = {p.name for p in points if not (p.config.run_dir / "summary.json").exists()}
+    todo = {p.name for p in points if not finished(p.config)}
     if study or len(todo) > 1:
         index = outputs_dir() / "studies" / study / INDEX_FILE if study else None
         verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)

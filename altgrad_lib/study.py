@@ -237,14 +237,19 @@ def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any 
     return study.results()
 
 
-def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None, resume: bool = True,
-               log: Any = print, title: str = "", name: str = "") -> list[dict[str, Any]]:
+def finished(cfg: TrainConfig) -> bool:
+    """The run of `cfg` has ended (completed or diverged): train() would return it without training."""
+    return (cfg.run_dir / "summary.json").exists()
+
+
+def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None,
+               resume: bool = True, log: Any = print, title: str = "", name: str = "") -> list[dict[str, Any]]:
     """The engine under run_study and run_tables.train_variants: train (reuse, resume) each point through
     `executor` (default: executors.auto_executor for the points still to train), rewriting the index
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
     from altgrad_lib.executors import LocalExecutor, auto_executor
 
-    todo = [p for p in points if not (p.config.run_dir / "summary.json").exists()]
+    todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
     rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
                                        for k in cols},
@@ -259,8 +264,8 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
         + (f"; index {index_path}" if index_path else ""))
     t0 = time.perf_counter()
     jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
-    done = [j for j in jobs if j[0] not in {p.name for p in todo}]   # finished runs: read here, no worker needed
-    outcomes = itertools.chain(LocalExecutor().map(_job, done), executor.map(_job, [j for j in jobs if j not in done]))
+    outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo]),  # read here
+                               executor.map(_job, [j for j in jobs if j[0] in todo]))
     for i, ((pname, _, _), out) in enumerate(outcomes, 1):
         row = rows[pname]
         if out.ok:
@@ -273,7 +278,8 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
                  f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
         log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
             f"({row['seconds']} s)")
-    log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s" + (f" -> {index_path}" if index_path else ""))
+    log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
+        + (f" -> {index_path}" if index_path else ""))
     return [rows[n] for n in order]
 
 

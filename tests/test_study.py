@@ -161,3 +161,22 @@ def test_cli_dry_run_and_bad_file(tmp_path, capsys):
     assert main(["study", "-f", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("altgrad study: error: study axis 'lrr'") and err.count("\n") == 1
+
+
+def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(tmp_path):
+    from altgrad_lib.executors import LocalExecutor
+
+    class Counting(LocalExecutor):          # what reaches the executor (finished runs are read in this process)
+        def map(self, fn, items):
+            items = list(items)
+            seen.append([i[0] for i in items])
+            return super().map(fn, items)
+
+    s = Study.from_dict(tiny_study_dict(tmp_path, max_steps=3, axes={"recipe": ["hp"], "seed": [0, 1]}),
+                        out_dir=str(tmp_path / "st"))
+    seen: list = []
+    assert run_study(s, Counting(), log=lambda m: None).status.tolist() == ["completed"] * 2
+    assert run_study(s, Counting(), log=lambda m: None).reused.tolist() == [True, True]
+    assert run_study(s, Counting(), resume=False, log=lambda m: None).reused.tolist() == [False, False]
+    names = [p.name for p in s.expand()]
+    assert seen == [names, [], names]

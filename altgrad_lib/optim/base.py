@@ -67,9 +67,8 @@ class GridOptimizer(torch.optim.Optimizer):
         fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
-        # eager: one op per step over the group's flat buffer; compiled: the group's tensors in one graph (no cat,
-        # no copy back), static shapes (automatic-dynamic's SymInts / SymFloats buy nothing here)
-        self._flat_fused: Callable = type(self)._flat_update_and_write
+        # eager flat step: _update_and_write over chunks of the group's flat buffer; compiled: the group's tensors in
+        # one graph (no cat, no copy back), static shapes (automatic-dynamic's SymInts / SymFloats buy nothing here)
         self._group_fused: Callable | None = (torch.compile(type(self)._group_update_and_write, dynamic=False)
                                               if compile else None)
         self._flat: list[dict[str, Any] | None] = []
@@ -185,7 +184,7 @@ class GridOptimizer(torch.optim.Optimizer):
             st.update({k: v[a:b] for k, v in flat["state"].items()})
             s = flat["s"][a:b] if flat["s"] is not None else None
             self._offset_t.fill_(self.sr_offset + a)
-            self._flat_fused(self, w, g, st, group, fmt, s, lr_t, self._offset_t)
+            self._update_and_write(w, g, st, group, fmt, s, lr_t, self._offset_t)   # fp32: .float()/.to() are no-ops
             if len(ws) > 1:
                 torch._foreach_copy_(ws, list(w.split([hi - lo for _, lo, hi in pieces])))
         self._advance(group, fmt, sum(flat["numels"]))
@@ -206,13 +205,6 @@ class GridOptimizer(torch.optim.Optimizer):
         w_new = self._update(p.detach().float(), grad.float(), st, group, fmt, s, lr_t)
         rbits = self._sr_bits(w_new, group, fmt, offset_t)
         write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
-
-    def _flat_update_and_write(self, w: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any],
-                               fmt, s: torch.Tensor | None, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
-        """_update_and_write on a group's flat buffers (eager)."""
-        w_new = self._update(w, grad, st, group, fmt, s, lr_t)
-        rbits = self._sr_bits(w_new, group, fmt, offset_t)
-        write(w, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
 
     def _group_update_and_write(self, ps: list[torch.Tensor], grads: list[torch.Tensor], sts: list[dict[str, Any]],
                                 group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
