@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m altgrad_lib.sweep --profile $(PROFILE)
+	$(PY) tools/sweep.py --profile $(PROFILE)
 
 # Tests train into a fresh temporary ALTGRAD_OUTPUTS, so nbval never passes on runs left by older code.
 test: $(STAMP)

@@ -1,7 +1,20 @@
-"""AltGrad: simulated 8-bit float formats and a format-aware optimizer for small GPTs.
+"""AltGrad: simulated low-precision float formats and format-aware optimizers for small GPTs.
 
-The package is flat; README.md lists every module's role. The most used names are re-exported lazily so
-that `import altgrad_lib` stays cheap (no torch import until one of them is touched).
+The package is in layers; a module imports only from layers below its own (tests/test_layers.py checks it):
+
+    errors.py choices.py io.py paths.py state.py   layer 0: shared by all (one-line errors, valid values,
+                                                  atomic files, where outputs live, RNG / tensor snapshots)
+    numerics/   1  formats, rounding, scaling, fake-quant, grid maths
+    quantize/   2  recipes, QuantizedLinear, model surgery, hardware FP8 peers   (model.py: the GPT, layer 2)
+    optim/      3  format-aware optimizers and weight storage modes
+    monitors/   3  training diagnostics
+    training/   4  one run: config, loop, run directory, checkpoints, data
+    studies/    5  many runs: studies, executors, statistics, envelopes
+    notebook/   6  what notebooks show: tables, plots, dashboard, papermill parameters
+    cli.py      7  `altgrad train | study`
+
+The most used names are re-exported lazily so that `import altgrad_lib` stays cheap (no torch import until one
+of them is touched).
 """
 from __future__ import annotations
 
@@ -35,11 +48,11 @@ def _check_torch() -> None:
 _check_torch()
 
 _LAZY = {
-    "get_format": "formats", "FloatFormat": "formats", "BUILTIN_FORMATS": "formats",
-    "ScalingConfig": "scaling", "QuantSpec": "quant", "Quantizer": "quant", "fake_quant": "quant",
-    "GPT": "model", "GPTConfig": "model", "get_policy": "surgery", "quantize_model": "surgery",
-    "TokenCorpus": "data", "load_corpus": "data", "get_tokenizer": "tokenizers",
-    "TrainConfig": "train_config", "Run": "runs",
+    "get_format": "numerics.formats", "FloatFormat": "numerics.formats", "BUILTIN_FORMATS": "numerics.formats",
+    "ScalingConfig": "numerics.scaling", "QuantSpec": "numerics.quant", "Quantizer": "numerics.quant",
+    "fake_quant": "numerics.quant", "GPT": "model", "GPTConfig": "model", "get_policy": "quantize.recipes",
+    "quantize_model": "quantize.convert", "TokenCorpus": "training.data", "load_corpus": "training.data",
+    "get_tokenizer": "training.tokenizers", "TrainConfig": "training.config", "Run": "training.run_dir",
 }
 __all__ = ["__version__", "TORCH_SUPPORTED", *_LAZY]
 

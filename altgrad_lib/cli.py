@@ -2,7 +2,7 @@
 
 Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true -p max_docs=null` work.
 `altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the
-field metadata in train_config.py). A mistake in the input (errors.UserError: config, YAML file, run directory,
+field metadata in training/config.py). A mistake in the input (errors.UserError: config, YAML file, run directory,
 checkpoint) prints one line `altgrad: error: ...` and exits 2; `--debug` shows its traceback. Anything else is
 a bug and keeps its traceback.
 """
@@ -20,7 +20,7 @@ EXIT_RUN_FAILED = 1   # the run could not train (gradient-flow guard)
 
 
 def _keys_help() -> str:
-    from altgrad_lib.train_config import key_docs  # torch-free: --help stays instant
+    from altgrad_lib.training.config import key_docs  # torch-free: --help stays instant
 
     docs = key_docs()
     width = max(len(k) for k, *_ in docs)
@@ -40,7 +40,7 @@ def version_string() -> str:
     from pathlib import Path
 
     import altgrad_lib
-    from altgrad_lib.runs import git_info
+    from altgrad_lib.training.run_dir import git_info
 
     g = git_info(Path(altgrad_lib.__file__).resolve().parent)
     sha = g["sha"] if g["sha"] == "unknown" else g["sha"][:12] + ("-dirty" if g["dirty"] else "")
@@ -78,24 +78,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check recipe, backend, tokenizer and device, print the resolved config and exit")
     tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
-    from altgrad_lib.study_cli import add_study_parser  # `altgrad study -f params/studies/x.yaml`
+    from altgrad_lib.studies.cli import add_study_parser  # `altgrad study -f params/studies/x.yaml`
 
     add_study_parser(sub)
     return ap
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from altgrad_lib.train_config import TrainConfig
+    from altgrad_lib.training.config import TrainConfig
 
     cfg = TrainConfig.from_yaml(args.file, args.param)
     if args.print_config:
-        from altgrad_lib.preflight import check_config
+        from altgrad_lib.training.preflight import check_config
 
         check_config(cfg)
         print(json.dumps(cfg.resolved().to_dict(), indent=2))
         return 0
     print(f"config: {cfg.short_str()}")
-    from altgrad_lib.train import GradientFlowError, train
+    from altgrad_lib.training.loop import GradientFlowError, train
 
     try:
         run = train(cfg, resume=not args.no_resume, progress=not args.no_progress)
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return _cmd_train(args)
         if args.command == "study":
-            from altgrad_lib.study_cli import cmd_study
+            from altgrad_lib.studies.cli import cmd_study
 
             return cmd_study(args)
     except UserError as e:

@@ -23,7 +23,7 @@ class ConfigTypeError(ConfigError, TypeError):
 
 
 class SizeWarning(UserWarning):
-    """A run that fits but will be very large or slow (see altgrad_lib.preflight.estimate_memory)."""
+    """A run that fits but will be very large or slow (see altgrad_lib.training.preflight.estimate_memory)."""
 
 
 def one_line(msg: object) -> str:

@@ -2,7 +2,7 @@
 
 Everything about the network lives here: config, attention, MLP (GELU or SwiGLU), block, GPT.
 Module names (`transformer.h[i].attn.c_attn`, `mlp.c_fc`, `lm_head`, ...) are the contract that
-`altgrad_lib.surgery` matches layer classes against, so do not rename them.
+`altgrad_lib.quantize.recipes` matches layer classes against, so do not rename them.
 
 Attention runs through `F.scaled_dot_product_attention(is_causal=True)`. For monitors that need
 attention probabilities (entropy collapse is a known low-precision failure), `model.capture_attention()`

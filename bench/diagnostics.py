@@ -25,11 +25,11 @@ import torch
 
 from common import add_model_args, check_device
 
-from altgrad_lib.checkpoint import snapshot_state
+from altgrad_lib.state import snapshot_state
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
-from altgrad_lib.surgery import quantize_model
+from altgrad_lib.quantize.convert import quantize_model
 
 MODES = {"off": "off", "cheap@1": {"preset": "cheap", "interval": 1},
          "cheap@10": {"preset": "cheap", "interval": 10}, "full@default": "full"}

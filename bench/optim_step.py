@@ -30,8 +30,9 @@ import torch
 
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.optim.factory import build_optimizer
-from altgrad_lib.surgery import get_policy, quantize_model
-from altgrad_lib.train_config import TrainConfig
+from altgrad_lib.quantize.recipes import get_policy
+from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.training.config import TrainConfig
 
 SIZES = {"cpu": dict(n_layer=4, n_head=4, n_embd=128), "10x": dict(n_layer=6, n_head=6, n_embd=384)}
 CASES = {   # name -> (optimizer, optim)

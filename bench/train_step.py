@@ -24,10 +24,11 @@ import torch
 
 from common import add_model_args, check_device
 
-from altgrad_lib.guards import check_gradient_flow
+from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
-from altgrad_lib.quant import Quantizer
-from altgrad_lib.surgery import get_policy, quantize_model
+from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.quantize.recipes import get_policy
+from altgrad_lib.quantize.convert import quantize_model
 
 # (recipe, backend) per mode name
 MODES = {

@@ -1,7 +1,7 @@
 """Shared test helpers (one copy each): oracle tables, bit-exact comparison, probe inputs.
 
 Imported as `from helpers import ...` (pytest puts tests/ on sys.path), so any single test file runs alone.
-The gfloat FormatInfo of a format lives in the library (altgrad_lib.oracles), shared with notebook 01.
+The gfloat FormatInfo of a format lives in the library (altgrad_lib.numerics.oracles), shared with notebook 01.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat
-from altgrad_lib.oracles import gfloat_format_info as gfloat_info  # noqa: F401  (re-exported for tests)
+from altgrad_lib.numerics.formats import BUILTIN_FORMATS, FloatFormat
+from altgrad_lib.numerics.oracles import gfloat_format_info as gfloat_info  # noqa: F401  (re-exported for tests
 
 ALL = list(BUILTIN_FORMATS)
 TORCH_REF = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2, "E4M3FNUZ": torch.float8_e4m3fnuz,
@@ -75,7 +75,7 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
     import gfloat
     from gfloat import RoundMode
 
-    from altgrad_lib.formats import get_format
+    from altgrad_lib.numerics.formats import get_format
 
     def q(t: torch.Tensor, name: str) -> torch.Tensor:
         f = get_format(name)
@@ -197,7 +197,7 @@ def spawn_lock_holder(run_dir):
     import sys
     from pathlib import Path
 
-    code = (f"import time; from altgrad_lib.runs import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
+    code = (f"import time; from altgrad_lib.training.run_dir import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
             f"print('locked', flush=True); time.sleep(120)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)

@@ -11,7 +11,7 @@ from helpers import spawn_lock_holder
 import yaml
 
 from altgrad_lib.cli import main
-from altgrad_lib.train import TrainConfig
+from altgrad_lib.training.loop import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,7 +145,7 @@ def test_print_config_checks_tokenizer_and_backend(capsys):
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch, capsys):
-    import altgrad_lib.train as tr
+    import altgrad_lib.training.loop as tr
 
     def broken(*a, **k):
         raise ZeroDivisionError("a bug, not a user error")
@@ -166,7 +166,7 @@ def test_version_names_package_and_git_sha():
 
 def test_help_gives_meaning_and_choices_of_every_key(capsys):
     from altgrad_lib import choices
-    from altgrad_lib.train_config import key_docs
+    from altgrad_lib.training.config import key_docs
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -223,8 +223,8 @@ def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path):
     assert "status: diverged" in p.stdout and "result: diverged at step " in p.stdout
     assert "first non-finite" in p.stdout or "validation loss is non-finite" in p.stdout
     assert "val/loss:" not in p.stdout and "train/loss:" not in p.stdout
-    from altgrad_lib import analysis
-    from altgrad_lib.runs import Run
+    from altgrad_lib.notebook import analysis
+    from altgrad_lib.training.run_dir import Run
 
     run = Run.load(tmp_path / "div")
     assert run.diverged and run.final_val_loss is None and len(run.metric("val/loss"))   # step-0 loss exists...

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from altgrad_lib.model import GPT, GPTConfig
-from altgrad_lib.surgery import get_policy, quantize_model
+from altgrad_lib.quantize.recipes import get_policy
+from altgrad_lib.quantize.convert import quantize_model
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                   reason="no CUDA GPU on this machine"))]

@@ -7,7 +7,7 @@ import pytest
 
 from altgrad_lib.cli import main
 from altgrad_lib.monitors.config import CHEAP_GROUPS, INTERVAL_GROUPS, MONITORS, DiagnosticsConfig
-from altgrad_lib.train_config import TrainConfig
+from altgrad_lib.training.config import TrainConfig
 
 
 def test_presets_and_intervals():

@@ -16,7 +16,7 @@ from altgrad_lib.monitors.diagnostics import Diagnostics
 from helpers import SR_DELAYED
 
 from altgrad_lib.monitors.config import DiagnosticsConfig
-from altgrad_lib.train import TrainConfig, train
+from altgrad_lib.training.loop import TrainConfig, train
 
 # SR_DELAYED + dropout: every hidden state (SR generators, amax history, torch RNG) is exercised
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
@@ -131,9 +131,9 @@ def test_replay_agrees_with_the_training_steps_own_counters(runs):
 
 def _compiled_vs_eager(tmp_path: Path, backend: str | None) -> tuple:
     """Two steps of a tiny fp8_hybrid GPT (eager, or compiled with `backend`) with counters + numerics."""
-    from altgrad_lib.checkpoint import snapshot_state
+    from altgrad_lib.state import snapshot_state
     from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.surgery import quantize_model
+    from altgrad_lib.quantize.convert import quantize_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=128))
     quantize_model(model, "fp8_hybrid", verbose=False)
@@ -190,7 +190,7 @@ class _CountOps(TorchDispatchMode):
 
 def test_no_tensor_work_on_steps_that_log_nothing(tmp_path):
     from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.surgery import quantize_model
+    from altgrad_lib.quantize.convert import quantize_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
     quantize_model(model, "fp8_hybrid", verbose=False)
@@ -226,8 +226,8 @@ def test_the_divergence_step_is_recorded(tmp_path):
 
 def test_counters_without_counting_or_on_hardware_paths_say_unavailable(tmp_path):
     from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.quant import Quantizer
-    from altgrad_lib.surgery import quantize_model
+    from altgrad_lib.numerics.quant import Quantizer
+    from altgrad_lib.quantize.convert import quantize_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))
     quantize_model(model, "fp8_hybrid", verbose=False)

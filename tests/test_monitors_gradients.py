@@ -11,8 +11,8 @@ import torch
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.gradients import cosine, grad_snr_db
 from altgrad_lib.monitors.probe import Probe
-from altgrad_lib.quant import sqnr_db
-from altgrad_lib.surgery import quantize_model
+from altgrad_lib.numerics.quant import sqnr_db
+from altgrad_lib.quantize.convert import quantize_model
 
 
 def test_snr_and_cosine_match_references():
@@ -39,7 +39,7 @@ def _models():
 def test_shadow_grads_equal_an_unquantized_model_and_leave_training_untouched():
     plain, quant = _models()
     x, y = torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))
-    from altgrad_lib.checkpoint import snapshot_state
+    from altgrad_lib.state import snapshot_state
     snap = snapshot_state(quant)
     probe = Probe(quant, contextlib.nullcontext)
     before_rng = torch.get_rng_state()

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.monitors.health import tensor_health
-from altgrad_lib.quant import sqnr_db
+from altgrad_lib.numerics.quant import sqnr_db
 
 E4M3 = get_format("E4M3")
 

@@ -6,11 +6,11 @@ import contextlib
 
 import torch
 
-from altgrad_lib.checkpoint import snapshot_state
+from altgrad_lib.state import snapshot_state
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.monitors.probe import Probe
-from altgrad_lib.surgery import quantize_model
+from altgrad_lib.quantize.convert import quantize_model
 
 SR = {"name": "sr", "recipe": "fp8_hybrid", "layers": {"*": {
     "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},

@@ -15,7 +15,7 @@ from altgrad_lib.monitors import read_diagnostics
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.monitors.weights import KL_EPS, kl_bits
-from altgrad_lib.surgery import quantize_model
+from altgrad_lib.quantize.convert import quantize_model
 
 
 def test_kl_bits_matches_scipy():

@@ -18,9 +18,10 @@ import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from altgrad_lib import analysis, notebook_params
+from altgrad_lib.notebook import analysis
+from altgrad_lib.notebook import params as notebook_params
 from altgrad_lib.choices import BACKENDS
-from altgrad_lib.notebook_params import check_value, closest_name
+from altgrad_lib.notebook.params import check_value, closest_name
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

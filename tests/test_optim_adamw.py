@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import grid_ordinal_bruteforce
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
 
 

@@ -105,7 +105,7 @@ def test_add_param_group_initialises_grid_state():
     opt = GridAdamW([a], lr=1.0, fmt="E4M3", storage="grid_rne")
     opt.add_param_group({"params": [b], "fmt": "E5M2"})
     s = opt.state[b]["grid_scale"]
-    from altgrad_lib.formats import get_format
+    from altgrad_lib.numerics.formats import get_format
     assert torch.equal(get_format("E5M2").quantize(b.detach() * s), b.detach() * s)
 
 
@@ -191,7 +191,7 @@ def test_compiled_update_matches_eager_and_lr_changes_do_not_recompile(storage):
         else:                                                 # same SR bits; a last-bit difference of w_new can
             assert (a != b).float().mean() < 1e-3             # flip a rounding decision only at a code boundary
     s = comp.state[pb[0]]["grid_scale"]
-    from altgrad_lib.formats import get_format
+    from altgrad_lib.numerics.formats import get_format
     assert storage == "fp32" or torch.equal(get_format("E4M3").quantize(pb[0].detach() * s), pb[0].detach() * s)
 
 

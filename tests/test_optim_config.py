@@ -8,7 +8,7 @@ import json
 import pytest
 
 from altgrad_lib.optim.config import OPTIMIZERS, OptimConfig
-from altgrad_lib.train_config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig
 
 
 @pytest.mark.parametrize("optimizer, optim, match", [

@@ -7,9 +7,9 @@ from collections import Counter
 import torch
 from helpers import grid_ordinal_bruteforce
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.diagnostics import (StepStats, code_entropy_bits, code_usage, delta_code_hist, stall_rate)
-from altgrad_lib.optim.grid import grid_scale
+from altgrad_lib.numerics.grid import grid_scale
 
 F = get_format("E4M3")
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import Crash, assert_same_state, crash_at
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.factory import build_optimizer
-from altgrad_lib.surgery import QuantizedLinear
-from altgrad_lib.train import TrainConfig, _build_model, train
+from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.training.loop import TrainConfig, _build_model, train
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=6, warmup_steps=2, eval_interval=3, eval_iters=1, ckpt_interval=3, recipe="fp8_hybrid",

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.lowp_state import StateFormat
 
 

@@ -6,7 +6,7 @@ import geoopt
 import pytest
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.manifold import FP8Manifold
 from altgrad_lib.optim.sgd import GridSGD
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.sgd import GridSGD
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.adamw import AdamW, GridAdamW
 from altgrad_lib.optim.madam import Madam
 from altgrad_lib.optim.sgd import GridSGD

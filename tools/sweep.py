@@ -1,16 +1,16 @@
 """The main job: run every notebook over its papermill parameter files and collect the results.
 
-`python -m altgrad_lib.sweep --profile cpu` executes, in order,
+`python tools/sweep.py --profile cpu` executes, in order,
   - `notebooks/01_formats.ipynb` once per `params/01_formats/*.yaml` (one YAML per format), and
   - every other notebook once with `params/<notebook>/<profile>.yaml` (profiles: `cpu`, `h100`),
 writing executed notebooks to `outputs/notebooks/<notebook>/<params>.ipynb` and a summary table to
 `outputs/sweep/summary.csv`. A failing notebook is recorded and the sweep goes on, so one bad format
 never loses the others; the exit code is non-zero if any notebook failed.
 
-Notebooks run through the same executors as studies (executors.py). The per-format notebook (01: no
+Notebooks run through the same executors as studies (altgrad_lib/studies/executors.py). The per-format notebook (01: no
 training, one job per format) runs its jobs side by side, one single-threaded kernel per core; the others run
 one after another, because each trains its own runs side by side through the study layer
-(run_tables.train_variants -> study.run_points) and later notebooks reuse earlier ones' runs (02's baseline in
+(studies.study.train_variants -> run_points) and later notebooks reuse earlier ones' runs (02's baseline in
 03-06, 04's runs in 06). `--workers N` / `--executor ray` override that for every notebook. tcmalloc is preloaded
 into the kernels when the machine has it (glibc page-faults on every new large tensor). The sweep ends with
 the wall time of each notebook.
@@ -112,7 +112,7 @@ def preload_tcmalloc() -> str:
 
 def stages(jobs: list[Job], workers: int | None) -> list[tuple[list[Job], int]]:
     """(jobs, workers) in order: per-format notebooks side by side (auto), then each other notebook alone."""
-    from altgrad_lib.executors import auto_workers
+    from altgrad_lib.studies.executors import auto_workers
 
     per_format = [j for j in jobs if j.notebook.stem in PER_FORMAT_NOTEBOOKS]
     out = [(per_format, workers or auto_workers(len(per_format)))] if per_format else []
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary_path = ROOT / "outputs" / "sweep" / "summary.csv"
     summary_path.parent.mkdir(parents=True, exist_ok=True)
-    from altgrad_lib.executors import ExecutorError, get_executor
+    from altgrad_lib.studies.executors import ExecutorError, get_executor
 
     lib = preload_tcmalloc()
     print(f"allocator: {'tcmalloc (' + lib + ')' if lib else 'glibc malloc (no libtcmalloc_minimal.so.4 here)'}")

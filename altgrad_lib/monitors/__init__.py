@@ -10,7 +10,8 @@ creates one `Diagnostics` object. Files, one job each:
     health.py       numerical health of X / W / dY (TE-style under/overflow, subnormals, NaN/Inf, ...)
     gradients.py    per-parameter gradient stats, clipping, SNR / cosine vs the FP32 shadow
     weights.py      log2-magnitude histograms, fraction at ±max, staleness, KL to a baseline run
-    grid.py         grid geometry (stiffness, misalignment, stall rate, Δcode, bit flips, code usage)
+    geometry.py     the weight-grid monitor (stiffness, misalignment, stall rate, Δcode, bit flips, code usage;
+                    the arithmetic is numerics/grid_metrics.py)
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm

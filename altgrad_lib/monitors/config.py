@@ -31,7 +31,7 @@ MONITORS: dict[str, str] = {
     "gradients": "altgrad_lib.monitors.gradients:GradientsMonitor",
     "numerics": "altgrad_lib.monitors.health:NumericsMonitor",
     "shadow": "altgrad_lib.monitors.gradients:ShadowMonitor",
-    "grid": "altgrad_lib.monitors.grid:GridMonitor",         # before weights: it leaves the codes for staleness
+    "grid": "altgrad_lib.monitors.geometry:GridMonitor",         # before weights: it leaves the codes for staleness
     "weights": "altgrad_lib.monitors.weights:WeightsMonitor",
     "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
     "events": "altgrad_lib.monitors.events:EventsMonitor",

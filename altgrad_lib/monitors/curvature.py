@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from altgrad_lib import checkpoint as ckpt
+from altgrad_lib import state
 from altgrad_lib.monitors.base import Monitor
 
 STE_NOTE = ("Hessian of the straight-through (STE) surrogate: forward quantizers differentiate as the identity "
@@ -77,7 +77,7 @@ def adam_stability_limit(beta1: float) -> float:
 
 
 def is_quantized(model: nn.Module) -> bool:
-    from altgrad_lib.surgery import quantized_modules
+    from altgrad_lib.quantize.convert import quantized_modules
 
     return bool(quantized_modules(model))
 
@@ -86,7 +86,8 @@ def is_quantized(model: nn.Module) -> bool:
 
 
 def _check_backend(model: nn.Module) -> None:
-    from altgrad_lib.surgery import QuantizedLinear, quantized_modules
+    from altgrad_lib.quantize.linear import QuantizedLinear
+    from altgrad_lib.quantize.convert import quantized_modules
 
     if hasattr(model, "_orig_mod"):           # a torch.compile wrapper (OptimizedModule)
         raise ValueError("curvature: pass the eager model (model._orig_mod), not the torch.compile wrapper; "
@@ -100,12 +101,12 @@ def _check_backend(model: nn.Module) -> None:
 @contextlib.contextmanager
 def hessian_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode, dY quantization off; on exit every training flag, buffer, quantizer state and RNG restored."""
-    from altgrad_lib.surgery import QuantizedLinear
+    from altgrad_lib.quantize.linear import QuantizedLinear
 
     _check_backend(model)
     flags = [(m, m.training) for m in model.modules()]
-    snap = ckpt.snapshot_state(model)          # buffers + extra_state (SR generators) + torch/CUDA RNG
-    rng = ckpt.capture_rng_state()             # + numpy, python
+    snap = state.snapshot_state(model)          # buffers + extra_state (SR generators) + torch/CUDA RNG
+    rng = state.capture_rng_state()             # + numpy, python
     g_quants = [(m, m.g_quant) for m in model.modules() if isinstance(m, QuantizedLinear) and m.g_quant is not None]
     try:
         model.eval()
@@ -119,8 +120,8 @@ def hessian_mode(model: nn.Module) -> Iterator[None]:
             m.g_quant = q
         for m, flag in flags:
             m.training = flag
-        ckpt.restore_snapshot(model, snap)
-        ckpt.restore_rng_state(rng)
+        state.restore_snapshot(model, snap)
+        state.restore_rng_state(rng)
 
 
 # ------------------------------------------------------------------------------------------ Hessian-vector products

@@ -49,7 +49,8 @@ class Diagnostics:
         self._noted: set[str] = set()
         if not cfg.enabled:
             return
-        from altgrad_lib.surgery import QuantizedLinear, quantized_modules
+        from altgrad_lib.quantize.linear import QuantizedLinear
+        from altgrad_lib.quantize.convert import quantized_modules
         everything = quantized_modules(model)
         sim = {k: m for k, m in everything.items() if isinstance(m, QuantizedLinear)}
         self._unsim = bool(everything) and len(sim) < len(everything)   # torchao / scaled_mm layers

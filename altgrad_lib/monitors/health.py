@@ -81,7 +81,7 @@ _COUNTERS = ("n_elements", "n_saturated", "n_underflow")
 class CountersMonitor(Monitor):
     def __init__(self, att) -> None:
         super().__init__(att)
-        from altgrad_lib.surgery import grad_counters_live
+        from altgrad_lib.quantize.linear import grad_counters_live
         self.points: list[tuple[str, str, Any, bool]] = []   # fqn, role, quantizer, counters live
         for fqn, mod in att.quantized.items():
             for role, attr in ROLE_ATTR.items():

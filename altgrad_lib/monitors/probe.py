@@ -25,7 +25,7 @@ from altgrad_lib.monitors.health import tensor_health
 
 
 def _quantized_sim(model: nn.Module) -> dict[str, nn.Module]:
-    from altgrad_lib.surgery import QuantizedLinear
+    from altgrad_lib.quantize.linear import QuantizedLinear
     return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
 
 

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, Row, StepContext
-from altgrad_lib.monitors.grid import codes, log2_hist, weight_points, weight_scale
+from altgrad_lib.numerics.grid_metrics import codes, log2_hist
+from altgrad_lib.monitors.geometry import weight_points, weight_scale
 
 KL_EPS = 1e-6
 

@@ -6,7 +6,7 @@
 Why CSV and not parquet: the run must not lose rows when it is killed, so every diagnostic step appends
 and flushes its rows (a parquet file is written whole or per row group and a torn one is unreadable); a
 resumed run drops the rows after its checkpoint with the same atomic rewrite as metrics.csv
-(runs.truncate_metrics), so a killed-and-resumed run leaves the same file as an uninterrupted one.
+(io.truncate_csv), so a killed-and-resumed run leaves the same file as an uninterrupted one.
 `pd.read_csv` reads it in one call (read_diagnostics / read_events fix the dtypes); values are written
 with repr(), so floats round-trip exactly. Names never contain commas (layer = module fqn).
 """
@@ -18,7 +18,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from altgrad_lib.runs import _fmt_value, truncate_metrics
+from altgrad_lib.io import fmt_value, truncate_csv
 
 DIAG_FILE = "diagnostics.csv"
 EVENTS_FILE = "events.csv"
@@ -60,7 +60,7 @@ class TidyWriter:
         if keep_through_step < 0:
             self.path.unlink(missing_ok=True)
             return 0
-        return truncate_metrics(self.path, keep_through_step, header=self.header)
+        return truncate_csv(self.path, keep_through_step, header=self.header)
 
     def sync(self) -> None:
         if self._fh is not None:
@@ -79,7 +79,7 @@ def _cell(c: object) -> str:
     if isinstance(c, int):
         return str(c)
     if isinstance(c, float):
-        return _fmt_value(c)
+        return fmt_value(c)
     s = str(c)
     if "," in s or "\n" in s:
         raise ValueError(f"diagnostics names must not contain commas or newlines: {s!r}")

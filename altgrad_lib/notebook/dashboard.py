@@ -1,7 +1,7 @@
 """Figures of a study and the ipywidgets dashboard of notebook 06 (study analysis).
 
 Inputs are the tidy frames of the study layer: the index (study.csv, one row per run) and the long metrics
-frame (run_tables.load_metrics: run, axis columns, step, name, value). Every figure function returns a
+frame (studies.results.load_metrics: run, axis columns, step, name, value). Every figure function returns a
 matplotlib Figure, so the same code draws in JupyterLab, under papermill and in tests.
 
 `Dashboard` wires dropdowns (metric, colour-by axis, and one filter per axis) to a redraw; `redraw()` is

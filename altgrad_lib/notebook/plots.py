@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from altgrad_lib.formats import FloatFormat, get_format
+from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 FIGSIZE = (8, 4)
 SUBNORMAL_STYLE = dict(color="0.85", zorder=0, label="subnormal")

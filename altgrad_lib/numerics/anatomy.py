@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from altgrad_lib.formats import FloatFormat, get_format, show_number
+from altgrad_lib.numerics.formats import FloatFormat, get_format, show_number
 
 
 def positive_values(fmt: FloatFormat | str) -> np.ndarray:

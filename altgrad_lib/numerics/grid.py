@@ -27,7 +27,7 @@ import math
 import torch
 
 from altgrad_lib.choices import STIFFNESS_KINDS, ULP_MODES
-from altgrad_lib.formats import FloatFormat, get_format
+from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 
 

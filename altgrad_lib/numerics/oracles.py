@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from altgrad_lib.formats import BUILTIN_FORMATS, FloatFormat, get_format
+from altgrad_lib.numerics.formats import BUILTIN_FORMATS, FloatFormat, get_format
 
 
 def gfloat_format_info(fmt: FloatFormat | str):

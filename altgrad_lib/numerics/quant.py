@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from altgrad_lib.formats import ROUNDING_MODES, FloatFormat, get_format
-from altgrad_lib.rounding import random_bits
-from altgrad_lib.scaling import Scaler, ScalingConfig, _choice_error, stateless_scale
+from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
+from altgrad_lib.numerics.rounding import random_bits
+from altgrad_lib.numerics.scaling import Scaler, ScalingConfig, _choice_error, stateless_scale
 
 STE_MODES = ("identity", "clipped")
 _ROUND_TAG = {"nearest": "rne", "stochastic": "sr", "toward_zero": "rz"}

@@ -250,7 +250,7 @@ class Scaler(nn.Module):
 
     def __init__(self, config: ScalingConfig, fmt) -> None:
         super().__init__()
-        from altgrad_lib.formats import get_format  # lazy: formats.py is a sibling module
+        from altgrad_lib.numerics.formats import get_format  # lazy: formats.py is a sibling module
 
         self.config = config
         self.fmt = get_format(fmt)

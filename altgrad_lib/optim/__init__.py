@@ -1,8 +1,7 @@
 """The format-aware optimizer (issue 9): steps measured in grid units, weights stored on the grid.
 
-Files (one job each):
-  grid.py         the grid of one weight tensor (format / fixed power-of-two scale), ULP in the step's direction,
-                  stiffness variants (exponent-aware "ulp", the seed's "mantissa", damping), code ordinals
+Files (one job each; the grid maths they step on, ULP in a step's direction, stiffness and code ordinals, is
+numerics/grid.py):
   storage.py      weight storage modes: fp32 master, grid_rne, grid_sr (seeded stochastic rounding), kahan
   base.py         GridOptimizer: param groups with fmt/storage, the step loop (one flat update per group), LR as
                   a tensor, SR counter and diagnostic counters in state_dict (bit-exact resume)
@@ -16,7 +15,7 @@ Files (one job each):
   manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
   diagnostics.py  stall rate, Δcode histogram, code usage / entropy (plain functions) and StepStats
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
-  factory.py      build_optimizer(model, cfg): what train.py calls
+  factory.py      build_optimizer(model, cfg): what training/loop.py calls
 
 Names are imported lazily (torch-free `config` stays cheap for TrainConfig).
 """

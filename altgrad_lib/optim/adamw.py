@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from altgrad_lib.optim.base import GridOptimizer, _check
-from altgrad_lib.optim.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
+from altgrad_lib.numerics.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
 from altgrad_lib.optim.lowp_state import StateFormat
 
 

@@ -30,13 +30,13 @@ from typing import Any, Callable
 
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim import diagnostics as diag
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
-from altgrad_lib.optim.grid import grid_exp, grid_scale, to_grid
+from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
-from altgrad_lib.rounding import default_sr_bits
-from altgrad_lib.scaling import _choice_error
+from altgrad_lib.numerics.rounding import default_sr_bits
+from altgrad_lib.numerics.scaling import _choice_error
 
 CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)

@@ -1,5 +1,5 @@
 """What a format does to the optimizer's steps (and `StepStats`, the running counters an optimizer keeps when
-track_stats=True). The grid arithmetic is the one copy in altgrad_lib/monitors/grid.py (the monitors use the
+track_stats=True). The grid arithmetic is the one copy in altgrad_lib/numerics/grid_metrics.py (the monitors use the
 same functions); this module only adapts it to the optimizer's view (grid-stored weights and the proposed update):
 
 - `stall_rate(q_old, q_new, delta)`: among coordinates whose proposed update was non-zero, the fraction whose
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from altgrad_lib.formats import FloatFormat, get_format
-from altgrad_lib.monitors import grid
+from altgrad_lib.numerics.formats import FloatFormat, get_format
+from altgrad_lib.numerics import grid_metrics as grid
 
 MAX_CODES = 8
 

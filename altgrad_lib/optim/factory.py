@@ -1,4 +1,4 @@
-"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (train.py's only entry point here).
+"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point here).
 
 Parameter groups: (weight format, decay) — matrices get TrainConfig.weight_decay, vectors none.  Which weights
 have a format (and so a grid, a stiffness, grid storage): by default the weights the recipe fake-quantizes
@@ -11,7 +11,7 @@ Grid storage (grid_rne / grid_sr / kahan): the stored weight *is* the forward we
 quantizer of those layers is removed (it would round the on-grid values a second time with its own
 per-tensor scale).  Needs backend "sim".
 
-Each group carries `lr_mult` = the group's peak LR / TrainConfig.lr; train.py sets lr = schedule(it) * lr_mult.
+Each group carries `lr_mult` = the group's peak LR / TrainConfig.lr; the training loop sets lr = schedule(it) * lr_mult.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from altgrad_lib.formats import get_format
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.config import OptimConfig
 from altgrad_lib.optim.storage import on_grid
 
@@ -28,7 +28,8 @@ SR_SEED_OFFSET = 7919     # the SR generator's seed = TrainConfig.seed + this (d
 
 def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, tuple[str, str]]:
     """id(param) -> (format name, module fqn) for the weights that live on a grid."""
-    from altgrad_lib.surgery import LAYER_CLASSES, QuantizedLinear, layer_class_of
+    from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
+    from altgrad_lib.quantize.linear import QuantizedLinear
 
     out: dict[int, tuple[str, str]] = {}
     for fqn, mod in model.named_modules():
@@ -101,7 +102,7 @@ def _state_formats(oc: OptimConfig) -> dict[str, Any]:
 
 
 def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:
-    from altgrad_lib.surgery import QuantizedLinear
+    from altgrad_lib.quantize.linear import QuantizedLinear
 
     for _, fqn in fmts.values():
         mod = model.get_submodule(fqn)

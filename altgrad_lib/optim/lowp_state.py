@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from altgrad_lib.formats import get_format
-from altgrad_lib.scaling import pow2_floor
+from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.numerics.scaling import pow2_floor
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import math
 import torch
 from geoopt.manifolds import Manifold
 
-from altgrad_lib.formats import FloatFormat, get_format
-from altgrad_lib.rounding import random_bits
+from altgrad_lib.numerics.formats import FloatFormat, get_format
+from altgrad_lib.numerics.rounding import random_bits
 
 
 class FP8Manifold(Manifold):

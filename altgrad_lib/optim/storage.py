@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from altgrad_lib.choices import STORAGE_MODES
-from altgrad_lib.formats import FloatFormat
-from altgrad_lib.optim.grid import to_grid
+from altgrad_lib.numerics.formats import FloatFormat
+from altgrad_lib.numerics.grid import to_grid
 
 KAHAN_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from altgrad_lib.formats import get_format
-from altgrad_lib.optim.grid import grid_exp, grid_scale, stiffness
+from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.numerics.grid import grid_exp, grid_scale, stiffness
 
 
 class StiffnessWrapper:

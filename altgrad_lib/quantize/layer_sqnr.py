@@ -1,7 +1,7 @@
 """Per-layer SQNR: signal-to-quantization-noise ratio of every nn.Linear's output, input gradient and weight
 gradient, a quantized model against an FP32 copy of the same weights (notebook 03).
 
-`sqnr_db` itself lives in quant.py (one copy).
+`sqnr_db` itself lives in numerics/quant.py (one copy).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 import torch
 
-from altgrad_lib.quant import sqnr_db
+from altgrad_lib.numerics.quant import sqnr_db
 
 
 def _capture_linears(model: torch.nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], list]:
@@ -75,7 +75,7 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
     `convert(copy, policy)` quantizes the copy in place; by default `surgery.quantize_model`.
     """
     if convert is None:
-        from altgrad_lib.surgery import quantize_model
+        from altgrad_lib.quantize.convert import quantize_model
 
         convert = lambda m, p: quantize_model(m, p, verbose=False)  # noqa: E731
     model_fp32 = copy.deepcopy(model).float()
@@ -87,7 +87,7 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
 def sqnr_by_backend(model: torch.nn.Module, recipe: Any, backends: Iterable[str], x: torch.Tensor,
                     y: torch.Tensor, seed: int = 0) -> pd.DataFrame:
     """layer_sqnr of `recipe` through each backend vs FP32, stacked with a `backend` column."""
-    from altgrad_lib.surgery import get_policy
+    from altgrad_lib.quantize.recipes import get_policy
 
     frames = [quantized_copy_sqnr(model, get_policy(recipe, backend=b, seed=seed), x, y).assign(backend=b)
               for b in backends]

@@ -5,22 +5,17 @@ to a `LayerSpec`: one QuantSpec per GEMM operand (input X, weight W, grad_output
 `quantize_model(model, policy)` swaps the matching `nn.Linear`s in place and prints what is quantized where.
 Embeddings, LayerNorm, softmax and the attention matmuls always stay high precision.
 
-Backends: "sim" (this file; any format from altgrad_lib.formats), "torchao" and "scaled_mm" (altgrad_lib.hw_fp8;
+Backends: "sim" (this file; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm" (altgrad_lib.quantize.hw_fp8;
 E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 """
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import pandas as pd
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
+from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
 from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES, RECIPES  # noqa: E402,F401  (RECIPES re-exported)
@@ -217,156 +212,7 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
 
 # ----------------------------------------------------------------------------- simulated quantized linear
 
-class _QuantizeGradOutput(torch.autograd.Function):
-    """Identity forward; backward quantizes dY once, so both dX = dY·W and dW = dYᵀ·X see the same Q(dY)."""
-
-    @staticmethod
-    def forward(ctx, y, quantizer):
-        ctx.quantizer = quantizer
-        return y.view_as(y)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        return _quantize_grad(ctx.quantizer, grad_y), None
-
-
-def grad_counters_live(quantizer: Quantizer, compiled: bool) -> bool:
-    """Does the dY quantizer update its counters / scale buffer? Not in compiled runs with stateless scaling
-    (see _quantize_grad): monitors must report those as unavailable, never as zero."""
-    return not compiled or quantizer.spec.scaling.kind == "delayed"
-
-
-def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
-    if grad_counters_live(quantizer, torch.compiler.is_compiling()):
-        return quantizer.quantize(grad_y)   # stateful: scaler history, counters, generator
-    # Under torch.compile, mutating the quantizer's buffers inside an autograd.Function backward forces a graph
-    # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row/per_block
-    # scaling; only the dY counters (n_saturated, ...) are not updated in compiled runs. Delayed scaling needs
-    # its history, so it keeps the stateful path above (and the graph breaks).
-    with torch.no_grad():
-        return quantizer.quantize_stateless(grad_y)
-
-
-def module_seed(base_seed: int, fqn: str, role: str) -> int:
-    """Deterministic per-(module, operand) seed; crc32 because Python's hash() is salted per process."""
-    return (base_seed * 1_000_003 + zlib.crc32(f"{fqn}/{role}".encode())) % (2**31 - 1)
-
-
-class QuantizedLinear(nn.Linear):
-    """Simulated low-precision Linear: y = Q_x(X) · Q_w(W)ᵀ + b, backward quantizes dY with Q_g.
-
-    Q_x and Q_w are straight-through, so gradients reach the fp32 master weight. The bias is added in high
-    precision after the GEMM (its gradient uses the unquantized dY). Quantizers (scaler buffers,
-    counters, SR generator state) are submodules, so `model.state_dict()` checkpoints them."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, layer_spec: LayerSpec,
-                 layer_class: str = "", fqn: str = "", seed: int = 0, device=None, dtype=None):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.layer_spec = layer_spec
-        self.layer_class = layer_class
-        q = {r: (Quantizer(getattr(layer_spec, r), seed=module_seed(seed, fqn, r))
-                 if getattr(layer_spec, r) is not None else None) for r in ROLES}
-        # names carry the role: x (input), w (weight), g (grad_output)
-        self.x_quant, self.w_quant, self.g_quant = q["input"], q["weight"], q["grad_output"]
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear, layer_spec: LayerSpec, layer_class: str = "", fqn: str = "",
-                    seed: int = 0) -> "QuantizedLinear":
-        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, layer_spec=layer_spec,
-                  layer_class=layer_class, fqn=fqn, seed=seed, device="meta")
-        new.weight = linear.weight  # same Parameter object: keeps weight tying and optimizer references
-        new.bias = linear.bias
-        dev = linear.weight.device
-        for q in (new.x_quant, new.w_quant, new.g_quant):
-            if q is not None:
-                q.to(dev)
-        return new
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dev = x.device.type
-        if torch.is_autocast_enabled(dev):
-            # Under autocast F.linear would round Q(x·s)/s to bf16 *again* before the GEMM (0.34 % for E1M6).
-            # Hardware multiplies the exact codes, accumulates in fp32, applies 1/(s_x·s_w) there and rounds
-            # the output once. Same here: the quantized GEMM runs in fp32 (autocast off) and only the output
-            # is cast to the autocast dtype. dY arrives in that dtype and is quantized by g_quant as is.
-            out_dtype = torch.get_autocast_dtype(dev)
-            with torch.autocast(dev, enabled=False):
-                y = self._quantized_gemm(x.float(), self.weight.float())
-            return self._bias(y.to(out_dtype))
-        return self._bias(self._quantized_gemm(x, self.weight))
-
-    def _quantized_gemm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        x_q = self.x_quant(x) if self.x_quant is not None else x                      # (..., in)
-        w_q = self.w_quant(w) if self.w_quant is not None else w                      # (out, in)
-        y = F.linear(x_q, w_q)                                                         # (..., out)
-        if self.g_quant is not None:
-            y = _QuantizeGradOutput.apply(y, self.g_quant)
-        return y
-
-    def _bias(self, y: torch.Tensor) -> torch.Tensor:
-        # bias outside the quantized GEMM: its gradient is the high-precision dY, as in torchao / scaled_mm
-        return y + self.bias if self.bias is not None else y
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, {self.layer_class}, {self.layer_spec.short_str()}"
-
 
 # ----------------------------------------------------------------------------- model surgery
 
-def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbose: bool = True) -> pd.DataFrame:
-    """Swap the policy's Linears in place; returns (and prints) a table of what is quantized where.
 
-    Columns: module, class, shape (out, in), input, weight (forward), grad_output (backward), backend."""
-    policy = get_policy(policy)
-    linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
-    chosen: dict[str, LayerSpec] = {}
-    rows = []
-    for fqn, lin in linears:
-        cls = layer_class_of(fqn)
-        spec = policy.spec_for(cls) if cls is not None else None
-        if type(lin) is not nn.Linear and spec is not None:
-            raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
-        if spec is not None:
-            chosen[fqn] = spec
-        rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
-                     "input": _s(spec.input) if spec else "hp", "weight": _s(spec.weight) if spec else "hp",
-                     "grad_output": _s(spec.grad_output) if spec else "hp",
-                     "backend": policy.backend if spec else "-"})
-
-    if policy.backend == "torchao":
-        from altgrad_lib.hw_fp8 import convert_torchao
-        convert_torchao(model, chosen)
-    elif chosen:
-        if policy.backend == "scaled_mm":
-            from altgrad_lib.hw_fp8 import ScaledMMLinear
-            make = lambda lin, spec, cls, fqn: ScaledMMLinear.from_linear(lin, spec, cls, fqn)  # noqa: E731
-        else:
-            make = lambda lin, spec, cls, fqn: QuantizedLinear.from_linear(  # noqa: E731
-                lin, spec, cls, fqn, seed=policy.seed)
-        new_modules = {fqn: make(model.get_submodule(fqn), spec, layer_class_of(fqn), fqn)
-                       for fqn, spec in chosen.items()}   # build all first: a bad layer leaves the model untouched
-        for fqn, new in new_modules.items():
-            parent_name, _, child = fqn.rpartition(".")
-            setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
-
-    table = pd.DataFrame(rows, columns=["module", "class", "shape", "input", "weight", "grad_output", "backend"])
-    kept = sorted({r["class"] if r["class"] != "-" else r["module"] for r in rows if r["backend"] == "-"})
-    summary = (f"{policy.name}[{policy.backend}]: {len(chosen)}/{len(rows)} Linear quantized "
-               f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} "
-               f"+ embeddings, LayerNorm, softmax, attention matmuls")
-    table.attrs["summary"] = summary
-    if verbose:
-        with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 40):
-            print(table.to_string(index=False))
-        print(summary)
-    return table
-
-
-def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
-    """fqn -> swapped module (sim, scaled_mm or torchao) for inspection and monitors."""
-    from altgrad_lib.hw_fp8 import ScaledMMLinear
-    out = {}
-    for fqn, m in model.named_modules():
-        if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or type(m).__name__ == "Float8Linear":
-            out[fqn] = m
-    return out

@@ -30,8 +30,8 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from altgrad_lib.executors import ExecutorError, get_executor
-    from altgrad_lib.study import Study, run_study
+    from altgrad_lib.studies.executors import ExecutorError, get_executor
+    from altgrad_lib.studies.study import Study, run_study
 
     try:
         study = Study.from_yaml(args.file, out_dir=args.out)

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from altgrad_lib.comparisons import MIN_MARGIN_NATS
-from altgrad_lib.envelope import first_spike
+from altgrad_lib.studies.stats import MIN_MARGIN_NATS
+from altgrad_lib.studies.envelope import first_spike
 
 # column -> (role, metric, aggregate over the run's layers and diagnostic steps); role None: any role
 MECH: dict[str, tuple[str | None, str, str]] = {

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from altgrad_lib.train_config import TrainConfig
+from altgrad_lib.training.config import TrainConfig
 
 REASONS = ("stable", "diverged", "loss_spike", "above_initial")
 TRIAL_COLUMNS = ["recipe", "seed", "lr", "stable", "reason", "status", "initial_loss", "final_train_loss",
@@ -79,7 +79,7 @@ def role_recipe(spec: str | dict) -> str | dict:
     if not isinstance(spec, str) or "@" not in spec:
         return spec
     fmt, _, tags = spec.partition("@")
-    from altgrad_lib.formats import get_format   # validates the format name (one-line error listing choices)
+    from altgrad_lib.numerics.formats import get_format  # validates the format name (one-line error listing choices
 
     get_format(fmt)
     roles, rest = [], tags
@@ -141,7 +141,7 @@ RunFn = Callable[[TrainConfig], Any]
 
 
 def _train(cfg: TrainConfig) -> Any:
-    from altgrad_lib.train import train   # lazy: importing the envelope module stays cheap
+    from altgrad_lib.training.loop import train  # lazy: importing the envelope module stays cheap
 
     return train(cfg, progress=False, verbose=False)
 
@@ -231,7 +231,7 @@ def find_stable_lrs(bases: Mapping[str, TrainConfig], lo: float, hi: float, step
     trials of one bisection depend only on its own earlier trials). Returns {label: StableLR} in the order of
     `bases`; a bisection that raises stops with its label and one-line error. `kw`: ratio, criterion, run_fn (a
     module-level function when the executor spawns processes) and TrainConfig changes, as find_stable_lr."""
-    from altgrad_lib.executors import LocalExecutor
+    from altgrad_lib.studies.executors import LocalExecutor
 
     if not bases:
         return {}

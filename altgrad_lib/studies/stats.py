@@ -13,9 +13,12 @@ baseline level, separately for each combination of the `by` columns, over seeds:
 
 Input is a tidy frame, one row per run: axis columns (recipe, backend, optimizer, lr, ...), `seed`, and the
 value (default `final_val_loss`; NaN for a diverged run, which is left out of the statistics and counted).
-`study.Study.results()` and `run_tables.run_frame()` produce such frames, so nothing parses run labels.
+`study.Study.results()` and `results.run_frame()` produce such frames, so nothing parses run labels.
 `gap_pct` restates a claims table's difference in % of the baseline mean.
-`control_check` applies comparisons.py's frozen-blocks control rule (reused, not re-implemented).
+The frozen-blocks control (`control_table`, `control_verdict`, `with_seed_gaps`) is the second half: a format's
+loss gap against the baseline means something only if the baseline itself learned more than the embeddings can.
+The *frozen-blocks control* (TrainConfig.freeze_blocks) trains the same model with every transformer block frozen,
+so only the embeddings, the final LayerNorm and the (tied) lm_head learn.
 """
 from __future__ import annotations
 
@@ -138,7 +141,7 @@ def gap_pct(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def seed_labels(frame: pd.DataFrame, variant: str | Sequence[str], seed: str = "seed") -> pd.DataFrame:
-    """The frame with a `run` column "<variant> s<seed>": the labels comparisons.py works on."""
+    """The frame with a `run` column "<variant> s<seed>": the labels the control table works on."""
     cols = [variant] if isinstance(variant, str) else list(variant)
     name = frame[cols].astype(str).agg(" ".join, axis=1)
     return frame.assign(run=name + " s" + frame[seed].astype(int).astype(str))
@@ -146,11 +149,11 @@ def seed_labels(frame: pd.DataFrame, variant: str | Sequence[str], seed: str = "
 
 def control_check(frame: pd.DataFrame, variant: str | Sequence[str], baseline: str, control: str,
                   value: str = "final_val_loss", seed: str = "seed") -> tuple[pd.DataFrame, bool, str]:
-    """comparisons.py's frozen-blocks rule on a tidy frame: (per-seed table, clear, sentence).
+    """The frozen-blocks rule below on a tidy frame: (per-seed table, clear, sentence).
 
     `baseline` / `control` are values of the `variant` column(s) (joined by spaces when several).
     """
-    from altgrad_lib.comparisons import control_table, control_verdict
+    from altgrad_lib.studies.stats import control_table, control_verdict
 
     table = control_table(seed_labels(frame, variant, seed), baseline, control, value)
     clear, sentence = control_verdict(table)
@@ -161,3 +164,66 @@ def seed_table(summary: pd.DataFrame, value: str = "val_gap_pct") -> pd.DataFram
     """Mean, std and count over seeds of one summary column, per variant (run labels "<variant> s<seed>")."""
     variant = summary.run.str.replace(r" s\d+$", "", regex=True)
     return summary.groupby(variant)[value].agg(["mean", "std", "count"]).rename_axis("variant")
+
+
+# ----------------------------------------------------------------------------------------------
+# the frozen-blocks control and per-seed gaps
+
+MIN_MARGIN_NATS = 0.1   # smallest control-minus-baseline val loss we call a clear win (nats/token)
+
+
+def _per_seed(summary: pd.DataFrame, variant: str, value: str) -> pd.Series:
+    rows = summary[summary.run.str.fullmatch(rf"{variant} s\d+")]
+    if rows.empty:
+        raise ValueError(f"no runs labelled '{variant} s<seed>' in the summary; labels: {list(summary.run)}")
+    return pd.Series(rows[value].to_numpy(), index=rows.run.str.extract(r" s(\d+)$")[0].astype(int).to_numpy(),
+                     name=variant)
+
+
+def control_table(summary: pd.DataFrame, baseline: str, control: str,
+                  value: str = "final_val_loss") -> pd.DataFrame:
+    """Per seed: the baseline's and the control's final val loss and margin = control − baseline (nats)."""
+    b, c = _per_seed(summary, baseline, value), _per_seed(summary, control, value)
+    df = pd.DataFrame({"baseline": b, "control": c}).rename_axis("seed")
+    df["margin"] = df.control - df.baseline
+    return df
+
+
+def control_verdict(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NATS) -> tuple[bool, str]:
+    """(clear, sentence): the baseline beats the control in every seed by >= max(min_margin, 3 σ_seed).
+
+    σ_seed is the seed-to-seed standard deviation of the baseline's loss (0 with one seed), so a margin
+    that seed noise alone could produce never counts as clear.
+    """
+    if table[["baseline", "control"]].isna().any().any():
+        return False, "a baseline or control run has no final val loss (diverged or unfinished)"
+    sd = float(table.baseline.std(ddof=1)) if len(table) > 1 else 0.0
+    need = max(min_margin, 3 * sd)
+    worst = float(table.margin.min())
+    clear = math.isfinite(worst) and worst >= need
+    return clear, (f"baseline beats the frozen-blocks control by {worst:.3f} nats in the worst of {len(table)} "
+                   f"seed(s) (needed >= {need:.3f} = max({min_margin}, 3 x seed sd {sd:.3f})): "
+                   f"{'clear' if clear else 'NOT clear — lengthen or resize the profile before reading gaps'}")
+
+
+def assert_beats_control(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NATS) -> str:
+    """control_verdict, raising AssertionError unless the win is clear; returns the sentence."""
+    clear, sentence = control_verdict(table, min_margin)
+    assert clear, sentence
+    return sentence
+
+
+def with_seed_gaps(summary: pd.DataFrame, baseline: str, value: str = "final_val_loss") -> pd.DataFrame:
+    """Copy of a run_summary with val_gap_pct = 100 · (L − L_baseline) / L_baseline, each run against the
+    baseline of its *own* seed ("<baseline> s<seed>"), so seed-to-seed spread never leaks into a gap."""
+    out = summary.copy()
+    seed = out.run.str.extract(r" s(\d+)$")[0]
+    if seed.isna().any():
+        raise ValueError(f"run labels must end in ' s<seed>'; got {list(out.run[seed.isna()])}")
+    base = _per_seed(summary, baseline, value)
+    missing = sorted(set(seed.astype(int)) - set(base.index))
+    if missing:
+        raise ValueError(f"no '{baseline} s<seed>' run for seed(s) {missing}; labels: {list(summary.run)}")
+    ref = seed.astype(int).map(base)
+    out["val_gap_pct"] = 100 * (out[value] - ref) / ref
+    return out

@@ -35,13 +35,13 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.train_config import NON_RESULT_FIELDS, TrainConfig
+from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
 INDEX_FILE = "study.csv"
@@ -151,7 +151,7 @@ class Study:
     # -- views
     @property
     def dir(self) -> Path:
-        from altgrad_lib.runs import outputs_dir
+        from altgrad_lib.paths import outputs_dir
 
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else outputs_dir() / "studies" / self.name
 
@@ -188,7 +188,7 @@ class Study:
 
     def claims(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
         """stats.claims_table for every comparison of the study file, stacked (column `comparison`)."""
-        from altgrad_lib.stats import claims_table
+        from altgrad_lib.studies.stats import claims_table
 
         frame = self.results() if frame is None else frame
         if "recipe" in frame:   # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
@@ -208,8 +208,8 @@ class Study:
 
 def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
     """Worker job: train (reuse, resume) one point; returns its index fields. Raises on failure."""
-    from altgrad_lib.run_tables import run_frame
-    from altgrad_lib.train import train
+    from altgrad_lib.studies.results import run_frame
+    from altgrad_lib.training.loop import train
 
     run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False)
     row = run_frame([run], keys=()).iloc[0].to_dict()
@@ -244,10 +244,10 @@ def finished(cfg: TrainConfig) -> bool:
 
 def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None,
                resume: bool = True, log: Any = print, title: str = "", name: str = "") -> list[dict[str, Any]]:
-    """The engine under run_study and run_tables.train_variants: train (reuse, resume) each point through
+    """The engine under run_study and train_variants: train (reuse, resume) each point through
     `executor` (default: executors.auto_executor for the points still to train), rewriting the index
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
-    from altgrad_lib.executors import LocalExecutor, auto_executor
+    from altgrad_lib.studies.executors import LocalExecutor, auto_executor
 
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
@@ -287,3 +287,40 @@ def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
     _, config, resume = job
     return run_point(config, resume)
 
+def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int], *,
+                   study: str | None = None, executor: Any = None, **train_kwargs: Any) -> dict[str, Any]:
+    """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>".
+
+    The runs still to train go through the study layer (study.run_points): side by side on `executor`
+    (default executors.auto_executor: on CPU one single-threaded worker per core), with an index
+    `<outputs>/studies/<study>/study.csv` (columns label, seed, status, final numbers) when `study` names one,
+    so notebook 06 reads a notebook's runs like any study. A run is keyed by its config (auto run name), so
+    a baseline trained by notebook 02 or by a study is reused here, not retrained. A run that fails in a
+    worker is trained again here, in this process, so its error surfaces where the notebook asked for it.
+    """
+    import dataclasses
+
+    from altgrad_lib.paths import outputs_dir
+    from altgrad_lib.studies.study import INDEX_FILE, StudyPoint, finished, run_points
+    from altgrad_lib.training.loop import train
+
+    keyed = []
+    for seed in seeds:
+        for label, overrides in variants.items():
+            c = cfg.replace(seed=int(seed), **overrides).resolved()
+            keyed.append((f"{label} s{seed}", StudyPoint(c.run_name, {"label": label, "seed": int(seed)}, c)))
+    unique: dict[str, Any] = {}
+    for _, p in keyed:                      # two labels with one config train it once (indexed under the first)
+        unique.setdefault(p.name, p)
+    points = list(unique.values())
+    todo = {p.name for p in points if not finished(p.config)}
+    if study or len(todo) > 1:
+        index = outputs_dir() / "studies" / study / INDEX_FILE if study else None
+        verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)
+        run_points(points, ["label", "seed"], index, executor, log=print if verbose or todo else (lambda *a: None),
+                   name=study or "variants")
+    runs = {}
+    for key, p in keyed:
+        run = train(p.config, **train_kwargs)   # finished by now: loaded, not retrained
+        runs[key] = dataclasses.replace(run, reused=p.name not in todo) if dataclasses.is_dataclass(run) else run
+    return runs

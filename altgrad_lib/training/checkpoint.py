@@ -11,11 +11,7 @@ crash mid-write leaves the previous checkpoint intact.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
-import io
-import os
-import random
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +19,8 @@ import numpy as np
 import torch
 
 from altgrad_lib.errors import UserError
+from altgrad_lib.io import atomic_torch_save
+from altgrad_lib.state import capture_rng_state, restore_rng_state
 
 CHECKPOINT_FORMAT = 1
 
@@ -35,76 +33,8 @@ class CheckpointError(UserError, RuntimeError):
 # RNG state
 
 
-def capture_rng_state() -> dict[str, Any]:
-    st: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-        "cuda": None,
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        st["cuda"] = torch.cuda.get_rng_state_all()
-    return st
-
-
-def restore_rng_state(st: dict[str, Any]) -> None:
-    torch.set_rng_state(st["torch"])
-    np.random.set_state(st["numpy"])
-    random.setstate(st["python"])
-    if st.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(st["cuda"])
-
-
 # ----------------------------------------------------------------------------------------------
 # atomic write
-
-
-def _write_payload(fh: Any, data: bytes) -> None:
-    """Single seam for the bytes hitting disk (tests patch it to simulate a kill mid-write)."""
-    fh.write(data)
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    # pid in the name: two writers never share a tmp file; leftovers from a killed writer are removed
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            _write_payload(fh, buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def remove_stale_tmp(directory: str | Path) -> list[Path]:
-    """Delete tmp files left by a writer that died mid-checkpoint; returns what was removed."""
-    d = Path(directory)
-    removed = []
-    if d.is_dir():
-        for p in d.glob(".*.tmp.*"):
-            p.unlink(missing_ok=True)
-            removed.append(p)
-    return removed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,20 +138,3 @@ def restore_training_state(state: dict[str, Any], *, model: torch.nn.Module,
 # in-memory snapshot (divergence replay)
 
 
-def snapshot_state(model: torch.nn.Module) -> dict[str, Any]:
-    """Everything but the parameters that one training step mutates: buffers (scaler amax history,
-    counters), extra_state (SR generators) and the torch RNGs. Cheap enough to take every step."""
-    param_keys = {k for k, _ in model.named_parameters(remove_duplicate=False)}
-    sd = {k: (v.detach().clone() if torch.is_tensor(v) else copy.deepcopy(v))
-          for k, v in model.state_dict().items() if k not in param_keys}
-    rng = {"torch": torch.get_rng_state(), "cuda": None}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    return {"state": sd, "rng": rng}
-
-
-def restore_snapshot(model: torch.nn.Module, snap: dict[str, Any]) -> None:
-    model.load_state_dict(snap["state"], strict=False)
-    torch.set_rng_state(snap["rng"]["torch"])
-    if snap["rng"]["cuda"] is not None:
-        torch.cuda.set_rng_state_all(snap["rng"]["cuda"])

@@ -1,6 +1,6 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
-Kept free of torch so `altgrad train --help` and config parsing are instant; `altgrad_lib.train` re-exports it.
+Kept free of torch so `altgrad train --help` and config parsing are instant; `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import math
 import re
 import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
@@ -249,7 +249,7 @@ class TrainConfig:
 
     def resolved(self) -> "TrainConfig":
         """run_name and out_dir filled in (absolute), everything else unchanged."""
-        from altgrad_lib.runs import runs_dir  # lazy: runs.py pulls in pandas
+        from altgrad_lib.paths import runs_dir
 
         out = Path(self.out_dir).expanduser().resolve() if self.out_dir else runs_dir()
         return dataclasses.replace(self, run_name=self.run_name or self.auto_run_name(), out_dir=str(out))

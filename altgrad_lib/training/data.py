@@ -296,7 +296,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def _tokenize_split(ds, enc, eot: int, dtype, out: Path, desc: str, num_threads: int, progress: bool) -> dict:
     """Tokenize documents (each followed by EOT) into a temp file, then os.replace it to `out`."""
-    from altgrad_lib.progress import progress_bar
+    from altgrad_lib.training.progress import progress_bar
 
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     h = hashlib.sha256()

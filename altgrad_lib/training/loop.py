@@ -22,16 +22,16 @@ import numpy as np
 import torch
 import yaml
 
-from altgrad_lib import checkpoint as ckpt
-from altgrad_lib.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
+from altgrad_lib.training import checkpoint as ckpt
+from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.optim.factory import step_metrics
-from altgrad_lib.progress import progress_bar
-from altgrad_lib.train_config import (BACKENDS, DEVICES, MLPS, NON_RESULT_FIELDS, NUMERICS_VERSION, PRECISIONS,  # noqa: F401
-                                      TrainConfig, lr_at, parse_overrides)
+from altgrad_lib.training.progress import progress_bar
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import UserError
-from altgrad_lib.preflight import check_device, preflight
-from altgrad_lib.runs import (METRICS_FILE, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_json,
-                              read_metrics, run_dir_is_free, truncate_metrics, write_config_yaml, write_json)
+from altgrad_lib.training.preflight import check_device, preflight
+from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml
+from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
+from altgrad_lib.state import restore_snapshot, snapshot_state
 
 VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
 
@@ -101,7 +101,7 @@ def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torc
 
 def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torch.nn.Module, Any]:
     from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.surgery import quantize_model
+    from altgrad_lib.quantize.convert import quantize_model
 
     gcfg = GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
                      n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp,
@@ -112,7 +112,7 @@ def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torc
 
 
 def _policy(cfg: TrainConfig) -> Any:
-    from altgrad_lib.surgery import get_policy
+    from altgrad_lib.quantize.recipes import get_policy
 
     return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
 
@@ -206,7 +206,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
-    ckpt.remove_stale_tmp(run_dir / "checkpoints")
+    remove_stale_tmp(run_dir / "checkpoints")
     if state is None:  # fresh start: clear leftovers of an earlier attempt
         for name in (METRICS_FILE, "summary.json", "divergence.json"):
             (run_dir / name).unlink(missing_ok=True)
@@ -235,7 +235,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
         start = 0
         if state is not None:
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
-            dropped = truncate_metrics(run_dir / METRICS_FILE, start)
+            dropped = truncate_csv(run_dir / METRICS_FILE, start, METRICS_HEADER)
             prov = read_json(prov_path)
             prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start, "command": " ".join(sys.argv)})
             write_json(prov_path, prov)
@@ -261,13 +261,13 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
           on_step: Callable[[int, dict[str, float]], None] | None, diag: Any) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
-    from altgrad_lib.surgery import quantized_modules
+    from altgrad_lib.quantize.convert import quantized_modules
     quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     tokens_per_step = cfg.batch_size * cfg.block_size
     t_run = time.perf_counter()
     model.train()
-    from altgrad_lib.tracking import mirrored  # logger="none": the plain writer, nothing imported
+    from altgrad_lib.training.tracking import mirrored  # logger="none": the plain writer, nothing imported
     with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
         if start == 0:
             val0 = evaluate(fwd, corpus, cfg, device)
@@ -284,7 +284,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
                 x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
                                         device=device)                                   # (B, T)
-                snap = ckpt.snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
+                snap = snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
                 with _autocast(cfg, device):
@@ -384,7 +384,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     - "input_grad": the first module whose backward made a non-finite gradient w.r.t. its inputs from a finite
       gradient w.r.t. its outputs; else "param_grad": the first non-finite parameter gradient; else
       "output_grad": the first module whose output gradient is non-finite (an op outside any module made it)."""
-    ckpt.restore_snapshot(model, snap)
+    restore_snapshot(model, snap)
     fwd_events: list[dict[str, Any]] = []
     bwd_events: list[dict[str, Any]] = []
     handles = []

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
-from altgrad_lib.train_config import TrainConfig
+from altgrad_lib.training.config import TrainConfig
 
 ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
 WARN_FRACTION = 0.5               # warn above this share of the available memory, refuse above 1
@@ -45,12 +45,12 @@ def as_config_error(what: str, kinds: tuple[type[BaseException], ...] = (ValueEr
 
 def check_policy(cfg: TrainConfig) -> Any:
     """The recipe as a QuantPolicy; for a hardware backend every quantized operand must be one it can run."""
-    from altgrad_lib.surgery import get_policy
+    from altgrad_lib.quantize.recipes import get_policy
 
     with as_config_error("TrainConfig.recipe"):
         policy = get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
     if policy.backend != "sim":
-        from altgrad_lib.hw_fp8 import hw_dtype
+        from altgrad_lib.quantize.hw_fp8 import hw_dtype
 
         with as_config_error(f"TrainConfig.backend={policy.backend!r} with recipe {cfg.recipe_name!r}"):
             for cls, spec in policy.layers.items():
@@ -74,7 +74,7 @@ def check_device(name: str) -> torch.device:
 
 
 def vocab_size_of(tokenizer: str) -> int:
-    from altgrad_lib.tokenizers import get_tokenizer
+    from altgrad_lib.training.tokenizers import get_tokenizer
 
     with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):
         return get_tokenizer(tokenizer).n_vocab
@@ -83,7 +83,7 @@ def vocab_size_of(tokenizer: str) -> int:
 def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
     """The cheap checks (no corpus, no model): recipe x backend, tokenizer name, device. Used by --print-config."""
     policy = check_policy(cfg)
-    from altgrad_lib.tokenizers import parse_tokenizer_name
+    from altgrad_lib.training.tokenizers import parse_tokenizer_name
 
     with as_config_error("TrainConfig.tokenizer"):
         parse_tokenizer_name(cfg.tokenizer)
@@ -115,7 +115,7 @@ def count_params(cfg: TrainConfig, vocab_size: int) -> int:
 
 def quantized_weight_numel(cfg: TrainConfig, vocab_size: int) -> int:
     """Weights whose quantized copy a simulated quantized Linear saves for backward."""
-    from altgrad_lib.surgery import layer_class_of
+    from altgrad_lib.quantize.recipes import layer_class_of
 
     policy = check_policy(cfg)
     n = 0
@@ -185,7 +185,7 @@ def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, availabl
 
 
 def build_corpus(cfg: TrainConfig) -> Any:
-    from altgrad_lib.data import TokenCorpus
+    from altgrad_lib.training.data import TokenCorpus
 
     with as_config_error("TrainConfig.corpus", (ValueError, RuntimeError, OSError)):
         corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
@@ -201,7 +201,7 @@ def check_model(cfg: TrainConfig, vocab_size: int) -> None:
     """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
     global RNG is restored so the real build draws the same initial weights."""
     from altgrad_lib.model import GPT
-    from altgrad_lib.surgery import quantize_model
+    from altgrad_lib.quantize.convert import quantize_model
 
     with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
         quantize_model(GPT(_gpt_config(cfg, vocab_size)), check_policy(cfg), verbose=False)

@@ -18,13 +18,11 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import json
-import math
 import os
 import platform
 import socket
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -33,48 +31,18 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.errors import ConfigError, UserError, one_line
+from altgrad_lib.io import fmt_value, read_json
+from altgrad_lib.paths import project_root
 
-if TYPE_CHECKING:  # avoid a runtime cycle: train_config.py imports this module
-    from altgrad_lib.train_config import TrainConfig
+if TYPE_CHECKING:  # for annotations only; Run.config imports it lazily
+    from altgrad_lib.training.config import TrainConfig
 
-PROJECT_NAME = "altgrad"
 METRICS_FILE = "metrics.csv"
 METRICS_HEADER = "step,name,value\n"
 
 
 # ----------------------------------------------------------------------------------------------
 # project paths
-
-
-def project_root(start: str | Path | None = None) -> Path | None:
-    """Nearest parent of `start` (default cwd) holding a pyproject.toml whose project name is "altgrad".
-
-    Notebooks run with cwd=notebooks/, so a plain cwd-relative "outputs/" would land in the wrong place.
-    """
-    here = Path(start if start is not None else Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        pp = d / "pyproject.toml"
-        if pp.is_file():
-            try:
-                name = tomllib.loads(pp.read_text()).get("project", {}).get("name")
-            except (tomllib.TOMLDecodeError, OSError):
-                continue
-            if name == PROJECT_NAME:
-                return d
-    return None
-
-
-def outputs_dir(start: str | Path | None = None) -> Path:
-    """`$ALTGRAD_OUTPUTS` if set, else `<project root>/outputs`, else `./outputs` (outside the repo)."""
-    env = os.environ.get("ALTGRAD_OUTPUTS")
-    if env:
-        return Path(env).expanduser().resolve()
-    root = project_root(start)
-    return (root if root is not None else Path.cwd().resolve()) / "outputs"
-
-
-def runs_dir(start: str | Path | None = None) -> Path:
-    return outputs_dir(start) / "runs"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,17 +104,6 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Atomic small-file write (tmp + os.replace) so readers never see half a JSON file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 def write_config_yaml(path: Path, config_dict: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(yaml.safe_dump(config_dict, sort_keys=False))
@@ -155,12 +112,6 @@ def write_config_yaml(path: Path, config_dict: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # metrics
-
-
-def _fmt_value(v: float) -> str:
-    # repr round-trips float64 exactly; "nan"/"inf" are read back by pandas as NaN/inf
-    v = float(v)
-    return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
 
 
 class MetricsWriter:
@@ -176,7 +127,7 @@ class MetricsWriter:
             self._fh.flush()
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        self._fh.write("".join(f"{int(step)},{k},{_fmt_value(v)}\n" for k, v in metrics.items()))
+        self._fh.write("".join(f"{int(step)},{k},{fmt_value(v)}\n" for k, v in metrics.items()))
         self._fh.flush()
 
     def sync(self) -> None:
@@ -192,38 +143,6 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def truncate_metrics(path: str | Path, keep_through_step: int, header: str = METRICS_HEADER) -> int:
-    """Drop rows with step > `keep_through_step` (and a torn last line from a crash); atomic rewrite.
-
-    Called on resume so the file equals the one an uninterrupted run writes. Returns rows dropped.
-    Any tidy CSV whose first column is the step works (`header` names its columns, e.g. diagnostics.csv).
-    """
-    path = Path(path)
-    if not path.exists():
-        return 0
-    kept, dropped, ncols = [header], 0, header.count(",") + 1
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True)):
-        if i == 0 and line == header:
-            continue
-        parts = line.rstrip("\n").split(",")
-        ok = line.endswith("\n") and len(parts) == ncols
-        try:
-            ok = ok and int(parts[0]) <= keep_through_step
-        except ValueError:
-            ok = False
-        if ok:
-            kept.append(line)
-        else:
-            dropped += 1
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("".join(kept))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return dropped
 
 
 def read_metrics(path: str | Path) -> pd.DataFrame:
@@ -369,7 +288,7 @@ class Run:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Run":
-        from altgrad_lib.train_config import TrainConfig  # lazy: train.py imports runs.py
+        from altgrad_lib.training.config import TrainConfig  # lazy: keeps `import run_dir` light
 
         run_dir = Path(run_dir)
         cfg_path = run_dir / "config.yaml"

@@ -1,0 +1,9 @@
+"""Layer 6, notebook: what the notebooks show. Tables, figures, the dashboard, and the papermill parameter checks.
+
+    analysis.py           the notebooks' namespace (analysis.<name>): imports from the modules below, no logic
+    params.py             papermill parameters: declared names, types and choices; did-you-mean errors
+    tables.py             provenance banner, loss / summary / model tables, trained-model loading
+    plots.py              figures of formats and training curves
+    plots_diagnostics.py  figures of the monitors' diagnostics.csv
+    dashboard.py          the ipywidgets dashboard of notebook 06 (claims, heatmaps, drill-down)
+"""

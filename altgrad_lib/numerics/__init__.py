@@ -1,0 +1,12 @@
+"""Layer 1, numerics: what a number format is and how a tensor is put on its grid. Pure maths on tensors; knows
+nothing of models, training or runs.
+
+    formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, tables
+    rounding.py      the rounding kernels: RNE, stochastic (seedable), toward zero; eager and fused bit-pattern kernels
+    scaling.py       per-tensor current / delayed, per-row and per-block (MX, E8M0) scaling; Scaler state as buffers
+    quant.py         QuantSpec, differentiable fake_quant with straight-through estimators, the Quantizer module
+    grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness
+    grid_metrics.py  grid geometry between steps: codes, stall rate, Δcode, bit flips, code usage, misalignment
+    anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance
+    oracles.py       independent references (torch / ml_dtypes dtypes, gfloat) in our conventions; agreement tables
+"""

@@ -1,0 +1,154 @@
+"""Grid geometry of quantized weights (the stiffness view): pure functions (monitors/geometry.py's GridMonitor emits them).
+
+Every function takes weights w in their own units and the scale s the weight quantizer applies (the grid
+point of w is Q(w·s), formats.py round-to-nearest; stochastic-rounding weights are described by their
+nearest grid point). Pure tensor functions, no host sync, usable by the optimizer and notebooks:
+
+    codes(w, fmt, s)                    uint8 code of Q(w·s) (formats.encode)
+    grid_rank(w, fmt, s)                index of Q(w·s) in fmt.values() (ascending; −0 and +0 share a rank)
+    rank_of_code(fmt)                   that index for every code (a lookup table)
+    stiffness(w, fmt, s)                S = ULP in weight units = fmt.ulp(w·s) / s
+    misalignment(w, fmt, s)             |w·s − Q(w·s)| / ULP(w·s), in [0, ½] for round-to-nearest
+    stall_mask / stall_rate(w0, w1, fmt, s)   |Δw·s| < ULP(w0·s)/2: the update is below half a grid step
+    delta_code(w0, w1, fmt, s0, s1)     grid steps each weight moved: rank(w1) − rank(w0)
+    delta_code_from_codes(c0, c1, fmt)  the same from known codes
+    delta_code_hist(dc, max_abs)        counts for −max_abs..max_abs (the ends collect everything beyond)
+    bit_names(fmt), bit_flip_fractions(c0, c1, fmt)   per code bit (MSB first: sign, e.., m..) flip fraction
+    code_usage(codes, fmt)              counts per code (2**bits,); hist_entropy_bits(counts)
+    capacity_use(counts, fmt)           distinct codes used / codes holding a finite value
+    log2_hist(v, lo, hi)                counts of floor(log2 v) clamped to [lo, hi] (v > 0)
+    hist_entropy_bits(counts)           −Σ p·log2 p
+    grad_stiffness_corr(g, w, fmt, s)   Pearson correlation of log2|g| and log2 S over g ≠ 0
+
+    unmoved_counts(q0, q1, asked)       (asked, asked and not moved): the realized stall the optimizer reports
+    value_usage(w, fmt, s)              counts per finite grid value (ascending; ±0 one value)
+    used_fraction(counts, available)    bins used / bins available (capacity_use per code or per value)
+
+The one copy of this arithmetic: monitors/geometry.py and optim/diagnostics.py (the optimizer's stall rate, Δcode, code usage) calls
+these functions too. Two stall views on purpose: stall_rate here predicts from the master weights (the update
+is below half an ULP); the optimizer's counts what happened (its update was asked and the grid value stayed).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_RANKS: dict[tuple[Any, str], torch.Tensor] = {}
+
+def _ws(w: torch.Tensor, s: Any) -> torch.Tensor:
+    return w.detach().float() * torch.as_tensor(s, dtype=torch.float32, device=w.device)
+
+
+def codes(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    return fmt.encode(_ws(w, s))
+
+
+def rank_of_code(fmt: Any, device: Any = "cpu") -> torch.Tensor:
+    """(2**bits,) int64: index of each code's value in fmt.values() (NaN codes -> the rank of 0). Cached per
+    (format, device): the optimizer's per-step statistics call it every step, and building it syncs."""
+    key = (fmt, str(device))
+    if key not in _RANKS:
+        v = fmt.decode(torch.arange(2 ** fmt.bits)).double()
+        vals = fmt.values()
+        r = torch.searchsorted(vals, v.nan_to_num(nan=0.0, posinf=vals[-1].item(), neginf=vals[0].item()))
+        _RANKS[key] = r.clamp_max(len(vals) - 1).to(device)
+    return _RANKS[key]
+
+
+def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    return rank_of_code(fmt, w.device)[codes(w, fmt, s).long()]
+
+
+def stiffness(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    return fmt.ulp(_ws(w, s)) / torch.as_tensor(s, dtype=torch.float32, device=w.device)
+
+
+def misalignment(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    ws = _ws(w, s)
+    return (ws - fmt.quantize(ws)).abs() / fmt.ulp(ws)
+
+
+def stall_mask(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    return (_ws(w1, s) - _ws(w0, s)).abs() < fmt.ulp(_ws(w0, s)) / 2
+
+
+def stall_rate(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    return stall_mask(w0, w1, fmt, s).double().mean()
+
+
+def delta_code(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s0: Any = 1.0, s1: Any = 1.0) -> torch.Tensor:
+    return grid_rank(w1, fmt, s1) - grid_rank(w0, fmt, s0)
+
+
+def delta_code_from_codes(c0: torch.Tensor, c1: torch.Tensor, fmt: Any) -> torch.Tensor:
+    """delta_code when the codes are already known (rank lookup, no re-rounding)."""
+    r = rank_of_code(fmt, c0.device)
+    return r[c1.long()] - r[c0.long()]
+
+
+def delta_code_hist(dc: torch.Tensor, max_abs: int) -> torch.Tensor:
+    return torch.bincount((dc.clamp(-max_abs, max_abs) + max_abs).reshape(-1), minlength=2 * max_abs + 1)
+
+
+def bit_names(fmt: Any) -> list[str]:
+    sign = ["sign"] if fmt.signed else []
+    return sign + [f"e{i}" for i in reversed(range(fmt.ebits))] + [f"m{i}" for i in reversed(range(fmt.mbits))]
+
+
+def bit_flip_fractions(c0: torch.Tensor, c1: torch.Tensor, fmt: Any) -> torch.Tensor:
+    """(bits,) fraction of codes whose bit flipped, MSB first (same order as bit_names)."""
+    x = (c0.to(torch.int32) ^ c1.to(torch.int32)).reshape(-1)
+    shifts = torch.arange(fmt.bits - 1, -1, -1, device=x.device, dtype=torch.int32)
+    return ((x[:, None] >> shifts) & 1).double().mean(0)
+
+
+def code_usage(c: torch.Tensor, fmt: Any) -> torch.Tensor:
+    return torch.bincount(c.reshape(-1).long(), minlength=2 ** fmt.bits)
+
+
+def hist_entropy_bits(counts: torch.Tensor) -> torch.Tensor:
+    p = counts.double() / counts.sum().clamp_min(1)
+    return -(p * torch.log2(torch.where(p > 0, p, 1.0))).sum()
+
+
+def unmoved_counts(q0: torch.Tensor, q1: torch.Tensor, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(number asked, number asked whose value did not change) as 0-d int64 tensors (no host sync)."""
+    return asked.sum(), ((q1 == q0) & asked).sum()
+
+
+def value_usage(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    """Counts per finite grid value of Q(w·s), ascending as fmt.values() (−0 and +0 are one value)."""
+    return torch.bincount(grid_rank(w, fmt, s).reshape(-1), minlength=fmt.n_finite)
+
+
+def used_fraction(counts: torch.Tensor, available: int) -> torch.Tensor:
+    return (counts > 0).sum().double() / available
+
+
+def finite_codes(fmt: Any) -> int:
+    return int(torch.isfinite(fmt.decode(torch.arange(2 ** fmt.bits))).sum())
+
+
+def capacity_use(counts: torch.Tensor, fmt: Any) -> torch.Tensor:
+    """Codes used / codes holding a finite value (counts per code, code_usage)."""
+    return used_fraction(counts, finite_codes(fmt))
+
+
+def log2_hist(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Counts of floor(log2 v) for v > 0 (finite), clamped to [lo, hi]: (hi − lo + 1,) bins."""
+    v = v.reshape(-1)
+    v = v[(v > 0) & torch.isfinite(v)]
+    e = torch.frexp(v).exponent - 1            # exact floor(log2 v), no rounding of a log near powers of two
+    return torch.bincount(e.clamp(lo, hi).long() - lo, minlength=hi - lo + 1)
+
+
+def grad_stiffness_corr(g: torch.Tensor, w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    ls = torch.log2(stiffness(w, fmt, s).double()).reshape(-1)
+    g = g.detach().double().reshape(-1)
+    keep = (g != 0) & torch.isfinite(g)
+    a, b = torch.log2(g[keep].abs()), ls[keep]
+    a, b = a - a.mean(), b - b.mean()
+    return (a @ b) / (a.norm() * b.norm())
+
+

@@ -1,0 +1,11 @@
+"""Layer 2, quantize: a model's linear layers in a format. Which layer gets which QuantSpec per role (recipes), the
+quantized linear itself, the model surgery that swaps it in, and the hardware FP8 peers.
+
+    recipes.py     LayerSpec, QuantPolicy and the named recipes (hp, fp8_hybrid, fmt:ExMy, per-layer maps), get_policy
+    linear.py      QuantizedLinear: X, W fake-quantized in the forward, dY in the backward
+    convert.py     quantize_model / quantized_modules: swap nn.Linear per layer class, the table of what is where
+    hw_fp8.py      peer paths for E4M3/E5M2: torchao float8 training and a torch._scaled_mm linear
+    layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)
+
+model.py (beside this package, the same layer) is the GPT these recipes are applied to.
+"""

@@ -1,0 +1,68 @@
+"""Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch.nn as nn
+import pandas as pd
+
+from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
+
+def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbose: bool = True) -> pd.DataFrame:
+    """Swap the policy's Linears in place; returns (and prints) a table of what is quantized where.
+
+    Columns: module, class, shape (out, in), input, weight (forward), grad_output (backward), backend."""
+    policy = get_policy(policy)
+    linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
+    chosen: dict[str, LayerSpec] = {}
+    rows = []
+    for fqn, lin in linears:
+        cls = layer_class_of(fqn)
+        spec = policy.spec_for(cls) if cls is not None else None
+        if type(lin) is not nn.Linear and spec is not None:
+            raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
+        if spec is not None:
+            chosen[fqn] = spec
+        rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
+                     "input": _s(spec.input) if spec else "hp", "weight": _s(spec.weight) if spec else "hp",
+                     "grad_output": _s(spec.grad_output) if spec else "hp",
+                     "backend": policy.backend if spec else "-"})
+
+    if policy.backend == "torchao":
+        from altgrad_lib.quantize.hw_fp8 import convert_torchao
+        convert_torchao(model, chosen)
+    elif chosen:
+        if policy.backend == "scaled_mm":
+            from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear
+            make = lambda lin, spec, cls, fqn: ScaledMMLinear.from_linear(lin, spec, cls, fqn)  # noqa: E731
+        else:
+            make = lambda lin, spec, cls, fqn: QuantizedLinear.from_linear(  # noqa: E731
+                lin, spec, cls, fqn, seed=policy.seed)
+        new_modules = {fqn: make(model.get_submodule(fqn), spec, layer_class_of(fqn), fqn)
+                       for fqn, spec in chosen.items()}   # build all first: a bad layer leaves the model untouched
+        for fqn, new in new_modules.items():
+            parent_name, _, child = fqn.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+
+    table = pd.DataFrame(rows, columns=["module", "class", "shape", "input", "weight", "grad_output", "backend"])
+    kept = sorted({r["class"] if r["class"] != "-" else r["module"] for r in rows if r["backend"] == "-"})
+    summary = (f"{policy.name}[{policy.backend}]: {len(chosen)}/{len(rows)} Linear quantized "
+               f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} "
+               f"+ embeddings, LayerNorm, softmax, attention matmuls")
+    table.attrs["summary"] = summary
+    if verbose:
+        with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 40):
+            print(table.to_string(index=False))
+        print(summary)
+    return table
+
+
+def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """fqn -> swapped module (sim, scaled_mm or torchao) for inspection and monitors."""
+    from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear
+    out = {}
+    for fqn, m in model.named_modules():
+        if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or type(m).__name__ == "Float8Linear":
+            out[fqn] = m
+    return out

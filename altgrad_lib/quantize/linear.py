@@ -1,0 +1,104 @@
+"""`QuantizedLinear`: an nn.Linear whose GEMM inputs, weight and output gradient are fake-quantized per its LayerSpec."""
+from __future__ import annotations
+
+import zlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.quantize.recipes import ROLES, LayerSpec
+
+class _QuantizeGradOutput(torch.autograd.Function):
+    """Identity forward; backward quantizes dY once, so both dX = dY·W and dW = dYᵀ·X see the same Q(dY)."""
+
+    @staticmethod
+    def forward(ctx, y, quantizer):
+        ctx.quantizer = quantizer
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return _quantize_grad(ctx.quantizer, grad_y), None
+
+
+def grad_counters_live(quantizer: Quantizer, compiled: bool) -> bool:
+    """Does the dY quantizer update its counters / scale buffer? Not in compiled runs with stateless scaling
+    (see _quantize_grad): monitors must report those as unavailable, never as zero."""
+    return not compiled or quantizer.spec.scaling.kind == "delayed"
+
+
+def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
+    if grad_counters_live(quantizer, torch.compiler.is_compiling()):
+        return quantizer.quantize(grad_y)   # stateful: scaler history, counters, generator
+    # Under torch.compile, mutating the quantizer's buffers inside an autograd.Function backward forces a graph
+    # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row/per_block
+    # scaling; only the dY counters (n_saturated, ...) are not updated in compiled runs. Delayed scaling needs
+    # its history, so it keeps the stateful path above (and the graph breaks).
+    with torch.no_grad():
+        return quantizer.quantize_stateless(grad_y)
+
+
+def module_seed(base_seed: int, fqn: str, role: str) -> int:
+    """Deterministic per-(module, operand) seed; crc32 because Python's hash() is salted per process."""
+    return (base_seed * 1_000_003 + zlib.crc32(f"{fqn}/{role}".encode())) % (2**31 - 1)
+
+
+class QuantizedLinear(nn.Linear):
+    """Simulated low-precision Linear: y = Q_x(X) · Q_w(W)ᵀ + b, backward quantizes dY with Q_g.
+
+    Q_x and Q_w are straight-through, so gradients reach the fp32 master weight. The bias is added in high
+    precision after the GEMM (its gradient uses the unquantized dY). Quantizers (scaler buffers,
+    counters, SR generator state) are submodules, so `model.state_dict()` checkpoints them."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, layer_spec: LayerSpec,
+                 layer_class: str = "", fqn: str = "", seed: int = 0, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.layer_spec = layer_spec
+        self.layer_class = layer_class
+        q = {r: (Quantizer(getattr(layer_spec, r), seed=module_seed(seed, fqn, r))
+                 if getattr(layer_spec, r) is not None else None) for r in ROLES}
+        # names carry the role: x (input), w (weight), g (grad_output)
+        self.x_quant, self.w_quant, self.g_quant = q["input"], q["weight"], q["grad_output"]
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, layer_spec: LayerSpec, layer_class: str = "", fqn: str = "",
+                    seed: int = 0) -> "QuantizedLinear":
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, layer_spec=layer_spec,
+                  layer_class=layer_class, fqn=fqn, seed=seed, device="meta")
+        new.weight = linear.weight  # same Parameter object: keeps weight tying and optimizer references
+        new.bias = linear.bias
+        dev = linear.weight.device
+        for q in (new.x_quant, new.w_quant, new.g_quant):
+            if q is not None:
+                q.to(dev)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dev = x.device.type
+        if torch.is_autocast_enabled(dev):
+            # Under autocast F.linear would round Q(x·s)/s to bf16 *again* before the GEMM (0.34 % for E1M6).
+            # Hardware multiplies the exact codes, accumulates in fp32, applies 1/(s_x·s_w) there and rounds
+            # the output once. Same here: the quantized GEMM runs in fp32 (autocast off) and only the output
+            # is cast to the autocast dtype. dY arrives in that dtype and is quantized by g_quant as is.
+            out_dtype = torch.get_autocast_dtype(dev)
+            with torch.autocast(dev, enabled=False):
+                y = self._quantized_gemm(x.float(), self.weight.float())
+            return self._bias(y.to(out_dtype))
+        return self._bias(self._quantized_gemm(x, self.weight))
+
+    def _quantized_gemm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        x_q = self.x_quant(x) if self.x_quant is not None else x                      # (..., in)
+        w_q = self.w_quant(w) if self.w_quant is not None else w                      # (out, in)
+        y = F.linear(x_q, w_q)                                                         # (..., out)
+        if self.g_quant is not None:
+            y = _QuantizeGradOutput.apply(y, self.g_quant)
+        return y
+
+    def _bias(self, y: torch.Tensor) -> torch.Tensor:
+        # bias outside the quantized GEMM: its gradient is the high-precision dY, as in torchao / scaled_mm
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, {self.layer_class}, {self.layer_spec.short_str()}"

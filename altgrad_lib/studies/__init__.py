@@ -1,0 +1,10 @@
+"""Layer 5, studies: many runs and what they say together.
+
+    study.py       Study (base config x axes x points), run_points / run_study / train_variants, study.csv
+    results.py     one tidy row per run (its config keys and final metrics): run_frame, load_metrics
+    executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
+    stats.py       claims over seeds (the verdicts) and the frozen-blocks control
+    envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity
+    diagnosis.py   per-format mechanism verdicts from the monitors (notebook 04)
+    cli.py         `altgrad study`
+"""

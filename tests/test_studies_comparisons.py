@@ -1,0 +1,51 @@
+"""Tests for altgrad_lib.studies.stats against hand-computed margins."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from altgrad_lib.studies.stats import assert_beats_control, control_table, control_verdict, with_seed_gaps
+
+
+def _summary(base, ctrl):
+    rows = [{"run": f"hp s{i}", "final_val_loss": v} for i, v in enumerate(base)]
+    rows += [{"run": f"hp control s{i}", "final_val_loss": v} for i, v in enumerate(ctrl)]
+    rows += [{"run": "fp8 s0", "final_val_loss": 9.0}]
+    return pd.DataFrame(rows)
+
+
+def test_table_pairs_seeds_and_computes_margin():
+    t = control_table(_summary([3.0, 3.1], [3.5, 3.4]), "hp", "hp control")
+    assert list(t.index) == [0, 1]
+    assert t.margin.tolist() == pytest.approx([0.5, 0.3])
+
+
+def test_verdict_needs_three_seed_sigmas():
+    # baseline sd over seeds = 0.1 -> need 0.3; worst margin 0.25 -> not clear
+    base = [3.0, 3.1, 3.2]
+    clear, sentence = control_verdict(control_table(_summary(base, [3.3, 3.35, 3.45]), "hp", "hp control"))
+    assert not clear and "0.250" in sentence and "0.300" in sentence
+    clear, _ = control_verdict(control_table(_summary(base, [3.31, 3.41, 3.51]), "hp", "hp control"))
+    assert clear
+    with pytest.raises(AssertionError, match="NOT clear"):
+        assert_beats_control(control_table(_summary([3.0], [3.05]), "hp", "hp control"))
+
+
+def test_diverged_run_is_never_a_clear_win():
+    clear, sentence = control_verdict(control_table(_summary([math.nan], [5.0]), "hp", "hp control"))
+    assert not clear and "diverged" in sentence
+
+
+def test_unknown_variant_names_the_labels():
+    with pytest.raises(ValueError, match="no runs labelled 'bf16 s<seed>'"):
+        control_table(_summary([3.0], [3.5]), "bf16", "hp control")
+
+
+def test_seed_gaps_use_each_seeds_own_baseline():
+    df = pd.DataFrame({"run": ["hp s0", "hp s1", "fp8 s0", "fp8 s1"], "final_val_loss": [4.0, 5.0, 4.2, 4.5]})
+    gaps = with_seed_gaps(df, "hp").set_index("run").val_gap_pct
+    assert gaps.to_dict() == pytest.approx({"hp s0": 0.0, "hp s1": 0.0, "fp8 s0": 5.0, "fp8 s1": -10.0})
+    with pytest.raises(ValueError, match=r"seed\(s\) \[2\]"):
+        with_seed_gaps(pd.concat([df, pd.DataFrame({"run": ["fp8 s2"], "final_val_loss": [1.0]})]), "hp")

@@ -1,0 +1,109 @@
+"""Tests for altgrad_lib.studies.executors: outcomes of every job come back (a raising job is isolated), local workers
+are separate processes with their own torch thread count, a missing Ray names the extra, and a study of two
+tiny runs goes through a local Ray instance."""
+from __future__ import annotations
+
+import builtins
+import math
+import os
+
+import pytest
+from helpers import tiny_study_dict
+
+from altgrad_lib.studies import executors
+from altgrad_lib.studies.executors import ExecutorError, LocalExecutor, get_executor
+
+
+def square_or_fail(x: int) -> int:       # module level: jobs are pickled by reference
+    if x == 3:
+        raise ValueError("three is bad\nsecond line never shown")
+    return x * x
+
+
+def probe(x: int) -> tuple[int, int, int]:
+    import torch
+
+    return os.getpid(), torch.get_num_threads(), square_or_fail(x)
+
+
+def test_in_process_outcomes_and_isolated_failure():
+    out = dict(LocalExecutor(workers=1).map(square_or_fail, [1, 2, 3, 4]))
+    assert [out[k].value for k in (1, 2, 4)] == [1, 4, 16] and all(out[k].ok for k in (1, 2, 4))
+    assert not out[3].ok and out[3].error == "ValueError: three is bad" and out[3].value is None
+
+
+def test_local_workers_are_processes_with_their_own_thread_count():
+    out = dict(LocalExecutor(workers=2, threads=1).map(probe, [0, 1, 3, 4]))
+    assert not out[3].ok and out[3].error == "ValueError: three is bad"
+    ok = [out[k] for k in (0, 1, 4)]
+    assert all(o.ok for o in ok) and [o.value[2] for o in ok] == [0, 1, 16]
+    pids = {o.value[0] for o in ok}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2 and {o.value[1] for o in ok} == {1}
+
+
+def die_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(3)                       # the worker process dies: no exception reaches the pool
+    return x + 10
+
+
+def test_a_dying_worker_fails_only_its_own_job():
+    out = dict(LocalExecutor(workers=2, threads=1).map(die_on_two, [1, 2, 3]))
+    assert not out[2].ok and out[2].error.startswith("worker process died")
+    assert out[1].ok and out[1].value == 11 and out[3].ok and out[3].value == 13
+
+
+def test_bad_executor_settings():
+    with pytest.raises(ValueError, match=r"executor='slurm' invalid; valid choices: \('local', 'ray'\)"):
+        get_executor("slurm")
+    with pytest.raises(ValueError, match="workers=0"):
+        LocalExecutor(workers=0)
+    assert executors.default_threads(1) >= executors.default_threads(2) >= 1
+
+
+def test_missing_ray_names_the_extra(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ExecutorError, match=r"pip install 'altgrad\[ray\]'") as e:
+        get_executor("ray", address="auto")
+    assert "\n" not in str(e.value)
+
+
+def test_study_on_a_local_ray_instance(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'altgrad[ray]')")
+    from altgrad_lib.studies.study import Study, run_study
+
+    monkeypatch.setenv("RAY_DISABLE_USAGE_STATS", "1")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # workers inherit PYTHONPATH
+    try:
+        study = Study.from_dict(tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16"], "seed": [0, 1]}),
+                                out_dir=str(tmp_path / "study"))
+        ex = get_executor("ray", address=None, cpus_per_job=1)
+        idx = run_study(study, ex, log=lambda m: None)
+    finally:
+        ray.shutdown()
+    assert idx.status.tolist() == ["completed", "completed"] and idx.seed.tolist() == [0, 1]
+    assert all(math.isfinite(v) for v in idx.final_val_loss)
+    assert (tmp_path / "runs" / idx.run[0] / "summary.json").exists()
+
+
+def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkeypatch):
+    from altgrad_lib.studies.executors import auto_executor, auto_workers
+
+    monkeypatch.delenv("ALTGRAD_WORKERS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert [auto_workers(n) for n in (0, 1, 2, 9)] == [1, 1, 2, 4]
+    assert auto_workers(9, "cuda") == 1 and auto_workers(9, "cuda:1") == 1
+    ex = auto_executor(9)
+    assert (ex.workers, ex.threads) == (4, 1) and auto_executor(1).workers == 1
+    monkeypatch.setenv("ALTGRAD_WORKERS", "3")
+    assert auto_workers(1, "cuda") == 3
+    monkeypatch.setenv("ALTGRAD_WORKERS", "two")
+    with pytest.raises(ValueError, match="ALTGRAD_WORKERS='two' must be a positive integer"):
+        auto_workers(2)

@@ -1,0 +1,182 @@
+"""Tests for altgrad_lib.studies.study: expansion and stable run names, the index, reuse and resume after the study
+process is killed, a failing run and a diverging run that never stop the others, and the CLI."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import tiny_study_dict
+
+from altgrad_lib.studies.study import Study, run_study
+from altgrad_lib.training.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+CI_STUDY = ROOT / "params" / "studies" / "ci_formats.yaml"
+
+
+# ------------------------------------------------------------------------------------------ expansion
+
+def test_ci_study_file_expands_to_2_formats_x_2_seeds():
+    s = Study.from_yaml(CI_STUDY)
+    pts = s.expand()
+    assert [p.axes for p in pts] == ([{"recipe": r, "seed": k} for r in ("hp", "fp8_hybrid") for k in (0, 1)]
+                                     + [{"recipe": "hp", "freeze_blocks": True, "seed": k} for k in (0, 1)])
+    assert {p.config.n_layer for p in pts} == {1} and s.comparisons[0] == {"axis": "recipe", "baseline": "hp"}
+    assert [p.config.freeze_blocks for p in pts] == [False] * 4 + [True] * 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
+    s = Study.from_yaml(path)
+    pts = s.expand()
+    for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names)
+        assert c["baseline"] in {p.config.recipe_name if c["axis"] == "recipe" else getattr(p.config, c["axis"])
+                                 for p in pts}, (path.name, c)
+
+
+def test_run_names_are_stable_and_match_notebook_runs():
+    s = Study.from_yaml(CI_STUDY)
+    a, b = s.expand(), Study.from_yaml(CI_STUDY).expand()
+    assert [p.name for p in a] == [p.name for p in b]
+    for p in a:
+        plain = TrainConfig.from_dict({**s.base, **p.axes})
+        assert p.name == plain.auto_run_name()          # shared with notebooks training the same config
+        assert p.config.config_hash() == plain.config_hash()
+    # bookkeeping fields never change a name; a field that changes numbers always does
+    same = Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), "config": {**s.base, "ckpt_interval": 7}})
+    other = Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), "config": {**s.base, "max_steps": 21}})
+    assert [p.name for p in same.expand()] == [p.name for p in a]
+    assert not {p.name for p in other.expand()} & {p.name for p in a}
+
+
+def test_axis_values_in_names_points_and_duplicates(tmp_path):
+    s = Study.from_dict({"name": "t", "config": {"max_steps": 5}, "axes": {"lr": [1e-3, 2e-3], "seed": [3]},
+                         "points": [{"freeze_blocks": True, "seed": 3}, {"lr": 1e-3, "seed": 3}]})
+    names = [p.name for p in s.expand()]
+    assert len(names) == 3                                       # the last point repeats a product point
+    assert names[0].startswith("hp-lr0.001-s3-") and names[1].startswith("hp-lr0.002-s3-")
+    assert names[2].startswith("hp-frozen-s3-")
+    assert s.axis_columns() == ["lr", "seed", "freeze_blocks"]
+    assert Study.from_dict({"name": "t", "axes": {"lr": [1e-3]}}).axis_columns() == ["lr", "seed"]
+
+
+@pytest.mark.parametrize("d, match", [
+    ({"name": "t", "axes": {"lrr": [1]}}, r"axis 'lrr' is not a TrainConfig key; valid keys: \["),
+    ({"name": "t", "axes": {"lr": []}}, "non-empty list"),
+    ({"name": "t", "axes": {"lr": [1e-3]}, "axis": 1}, r"unknown study key\(s\) \['axis'\]; valid keys"),
+    ({"name": "t"}, "nothing to run"),
+    ({"name": "a b", "axes": {"seed": [0]}}, "plain name"),
+    ({"name": "t", "axes": {"seed": [0]}, "comparisons": [{"axis": "recipe"}]}, "needs 'axis' and 'baseline'"),
+    ({"name": "t", "axes": {"seed": [0]}, "config": {"n_layers": 2}}, r"unknown TrainConfig key\(s\) \['n_layers'\]"),
+])
+def test_bad_study_files_fail_with_one_line(d, match):
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict(d)
+
+
+# ------------------------------------------------------------------------------------------ running
+
+def test_failing_and_diverging_runs_do_not_stop_the_others(tmp_path):
+    d = tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16", "no_such_recipe"], "seed": [0]},
+                        points=[{"lr": 1e30, "min_lr": 0.0, "seed": 0}])   # lr 1e30: overflows at step 2
+    s = Study.from_dict(d, out_dir=str(tmp_path / "study"))
+    logs = []
+    idx = run_study(s, log=logs.append).set_index("recipe")
+    assert idx.loc["no_such_recipe", "status"] == "failed"
+    assert "unknown recipe 'no_such_recipe'" in idx.loc["no_such_recipe", "error"]   # one-line ConfigError
+    ok = idx[idx.status == "completed"]
+    assert len(ok) == 1 and math.isfinite(ok.final_val_loss.iloc[0]) and ok.lr.iloc[0] == pytest.approx(3e-3)
+    div = idx[idx.status == "diverged"]
+    assert len(div) == 1 and div.diverged_at_step.iloc[0] == 2 and math.isnan(div.final_val_loss.iloc[0])
+    assert div.lr.iloc[0] == 1e30 and len(idx) == 3
+    assert any("failed" in line for line in logs)
+
+
+def test_killed_study_resumes_and_completes_the_index(tmp_path):
+    """Kill the study process in the middle of its second run: a re-run reuses the first, resumes the second
+    from its checkpoint, and leaves a complete index."""
+    study_file = tmp_path / "s.yaml"
+    study_file.write_text(yaml.safe_dump(tiny_study_dict(tmp_path, max_steps=40,
+                                                         axes={"recipe": ["bf16"], "seed": [0, 1]})))
+    out = tmp_path / "study"
+    first, second = Study.from_yaml(study_file, out_dir=str(out)).expand()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "altgrad_lib.cli", "study", "-f", str(study_file), "--out",
+                             str(out), "--workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ckpt2 = second.config.run_dir / "checkpoints" / "last.pt"
+    deadline = time.time() + 180
+    try:
+        while time.time() < deadline and proc.poll() is None and not ckpt2.exists():
+            time.sleep(0.02)
+        assert proc.poll() is None, f"study ended before it could be killed: {proc.stderr.read()[-2000:]}"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    interrupted = not (second.config.run_dir / "summary.json").exists()   # else the run won the race
+    before = pd.read_csv(out / "study.csv")
+    assert before.status.tolist() == ["completed", "pending"]
+    after = run_study(Study.from_yaml(study_file, out_dir=str(out)), log=lambda m: None)
+    assert after.status.tolist() == ["completed", "completed"] and after.run.tolist() == [first.name, second.name]
+    assert after.reused.tolist() == [True, not interrupted]
+    resumes = json.loads((second.config.run_dir / "provenance.json").read_text())["resumes"]
+    assert (len(resumes) == 1 and resumes[0]["from_step"] >= 2) if interrupted else resumes == []
+    assert after.final_val_loss.notna().all()
+
+
+def test_claims_from_the_study_index(tmp_path):
+    s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))
+    rows = [{"run": p.name, "recipe": p.axes["recipe"], "seed": p.axes["seed"], "status": "completed",
+             "final_val_loss": 3.0 + (p.axes["recipe"] == "fp8_hybrid") + 0.01 * p.axes["seed"]} for p in s.expand()]
+    t = s.claims(pd.DataFrame(rows))
+    assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
+    assert t["diff"].iloc[0] == pytest.approx(1.0)
+
+
+def test_claims_accept_a_recipe_alias_for_the_baseline(tmp_path):
+    # the index records canonical names (TrainConfig turns "bf16" into "hp"); a study file may still say bf16
+    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
+    rows = [{"run": f"{r}{k}", "recipe": r, "seed": k, "final_val_loss": 3.0 + (r == "fp8_hybrid") + 0.01 * k}
+            for r in ("hp", "fp8_hybrid") for k in (0, 1)]
+    t = s.claims(pd.DataFrame(rows))
+    assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
+    assert t["diff"].iloc[0] == pytest.approx(1.0)
+
+
+def test_cli_dry_run_and_bad_file(tmp_path, capsys):
+    from altgrad_lib.cli import main
+
+    assert main(["study", "-f", str(CI_STUDY), "--dry-run"]) == 0
+    assert "+ 2 point(s) = 6 runs" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\naxes: {lrr: [1]}\n")
+    assert main(["study", "-f", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("altgrad study: error: study axis 'lrr'") and err.count("\n") == 1
+
+
+def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(tmp_path):
+    from altgrad_lib.studies.executors import LocalExecutor
+
+    class Counting(LocalExecutor):          # what reaches the executor (finished runs are read in this process)
+        def map(self, fn, items):
+            items = list(items)
+            seen.append([i[0] for i in items])
+            return super().map(fn, items)
+
+    s = Study.from_dict(tiny_study_dict(tmp_path, max_steps=3, axes={"recipe": ["hp"], "seed": [0, 1]}),
+                        out_dir=str(tmp_path / "st"))
+    seen: list = []
+    assert run_study(s, Counting(), log=lambda m: None).status.tolist() == ["completed"] * 2
+    assert run_study(s, Counting(), log=lambda m: None).reused.tolist() == [True, True]
+    assert run_study(s, Counting(), resume=False, log=lambda m: None).reused.tolist() == [False, False]
+    names = [p.name for p in s.expand()]
+    assert seen == [names, [], names]

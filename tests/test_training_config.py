@@ -1,0 +1,152 @@
+"""Tests for altgrad_lib.training.config: strict keys/types, coercions, YAML + overrides, hash scope, LR schedule."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from altgrad_lib.errors import ConfigError, ConfigTypeError
+from altgrad_lib.training.config import KEY_ALIASES, TrainConfig, key_docs, lr_at
+
+
+def test_config_unknown_key_lists_valid_keys():
+    with pytest.raises(ValueError, match="unknown TrainConfig key") as ei:
+        TrainConfig.from_dict({"lr": 1e-3, "learning_rate": 1.0})
+    assert "learning_rate" in str(ei.value) and "warmup_steps" in str(ei.value)
+
+
+@pytest.mark.parametrize("key,value", [("n_layer", "2"), ("n_layer", 2.5), ("n_layer", True), ("compile", 1),
+                                       ("lr", "fast"), ("corpus", 3), ("max_docs", 1.5), ("recipe", 3)])
+def test_config_wrong_types_fail(key, value):
+    with pytest.raises(TypeError, match=f"TrainConfig.{key}") as ei:
+        TrainConfig.from_dict({key: value})
+    assert "valid keys" in str(ei.value)
+
+
+def test_config_coercions_and_choices():
+    c = TrainConfig.from_dict({"lr": 1, "min_lr": 0, "grad_clip": "1e-1", "max_docs": None})
+    assert isinstance(c.lr, float) and c.lr == 1.0 and c.grad_clip == 0.1 and c.max_docs is None
+    for bad in ({"precision": "fp16"}, {"device": "tpu"}, {"backend": "x"}, {"mlp": "relu"}):
+        with pytest.raises(ValueError, match="valid choices"):
+            TrainConfig.from_dict(bad)
+    with pytest.raises(ValueError, match="divisible"):
+        TrainConfig(n_embd=30, n_head=4)
+    with pytest.raises(ValueError, match="min_lr"):
+        TrainConfig(lr=1e-4, min_lr=1e-3)
+
+
+def test_config_yaml_and_overrides(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("lr: 3e-4\nn_layer: 3\nrecipe: {name: custom, recipe: fp8_hybrid}\n")
+    c = TrainConfig.from_yaml(p, ["n_layer=1", "compile=true", "max_docs=null", "run_name=abc"])
+    assert c.lr == 3e-4 and c.n_layer == 1 and c.compile is True and c.max_docs is None and c.run_name == "abc"
+    assert c.recipe == {"name": "custom", "recipe": "fp8_hybrid"} and c.recipe_name == "custom"
+    assert TrainConfig.from_yaml(p, {"seed": 3}).seed == 3
+    with pytest.raises(ValueError, match="key=value"):
+        TrainConfig.from_yaml(p, ["n_layer"])
+    assert TrainConfig.from_dict(yaml.safe_load(yaml.safe_dump(c.to_dict()))) == c
+
+
+def test_config_hash_covers_exactly_the_result_fields():
+    base = TrainConfig()
+    h = base.config_hash()
+    for k, v in {"run_name": "x", "out_dir": "/tmp/y", "ckpt_interval": 7, "log_interval": 3}.items():
+        assert base.replace(**{k: v}).config_hash() == h, k
+    for k, v in {"lr": 2e-3, "seed": 1, "recipe": "fp8_hybrid", "eval_interval": 7, "precision": "bf16"}.items():
+        assert base.replace(**{k: v}).config_hash() != h, k
+    assert TrainConfig(lr=1).config_hash() == TrainConfig(lr=1.0).config_hash()
+    assert base.auto_run_name() == f"hp-s0-{h[:8]}"
+    assert base.short_str().startswith("hp[sim]")
+
+
+def test_lr_schedule_warmup_then_cosine():
+    c = TrainConfig(lr=1e-3, min_lr=1e-4, warmup_steps=4, max_steps=20)
+    lrs = [lr_at(i, c) for i in range(20)]
+    assert all(a < b for a, b in zip(lrs[:4], lrs[1:5]))                    # warmup rises
+    assert lrs[4] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))                    # cosine decays
+    assert lr_at(20, c) == pytest.approx(1e-4) and lr_at(100, c) == pytest.approx(1e-4)
+
+
+PARAMS = Path(__file__).resolve().parents[1] / "params"
+
+
+@pytest.mark.parametrize("profile", ["cpu", "h100"])
+def test_training_params_files_are_valid_and_02_03_share_the_baseline(profile):
+    # notebooks take the TrainConfig keys from their parameters; notebook 03 reuses 02's bf16 run only if
+    # both files give the same config hash
+    cfgs = {}
+    for nb in ("02_bf16_baseline", "03_fp8_baseline"):
+        f = PARAMS / nb / f"{profile}.yaml"
+        if not f.exists():
+            pytest.skip(f"{f} not present")
+        d = yaml.safe_load(f.read_text()) or {}
+        cfgs[nb] = TrainConfig.from_dict({k: v for k, v in d.items() if k in TrainConfig.keys() or k in KEY_ALIASES})
+    baseline_03 = cfgs["03_fp8_baseline"].replace(recipe="hp")
+    assert cfgs["02_bf16_baseline"].config_hash() == baseline_03.config_hash()
+
+
+def test_bf16_recipe_is_an_alias_recorded_as_hp():
+    # "bf16" quantized nothing and ran in fp32: the old name still works but every record says "hp"
+    old, new = TrainConfig(recipe="bf16"), TrainConfig(recipe="hp")
+    assert old.recipe == "hp" and old == new and old.config_hash() == new.config_hash()
+    assert old.to_dict()["recipe"] == "hp" and old.auto_run_name().startswith("hp-s0-")
+    assert TrainConfig.from_yaml(None, ["recipe=bf16"]).short_str().startswith("hp[sim]")
+    assert TrainConfig(recipe="bf16", precision="bf16").precision == "bf16"   # the autocast dtype is untouched
+
+
+def test_compile_model_is_the_notebook_name_of_compile(tmp_path):
+    assert TrainConfig.from_dict({"compile_model": True}).compile is True
+    p = tmp_path / "nb.yaml"
+    p.write_text("compile_model: true\nmax_steps: 3\n")           # a notebook params file, as `altgrad train -f` reads it
+    c = TrainConfig.from_yaml(p)
+    assert c.compile is True and "compile_model" not in c.to_dict()
+    with pytest.raises(ValueError, match="give only one"):
+        TrainConfig.from_dict({"compile_model": True, "compile": False})
+
+
+# ------------------------------------------------------------------ input errors (issue 7)
+@pytest.mark.parametrize("key,value", [("lr", "1e1000"), ("lr", float("inf")), ("min_lr", float("nan")),
+                                       ("grad_clip", float("inf")), ("dropout", float("nan"))])
+def test_non_finite_floats_are_refused(key, value):
+    with pytest.raises(ConfigError, match=f"TrainConfig.{key}=.* not a finite number"):
+        TrainConfig.from_dict({key: value})
+    with pytest.raises(ConfigError, match="not a finite number"):
+        TrainConfig.from_yaml(None, [f"{key}={value}"])
+
+
+def test_every_error_is_a_one_line_config_error(tmp_path):
+    bad_yaml = tmp_path / "malformed.yaml"
+    bad_yaml.write_text("lr: 3e-4\nrecipe: [fp8\nseed: 1\n")
+    cases = [
+        (lambda: TrainConfig.from_yaml(bad_yaml), [str(bad_yaml), "invalid YAML", "line 3"]),
+        (lambda: TrainConfig.from_yaml(tmp_path), [str(tmp_path), "is a directory"]),
+        (lambda: TrainConfig.from_yaml(tmp_path / "nope.yaml"), ["nope.yaml", "no such"]),
+        (lambda: TrainConfig.from_yaml(None, ["lr=[0.1"]), ["lr=[0.1", "not valid YAML"]),
+        (lambda: TrainConfig.from_dict({"n_layers": 2}), ["n_layers", "did you mean 'n_layer'"]),
+        (lambda: TrainConfig.from_dict({"n_layer": "two"}), ["TrainConfig.n_layer"]),
+        (lambda: TrainConfig.from_dict({"backend": "tpu"}), ["valid choices"]),
+    ]
+    for fn, needles in cases:
+        with pytest.raises(ConfigError) as ei:
+            fn()
+        msg = str(ei.value)
+        assert "\n" not in msg and all(n in msg for n in needles), msg
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigTypeError, TypeError)
+
+
+def test_every_key_has_a_meaning_and_the_validators_choices():
+    docs = {k: (d, meaning, ch) for k, d, meaning, ch in key_docs()}
+    assert list(docs) == TrainConfig.keys()
+    for k, (default, meaning, _) in docs.items():
+        assert len(meaning) > 10 and default == getattr(TrainConfig(), k), k
+    # the choices shown are the very tuples the validators use (one source), not a copy
+    from altgrad_lib import choices
+    from altgrad_lib.training import data
+    from altgrad_lib.quantize import recipes as surgery
+    from altgrad_lib.training import tokenizers
+    assert docs["backend"][2] is choices.BACKENDS and docs["mlp"][2] is choices.MLP_KINDS
+    assert docs["precision"][2] is choices.PRECISIONS and docs["recipe"][2] is surgery.RECIPES
+    assert docs["corpus"][2] is data.CORPORA and set(tokenizers.TOKENIZER_ALIASES) <= set(docs["tokenizer"][2])
+    assert set(choices.DEVICES) <= set(docs["device"][2])

@@ -1,0 +1,129 @@
+"""Tests for altgrad_lib.training.preflight: exact parameter counts, the activation estimate against the tensors autograd
+really saves, refusal / warnings on size, and config mistakes caught before any run directory exists."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from altgrad_lib.training import preflight as pf
+from altgrad_lib.errors import ConfigError, SizeWarning
+from altgrad_lib.model import GPT
+from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.training.config import TrainConfig
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=30, tokenizer="gpt2-512",
+            max_steps=2, eval_iters=1)
+
+
+def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
+    """Bytes of the distinct storages autograd saves in one training forward (parameters excluded)."""
+    torch.manual_seed(0)
+    model = GPT(pf._gpt_config(cfg, vocab))
+    quantize_model(model, pf.check_policy(cfg), verbose=False)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = max(seen.get(s.data_ptr(), 0), s.nbytes())
+        return t
+
+    x = torch.randint(0, vocab, (cfg.batch_size, cfg.block_size))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, x)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(mlp="swiglu", bias=True), dict(tie_weights=False, n_layer=3),
+                                dict(n_embd=96, n_head=3, block_size=80)])
+def test_param_count_is_exact(kw):
+    cfg = TrainConfig(**{**TINY, **kw})
+    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(pf._gpt_config(cfg, 513)).parameters())
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(n_layer=4, n_embd=128, n_head=4), dict(mlp="swiglu"),
+                                dict(recipe="fp8_hybrid_all", n_embd=128, n_head=4, block_size=64),
+                                dict(block_size=128, batch_size=2, n_layer=3)])
+def test_activation_estimate_matches_what_autograd_saves(kw):
+    cfg = TrainConfig(**{**TINY, **kw})
+    e = pf.estimate_memory(cfg, 4097)
+    est = e["activations"] + e["quantized_weight_copies"]
+    measured = _saved_for_backward_bytes(cfg, 4097)
+    assert 0.75 < est / measured < 1.33, (est, measured)
+
+
+def test_size_is_refused_when_it_cannot_fit_and_warned_when_huge():
+    cfg = TrainConfig(**TINY)
+    need = pf.estimate_memory(cfg, 513)["total"]
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match="needs about .* but only .* available") as ei:
+        pf.check_size(cfg, 513, cpu, available=need * 0.9)
+    assert "\n" not in str(ei.value)
+    with pytest.warns(SizeWarning, match="needs about"):
+        pf.check_size(cfg, 513, cpu, available=need * 1.5)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pf.check_size(cfg, 513, cpu, available=need * 10)           # small and fast: silent
+    long = TrainConfig(**{**TINY, "block_size": 50000, "batch_size": 1, "max_steps": 5000})
+    with pytest.warns(SizeWarning, match=r"take at least ~\d"):
+        pf.check_size(long, 513, cpu, available=1e15)
+    # the issue's block_size=200000 default-sized run needs far more than a workstation has
+    huge = pf.estimate_memory(TrainConfig(block_size=200_000), 4097)
+    assert huge["total"] > 64 * 2**30
+
+
+@pytest.mark.parametrize("change,needles", [
+    (dict(recipe="fp8_hybird"), ["TrainConfig.recipe", "fp8_hybird", "fp8_hybrid"]),
+    (dict(recipe={"attn_qkv": {"input": "E4M3"}}), ["TrainConfig.recipe", "attn_qkv", "layers"]),
+    (dict(recipe={"name": "x", "layers": {"*": {"input": "E9M9"}}}), ["E9M9"]),
+    (dict(backend="torchao", recipe="fmt:E3M4"), ["torchao", "e3m4", "backend='sim'"]),
+    (dict(tokenizer="gpt3"), ["TrainConfig.tokenizer", "gpt3"]),
+    (dict(corpus="licences"), ["TrainConfig.corpus", "licences", "licenses"]),
+    (dict(corpus="eurlex"), ["eurlex", "licenses"]),
+    (dict(block_size=4096, max_docs=1), ["block_size+1=4097", "max_docs"]),
+])
+def test_mistakes_are_one_line_config_errors_before_any_directory(tmp_path, change, needles, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    cfg = TrainConfig(**{**TINY, "out_dir": str(tmp_path / "runs"), "run_name": "x", **change})
+    with pytest.raises(ConfigError) as ei:
+        pf.preflight(cfg)
+    msg = str(ei.value)
+    assert "\n" not in msg and all(n in msg for n in needles), msg
+    assert not (tmp_path / "runs" / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_config_error():
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            pf.check_device(name)
+    assert pf.check_device("auto").type == "cpu"
+
+
+def test_unwritable_out_dir_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="not writable"):
+        pf.check_out_dir("/proc/altgrad-test/runs")                  # procfs: nothing can be created there
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="not writable"):
+        pf.check_out_dir(f / "runs")                                  # a file where a directory must be
+    if os.geteuid() != 0:                                             # root ignores permission bits
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        with pytest.raises(ConfigError, match="not writable"):
+            pf.check_out_dir(ro)
+    pf.check_out_dir(tmp_path / "new" / "runs")
+    assert not list((tmp_path / "new" / "runs").iterdir())           # the write test leaves nothing behind
+
+
+def test_model_check_leaves_the_global_rng_alone():
+    cfg = TrainConfig(**TINY)
+    torch.manual_seed(123)
+    pf.check_model(cfg, 513)
+    after = torch.rand(3)
+    torch.manual_seed(123)
+    assert torch.equal(after, torch.rand(3))
