@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.notebook import tables as run_tables
-from altgrad_lib.studies import results
+from altgrad_lib.studies import results, study
 
 
 def _fake_run(losses: list[float], name: str) -> SimpleNamespace:
@@ -88,7 +88,7 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     cfg = TrainConfig.from_dict(tiny_study_dict(tmp_path, max_steps=3)["config"])
     first = train(cfg.replace(seed=0))                        # trained before: reused, not retrained
     variants = {"hp": {}, "same": {}, "control": {"freeze_blocks": True}}   # "same" is hp's config: trained once
-    runs = run_tables.train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
+    runs = study.train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
                                      progress=False, verbose=False)
     assert list(runs) == ["hp s0", "same s0", "control s0", "hp s1", "same s1", "control s1"]
     assert runs["hp s0"].dir == first.dir and runs["hp s0"].reused and not runs["hp s1"].reused
