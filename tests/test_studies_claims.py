@@ -157,3 +157,15 @@ def test_write_claims_is_a_csv_with_the_columns(tmp_path):
     back = pd.read_csv(tmp_path / "claims.csv")
     assert set(claims.COLUMNS) <= set(back.columns) and len(back) == 4
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_control_check_tidy_seeds_are_ints_and_entropy_counts():
+    f = _study_frame()
+    table, clear, sentence = claims.control_check(f, "recipe", "hp")
+    assert clear and list(table.index) == [0, 1, 2, 3] and list(table.margin) == pytest.approx([0.3] * 4)
+    table, clear, sentence = claims.control_check(f, "recipe", "hp", entropy=5.0)   # hp at ~5.2 nats: above it
+    assert not clear and "NOT below the unigram entropy" in sentence
+    t = claims.claims_table(f, "recipe", "hp", positive_controls=["fp4"])
+    lines = claims.headline(t, clear, sentence)
+    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "fp4: resolved" in lines[1]
+    assert claims.control_check(f[~f.freeze_blocks], "recipe", "hp")[1] is False

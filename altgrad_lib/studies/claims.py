@@ -259,6 +259,39 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     return table[list(dict.fromkeys([*cols, "sd_nats"]))]
 
 
+def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final_val_loss",
+                  seed: str = "seed", entropy: float | None = None,
+                  min_margin: float | None = None) -> tuple[pd.DataFrame, bool, str]:
+    """The baseline against its frozen-blocks control, seeds as ints: (per-seed table baseline / control / margin,
+    clear, sentence) by stats.control_verdict's rule, with `entropy` the unigram entropy of the evaluation tokens
+    (a baseline whose loss is not below it is never clear). `frame`: one configuration (plus its control)."""
+    from altgrad_lib.studies.stats import MIN_MARGIN_NATS, control_verdict
+
+    if CONTROL not in frame or not (frame[CONTROL].astype(str).str.lower() == "true").any():
+        empty = pd.DataFrame(columns=["baseline", "control", "margin"]).rename_axis(seed)
+        return empty, False, f"no frozen-blocks control ({CONTROL}: true) of {axis}={baseline!r}: gaps are unanchored"
+    is_ctl = frame[CONTROL].astype(str).str.lower() == "true"
+    b = _by_seed(frame[~is_ctl & (frame[axis] == baseline)], seed, value)
+    c = _by_seed(frame[is_ctl & (frame[axis] == baseline)], seed, value)
+    table = pd.concat({"baseline": b, "control": c}, axis=1, join="inner").rename_axis(seed)
+    table.index = table.index.astype(int)
+    table["margin"] = table.control - table.baseline
+    clear, sentence = control_verdict(table, MIN_MARGIN_NATS if min_margin is None else min_margin, entropy)
+    return table, clear, sentence
+
+
+def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: str = "") -> list[str]:
+    """The lines a claims output starts with: an unresolved positive control, then whether these runs can carry
+    claims at all (control check), then the resolved positive controls."""
+    pcs = positive_control_lines(table) if len(table) else []
+    lines = [ln for ln in pcs if "NOT resolved" in ln]
+    if control_clear is False:
+        lines.append(f"SMOKE TEST, no claims drawn from these runs: {control_sentence}")
+    elif control_clear is None:
+        lines.append("no frozen-blocks control: the window is unknown and no variant is checked against it")
+    return lines + [ln for ln in pcs if "NOT resolved" not in ln]
+
+
 def positive_control_lines(table: pd.DataFrame) -> list[str]:
     """One line per positive control; an unresolved one says that this study cannot resolve a known effect."""
     out = []
@@ -293,5 +326,5 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
 
 
 __all__ = ["ALPHA", "POWER", "DELTA_WINDOW_FRACTION", "COLUMNS", "sign_flip_p", "holm", "tost_p", "power_paired",
-           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "positive_control_lines", "describe",
-           "write_claims"]
+           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "control_check", "headline",
+           "positive_control_lines", "describe", "write_claims"]

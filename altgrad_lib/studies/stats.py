@@ -189,20 +189,28 @@ def control_table(summary: pd.DataFrame, baseline: str, control: str,
     return df
 
 
-def control_verdict(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NATS) -> tuple[bool, str]:
-    """(clear, sentence): the baseline beats the control in every seed by >= max(min_margin, 3 σ_seed).
+def control_verdict(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NATS,
+                    entropy: float | None = None) -> tuple[bool, str]:
+    """(clear, sentence): the baseline beats the control in every seed by >= max(min_margin, 3 σ_seed) and, when
+    `entropy` (the unigram entropy of the evaluation tokens, nats) is given, its loss is below it in every seed.
 
     σ_seed is the seed-to-seed standard deviation of the baseline's loss (0 with one seed), so a margin
-    that seed noise alone could produce never counts as clear.
+    that seed noise alone could produce never counts as clear. A model above the unigram entropy has not learned
+    even the token frequencies: beating a control that is worse still says nothing about its blocks.
     """
+    if table.empty:
+        return False, "no seed has both a baseline and a frozen-blocks control run"
     if table[["baseline", "control"]].isna().any().any():
         return False, "a baseline or control run has no final val loss (diverged or unfinished)"
     sd = float(table.baseline.std(ddof=1)) if len(table) > 1 else 0.0
     need = max(min_margin, 3 * sd)
     worst = float(table.margin.min())
-    clear = math.isfinite(worst) and worst >= need
+    above = entropy is not None and math.isfinite(entropy) and float(table.baseline.max()) >= entropy
+    clear = math.isfinite(worst) and worst >= need and not above
+    unigram = (f"; its loss {float(table.baseline.max()):.3f} is {'NOT ' if above else ''}below the unigram entropy "
+               f"{entropy:.3f} of the evaluation tokens" if entropy is not None and math.isfinite(entropy) else "")
     return clear, (f"baseline beats the frozen-blocks control by {worst:.3f} nats in the worst of {len(table)} "
-                   f"seed(s) (needed >= {need:.3f} = max({min_margin}, 3 x seed sd {sd:.3f})): "
+                   f"seed(s) (needed >= {need:.3f} = max({min_margin}, 3 x seed sd {sd:.3f}){unigram}: "
                    f"{'clear' if clear else 'NOT clear — lengthen or resize the profile before reading gaps'}")
 
 
