@@ -71,6 +71,12 @@ def test_mde_closed_form_and_monte_carlo_power():
     # noncentral t power at the MDE is 80 % (scipy's nct), and the normal-approximation closed form
     # (t_{1-α/2} + t_{power}) sd/√n brackets it from below (it ignores the far tail and the nc spread)
     assert claims.power_paired(e, n, sd) == pytest.approx(0.80, abs=1e-9)
+    for nn, eff in ((3, 0.03), (5, 0.01), (10, 0.02)):   # scipy's noncentral t as the oracle where it is accurate
+        tc = sps.t.ppf(0.975, nn - 1)
+        nc = eff * math.sqrt(nn) / sd
+        ref = sps.nct.sf(tc, nn - 1, nc) + sps.nct.cdf(-tc, nn - 1, nc)
+        assert claims.power_paired(eff, nn, sd) == pytest.approx(ref, rel=1e-6)
+    assert math.isfinite(claims.mde(2, 0.007))          # df = 1: where nct.sf returns NaN
     approx = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.80, n - 1)) * sd / math.sqrt(n)
     assert approx == pytest.approx(e, rel=0.15)
     rng = np.random.default_rng(0)

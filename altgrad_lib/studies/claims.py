@@ -102,10 +102,17 @@ def power_paired(effect: float, n: int, sd: float, alpha: float = ALPHA) -> floa
     """Power of the two-sided paired t-test at α to detect a true mean difference `effect` (noncentral t)."""
     from scipy import stats
 
+    from scipy import integrate
+
     df = n - 1
     tc = stats.t.ppf(1 - alpha / 2, df)
     nc = effect * math.sqrt(n) / sd
-    return float(stats.nct.sf(tc, df, nc) + stats.nct.cdf(-tc, df, nc))
+    # P(|Z + nc| > tc·√(V/df)), V ~ χ²(df), integrated over V: scipy's nct.sf returns NaN for df = 1 and a large nc
+    def given(v: float) -> float:
+        s = tc * math.sqrt(v / df)
+        return (stats.norm.sf(s - nc) + stats.norm.cdf(-s - nc)) * stats.chi2.pdf(v, df)
+
+    return float(integrate.quad(given, 0, math.inf, limit=200)[0])
 
 
 def mde(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
