@@ -76,7 +76,9 @@ def test_mde_closed_form_and_monte_carlo_power():
         nc = eff * math.sqrt(nn) / sd
         ref = sps.nct.sf(tc, nn - 1, nc) + sps.nct.cdf(-tc, nn - 1, nc)
         assert claims.power_paired(eff, nn, sd) == pytest.approx(ref, rel=1e-6)
-    assert math.isfinite(claims.mde(2, 0.007))          # df = 1: where nct.sf returns NaN
+    e2 = claims.mde(2, 0.007)                            # df = 1: where nct.sf returns NaN (integrated instead)
+    d2 = np.random.default_rng(1).normal(e2, 0.007, size=(40_000, 2))
+    assert np.mean(sps.ttest_1samp(d2, 0.0, axis=1).pvalue < 0.05) == pytest.approx(0.80, abs=0.01)
     approx = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.80, n - 1)) * sd / math.sqrt(n)
     assert approx == pytest.approx(e, rel=0.15)
     rng = np.random.default_rng(0)
@@ -175,3 +177,14 @@ def test_control_check_tidy_seeds_are_ints_and_entropy_counts():
     lines = claims.headline(t, clear, sentence)
     assert lines[0].startswith("SMOKE TEST, no claims drawn") and "fp4: resolved" in lines[1]
     assert claims.control_check(f[~f.freeze_blocks], "recipe", "hp")[1] is False
+
+
+def test_a_control_with_its_own_label():
+    """Notebooks label their control "hp control" (freeze_blocks true): control_level names it."""
+    f = _study_frame()
+    f.loc[f.freeze_blocks, "recipe"] = "hp control"
+    t = claims.claims_table(f, "recipe", "hp", control_level="hp control").set_index("level")
+    ref = claims.claims_table(_study_frame(), "recipe", "hp").set_index("level")
+    assert "hp control" not in t.index
+    pd.testing.assert_frame_equal(t.drop(columns="recipe"), ref.drop(columns="recipe"))
+    assert claims.control_check(f, "recipe", "hp", control_level="hp control")[1]

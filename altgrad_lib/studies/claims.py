@@ -105,12 +105,20 @@ def power_paired(effect: float, n: int, sd: float, alpha: float = ALPHA) -> floa
     from scipy import integrate
 
     df = n - 1
-    tc = stats.t.ppf(1 - alpha / 2, df)
+    tc = float(stats.t.ppf(1 - alpha / 2, df))
     nc = effect * math.sqrt(n) / sd
-    # P(|Z + nc| > tc·√(V/df)), V ~ χ²(df), integrated over V: scipy's nct.sf returns NaN for df = 1 and a large nc
+    p = float(stats.nct.sf(tc, df, nc) + stats.nct.cdf(-tc, df, nc))
+    if math.isfinite(p):
+        return p
+    # scipy's nct returns NaN for df = 1 and a large nc: P(|Z + nc| > tc·√(V/df)), V ~ χ²(df), integrated over V
+    log_norm = -(df / 2) * math.log(2) - math.lgamma(df / 2)
+
     def given(v: float) -> float:
+        if v <= 0:
+            return 0.0
         s = tc * math.sqrt(v / df)
-        return (stats.norm.sf(s - nc) + stats.norm.cdf(-s - nc)) * stats.chi2.pdf(v, df)
+        tails = 0.5 * math.erfc((s - nc) / math.sqrt(2)) + 0.5 * math.erfc((s + nc) / math.sqrt(2))
+        return tails * math.exp(log_norm + (df / 2 - 1) * math.log(v) - v / 2)
 
     return float(integrate.quad(given, 0, math.inf, limit=200)[0])
 
@@ -127,7 +135,7 @@ def mde(n: int, sd: float, alpha: float = ALPHA, power: float = POWER) -> float:
     hi = sd
     while power_paired(hi, n, sd, alpha) < power:
         hi *= 2
-    return float(optimize.brentq(lambda e: power_paired(e, n, sd, alpha) - power, 0.0, hi, xtol=1e-12 * sd))
+    return float(optimize.brentq(lambda e: power_paired(e, n, sd, alpha) - power, 0.0, hi, xtol=1e-10 * sd))
 
 
 def paired_row(variant: Sequence[float], baseline: Sequence[float], delta: float = math.nan,
@@ -186,15 +194,19 @@ def _by_seed(g: pd.DataFrame, seed: str, value: str) -> pd.Series:
     return g.set_index(seed)[value].astype(float)
 
 
+def _is_control(frame: pd.DataFrame) -> pd.Series:
+    if CONTROL not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame[CONTROL].astype(str).str.lower() == "true"
+
+
 def window_by_seed(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final_val_loss",
-                   seed: str = "seed", control: str = CONTROL) -> pd.Series:
-    """Per seed: control − baseline (nats), the baseline level's frozen-blocks control against the baseline; empty
-    when the frame has no control of the baseline."""
-    if control not in frame:
-        return pd.Series(dtype=float)
-    is_ctl = frame[control].astype(str).str.lower() == "true"
+                   seed: str = "seed", control_level: Any = None) -> pd.Series:
+    """Per seed: control − baseline (nats), the baseline's frozen-blocks control (rows with freeze_blocks true and
+    axis = control_level, default the baseline's own level) against the baseline; empty without a control."""
+    is_ctl = _is_control(frame)
     base = frame[~is_ctl & (frame[axis] == baseline)]
-    ctl = frame[is_ctl & (frame[axis] == baseline)]
+    ctl = frame[is_ctl & (frame[axis] == (baseline if control_level is None else control_level))]
     if base.empty or ctl.empty:
         return pd.Series(dtype=float)
     return (_by_seed(ctl, seed, value) - _by_seed(base, seed, value)).dropna()
@@ -203,11 +215,14 @@ def window_by_seed(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "
 def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str] = (),
                  value: str = "final_val_loss", seed: str = "seed", delta: float | None = None,
                  alpha: float = ALPHA, power: float = POWER, lower_is_better: bool = True,
-                 positive_controls: Iterable[Any] = (), comparison: str = "") -> pd.DataFrame:
+                 positive_controls: Iterable[Any] = (), comparison: str = "",
+                 control_level: Any = None) -> pd.DataFrame:
     """Every level of `axis` against `baseline`, paired by seed within each combination of the `by` columns.
 
     Rows with `freeze_blocks` true are the controls: they are never compared, they give the window and each
-    variant's control check. One table = one Holm family. `positive_controls`: levels that must come out worse
+    variant's control check (the control of the variant's own level if the frame has one, else the baseline's:
+    `control_level`, default the baseline level; a notebook whose control has its own label passes it). One table =
+    one Holm family. `positive_controls`: levels that must come out worse
     (column positive_control: "resolved" / "NOT resolved"). Columns: COLUMNS plus the `by` columns, `axis`, sd_nats.
     """
     by = [b for b in by if b not in (axis, seed, CONTROL)]
@@ -222,11 +237,12 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     groups = frame.groupby(by, dropna=False, sort=True) if by else [((), frame)]
     for key, g in groups:
         key = key if isinstance(key, tuple) else (key,)
-        is_ctl = (g[CONTROL].astype(str).str.lower() == "true") if CONTROL in g else pd.Series(False, index=g.index)
+        is_ctl = _is_control(g)
         runs, ctl = g[~is_ctl], g[is_ctl]
         if not (runs[axis] == baseline).any():
             continue
-        win = window_by_seed(g, axis, baseline, value, seed)
+        ctl_level = baseline if control_level is None else control_level
+        win = window_by_seed(g, axis, baseline, value, seed, ctl_level)
         window = float(win.mean()) if len(win) else math.nan
         d = delta if delta is not None else DELTA_WINDOW_FRACTION * window
         if not (isinstance(d, (int, float)) and d > 0):
@@ -243,7 +259,7 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
                    **paired_row(ok.v.to_numpy(), ok.b.to_numpy(), d, alpha, power, lower_is_better),
                    "window_nats": window, "n_nonfinite": int((~np.isfinite(var)).sum())}
             row["gap_window"] = row["gap_nats"] / window if window > 0 else math.nan
-            own = ctl[ctl[axis] == level] if (ctl[axis] == level).any() else ctl[ctl[axis] == baseline]
+            own = ctl[ctl[axis] == level] if (ctl[axis] == level).any() else ctl[ctl[axis] == ctl_level]
             cv = pd.concat({"v": var, "c": _by_seed(own, seed, value)}, axis=1, join="inner").dropna() \
                 if len(own) else pd.DataFrame(columns=["v", "c"])
             below = (cv.v < cv.c) if lower_is_better else (cv.v > cv.c)
@@ -267,19 +283,20 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
 
 
 def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final_val_loss",
-                  seed: str = "seed", entropy: float | None = None,
-                  min_margin: float | None = None) -> tuple[pd.DataFrame, bool, str]:
+                  seed: str = "seed", entropy: float | None = None, min_margin: float | None = None,
+                  control_level: Any = None) -> tuple[pd.DataFrame, bool, str]:
     """The baseline against its frozen-blocks control, seeds as ints: (per-seed table baseline / control / margin,
     clear, sentence) by stats.control_verdict's rule, with `entropy` the unigram entropy of the evaluation tokens
     (a baseline whose loss is not below it is never clear). `frame`: one configuration (plus its control)."""
     from altgrad_lib.studies.stats import MIN_MARGIN_NATS, control_verdict
 
-    if CONTROL not in frame or not (frame[CONTROL].astype(str).str.lower() == "true").any():
+    is_ctl = _is_control(frame)
+    ctl = frame[is_ctl & (frame[axis] == (baseline if control_level is None else control_level))]
+    if ctl.empty:
         empty = pd.DataFrame(columns=["baseline", "control", "margin"]).rename_axis(seed)
         return empty, False, f"no frozen-blocks control ({CONTROL}: true) of {axis}={baseline!r}: gaps are unanchored"
-    is_ctl = frame[CONTROL].astype(str).str.lower() == "true"
     b = _by_seed(frame[~is_ctl & (frame[axis] == baseline)], seed, value)
-    c = _by_seed(frame[is_ctl & (frame[axis] == baseline)], seed, value)
+    c = _by_seed(ctl, seed, value)
     table = pd.concat({"baseline": b, "control": c}, axis=1, join="inner").rename_axis(seed)
     table.index = table.index.astype(int)
     table["margin"] = table.control - table.baseline
