@@ -409,8 +409,31 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
         verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)
         run_points(points, ["label", "seed"], index, executor, log=print if verbose or todo else (lambda *a: None),
                    name=study or "variants")
-    runs = {}
+    runs = VariantRuns()
     for key, p in keyed:
         run = train(p.config, **train_kwargs)   # finished by now: loaded, not retrained
         runs[key] = dataclasses.replace(run, reused=p.name not in todo) if dataclasses.is_dataclass(run) else run
+        runs.labels[key] = (p.axes["label"], p.axes["seed"])
     return runs
+
+
+class VariantRuns(dict):
+    """train_variants' result: "<label> s<seed>" -> Run, with `labels`: key -> (label, seed as an int), so nothing
+    parses a key back. `frame()` is the tidy frame the claims work on; `run(label, seed)` one run."""
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.labels: dict[str, tuple[str, int]] = {}
+
+    def run(self, label: str, seed: int) -> Any:
+        return self[next(k for k, v in self.labels.items() if v == (label, int(seed)))]
+
+    def frame(self, keys: Iterable[str] = ("recipe", "backend", "freeze_blocks", "optimizer")) -> pd.DataFrame:
+        """results.run_frame plus `label`, int `seed`, `key` and `run_dir`, one row per run (results.run_frame's
+        `run` is the run directory's name)."""
+        from altgrad_lib.studies.results import run_frame
+
+        keys = [k for k in keys if k != "seed"]
+        f = run_frame(list(self.values()), keys=[*keys, "seed"])
+        return f.assign(label=[self.labels[k][0] for k in self], seed=[self.labels[k][1] for k in self],
+                        key=list(self), run_dir=[str(r.dir) for r in self.values()])
