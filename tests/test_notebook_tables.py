@@ -104,4 +104,4 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     frame = runs.frame()                                      # seeds travel as ints, labels from train_variants
     assert frame.label.tolist() == ["hp", "same", "control"] * 2 and frame.seed.tolist() == [0, 0, 0, 1, 1, 1]
     assert frame.seed.dtype.kind == "i" and frame.freeze_blocks.tolist() == [False, False, True] * 2
-    assert runs.run("control", 1) is runs["control s1"]
+    assert runs.run("control", 1) is runs["control s1"] and list(runs.of_seed(1)) == ["hp", "same", "control"]

@@ -141,6 +141,10 @@ def test_claims_table_refusals():
     f = _study_frame()
     with pytest.raises(ValueError, match="state `delta`"):
         claims.claims_table(f[~f.freeze_blocks], "recipe", "hp")
+    upside = f.assign(final_val_loss=np.where(f.freeze_blocks, f.final_val_loss - 1.0, f.final_val_loss))
+    t = claims.claims_table(upside, "recipe", "hp")   # the control beat hp: no margin, no equivalence verdict
+    assert t.delta_nats.isna().all() and not t.verdict.str.startswith("equivalent").any()
+    assert "n/a (window <= 0" in claims.describe(t)
     assert claims.claims_table(f[~f.freeze_blocks], "recipe", "hp", delta=0.02).delta_nats.eq(0.02).all()
     with pytest.raises(ValueError, match=r"positive control\(s\) \['E2M1'\]"):
         claims.claims_table(f, "recipe", "hp", positive_controls=["E2M1"])
@@ -154,7 +158,7 @@ def test_claims_table_groups_by_the_other_keys():
     f = pd.concat([_study_frame().assign(lr=1e-3), _study_frame().assign(lr=2e-3)], ignore_index=True)
     f.loc[f.lr == 2e-3, "final_val_loss"] += 1.0     # a different configuration: never paired with lr=1e-3
     t = claims.claims_table(f, "recipe", "hp", by=["lr"])
-    assert len(t) == 8 and set(t.lr) == {1e-3, 2e-3}
+    assert len(t) == 8 and set(t.lr) == {1e-3, 2e-3} and claims.by_columns(t) == ["lr"]
     assert t.groupby("lr").gap_nats.apply(list).apply(len).tolist() == [4, 4]
     assert (t.gap_nats.abs() < 0.3).all()
 
@@ -188,3 +192,12 @@ def test_a_control_with_its_own_label():
     assert "hp control" not in t.index
     pd.testing.assert_frame_equal(t.drop(columns="recipe"), ref.drop(columns="recipe"))
     assert claims.control_check(f, "recipe", "hp", control_level="hp control")[1]
+
+
+def test_report_lines_say_the_control_once():
+    t = claims.claims_table(_study_frame(), "recipe", "hp")
+    smoke = claims.report_lines(t, False, "NOT clear because x")
+    assert sum("NOT clear because x" in ln for ln in smoke) == 1 and smoke[-1] == claims.describe(t)
+    ok = claims.report_lines(t, True, "clear")
+    assert ok[0] == "control check: clear"
+    assert claims.report_lines(t, None, "")[0].startswith("no frozen-blocks control")

@@ -228,3 +228,12 @@ def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(t
     assert run_study(s, Counting(), resume=False, log=lambda m: None).reused.tolist() == [False, False]
     names = [p.name for p in s.expand()]
     assert seen == [names, [], names]
+
+
+def test_levels_resolve_aliases_and_types():
+    s = Study.from_dict({"name": "t", "axes": {"recipe": ["bf16", "fp8_hybrid"], "lr": [1e-3, 2e-3], "seed": [0]}})
+    assert s.level("recipe", "bf16") == "hp" and s.level("lr", 0.001) == 1e-3 and s.level("lr", "0.002") == 2e-3
+    with pytest.raises(ValueError, match=r"'E4M3' is not a level of recipe in study 't'; levels: \['hp', 'fp8_hybrid'\]"):
+        s.level("recipe", "E4M3")
+    with pytest.raises(ValueError, match=r"'optimizer' is not an axis of study 't'; axes: \['recipe', 'lr'\]"):
+        s.levels("optimizer")

@@ -33,7 +33,8 @@ Verdicts, in this order (`verdict`):
 
 δ: the comparison's `delta` (nats) when stated, else DELTA_WINDOW_FRACTION = 10 % of the window (a gap smaller
 than a tenth of what the transformer blocks are worth is called equivalent); with neither a δ nor a control the
-table refuses, because an equivalence claim needs a stated margin.
+table refuses, because an equivalence claim needs a stated margin. A window ≤ 0 (the baseline did not beat its
+control) gives δ = NaN: no equivalence verdict, and the control check calls the runs a smoke test.
 """
 from __future__ import annotations
 
@@ -244,8 +245,9 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
         ctl_level = baseline if control_level is None else control_level
         win = window_by_seed(g, axis, baseline, value, seed, ctl_level)
         window = float(win.mean()) if len(win) else math.nan
-        d = delta if delta is not None else DELTA_WINDOW_FRACTION * window
-        if not (isinstance(d, (int, float)) and d > 0):
+        # a window <= 0 (the baseline did not beat its control) gives no margin: no equivalence claim (δ NaN)
+        d = delta if delta is not None else DELTA_WINDOW_FRACTION * window if window > 0 else math.nan
+        if delta is None and math.isnan(window):
             raise ValueError(f"claims_table: no equivalence margin for {axis} vs {baseline!r}"
                              f"{' at ' + str(dict(zip(by, key))) if by else ''}: the study has no frozen-blocks "
                              f"control of the baseline (window {window:.3g}), so state `delta` (nats) in the comparison")
@@ -316,6 +318,20 @@ def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: 
     return lines + [ln for ln in pcs if "NOT resolved" not in ln]
 
 
+def report_lines(table: pd.DataFrame, control_clear: bool | None, control_sentence: str) -> list[str]:
+    """headline, then the control check when it is clear (a failed one is already in the headline), then the
+    rules (describe) last: what a study or a notebook prints before its claims table."""
+    lines = headline(table, control_clear, control_sentence)
+    if control_clear:
+        lines.append(f"control check: {control_sentence}")
+    return [*lines, describe(table)]
+
+
+def by_columns(table: pd.DataFrame) -> list[str]:
+    """The configuration columns a claims table was grouped by (not its statistics, not the axis = `level`)."""
+    return [c for c in table.columns if c not in COLUMNS and c != "sd_nats" and not table[c].equals(table["level"])]
+
+
 def positive_control_lines(table: pd.DataFrame) -> list[str]:
     """One line per positive control; an unresolved one says that this study cannot resolve a known effect."""
     out = []
@@ -335,10 +351,11 @@ def describe(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) ->
     if table.empty:
         return "no comparisons"
     deltas = sorted(set(np.round(table.delta_nats.dropna().to_numpy(float), 6)))
+    delta_txt = ", ".join(f"{d:.4g}" for d in deltas) if deltas else "n/a (window <= 0: no equivalence test)"
     mdes = table.mde_nats.dropna()
     mde_txt = f"{mdes.min():.4f}..{mdes.max():.4f} nats" if len(mdes) else "n/a (fewer than 2 pairs)"
     return (f"paired by seed; worse/better: Holm-adjusted paired-t p < {alpha}; equivalent: TOST p < {alpha} within "
-            f"±δ, δ = {', '.join(f'{d:.4g}' for d in deltas)} nats; MDE ({power:.0%} power, paired t at α = {alpha}): "
+            f"±δ, δ = {delta_txt} nats; MDE ({power:.0%} power, paired t at α = {alpha}): "
             f"{mde_txt}; 'inconclusive' means the seeds cannot tell, not 'no effect'")
 
 
@@ -350,5 +367,5 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
 
 
 __all__ = ["ALPHA", "POWER", "DELTA_WINDOW_FRACTION", "COLUMNS", "sign_flip_p", "holm", "tost_p", "power_paired",
-           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "control_check", "headline",
+           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "by_columns", "control_check", "headline", "report_lines",
            "positive_control_lines", "describe", "write_claims"]

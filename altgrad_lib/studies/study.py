@@ -212,6 +212,23 @@ class Study:
             raise FileNotFoundError(f"{self.index_path} does not exist yet: run the study first")
         return pd.read_csv(self.index_path, float_precision="round_trip")
 
+    def levels(self, axis: str) -> dict[str, Any]:
+        """Text -> the index's own value (a float for lr, a bool, the canonical recipe name) of each level of `axis`."""
+        if axis not in self.axis_columns() or axis == "seed":
+            raise ValueError(f"{axis!r} is not an axis of study {self.name!r}; axes: "
+                             f"{[a for a in self.axis_columns() if a != 'seed']}")
+        return {str(_axis_value(p.config, axis)): _axis_value(p.config, axis) for p in self.expand()}
+
+    def level(self, axis: str, value: Any) -> Any:
+        """The index's value of the level `value` names (papermill passes 0.001 as a float, "bf16" means "hp");
+        a value that is no level raises one line naming the levels."""
+        levels = self.levels(axis)
+        key = str(value)
+        key = RECIPE_ALIASES.get(key, key) if axis == "recipe" else key
+        if key not in levels:
+            raise ValueError(f"{value!r} is not a level of {axis} in study {self.name!r}; levels: {list(levels)}")
+        return levels[key]
+
     @property
     def claims_path(self) -> Path:
         return self.dir / CLAIMS_FILE
@@ -252,15 +269,12 @@ class Study:
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
         """(claims table, the lines that come before it: claims.headline + the rules it was judged by); writes
         claims.csv next to study.csv when `write`."""
-        from altgrad_lib.studies.claims import describe, headline, write_claims
+        from altgrad_lib.studies.claims import report_lines, write_claims
 
         frame = self.results() if frame is None else frame
         table = self.claims(frame)
-        _, clear, sentence = self.control(frame, entropy)
-        has_control = "freeze_blocks" in frame and frame.freeze_blocks.astype(str).str.lower().eq("true").any()
-        lines = headline(table, clear if has_control else None, sentence)
-        lines.append(f"control check: {sentence}")
-        lines.append(describe(table))
+        ctl, clear, sentence = self.control(frame, entropy)
+        lines = report_lines(table, clear if len(ctl) else None, sentence)
         if write:
             write_claims(table, self.claims_path)
         return table, lines
@@ -427,6 +441,10 @@ class VariantRuns(dict):
 
     def run(self, label: str, seed: int) -> Any:
         return self[next(k for k, v in self.labels.items() if v == (label, int(seed)))]
+
+    def of_seed(self, seed: int) -> dict[str, Any]:
+        """label -> run of one seed (e.g. the curves of the first seed)."""
+        return {lab: self[k] for k, (lab, s) in self.labels.items() if s == int(seed)}
 
     def frame(self, keys: Iterable[str] = ("recipe", "backend", "freeze_blocks", "optimizer")) -> pd.DataFrame:
         """results.run_frame plus `label`, int `seed`, `key` and `run_dir`, one row per run (results.run_frame's
