@@ -201,3 +201,12 @@ def test_report_lines_say_the_control_once():
     ok = claims.report_lines(t, True, "clear")
     assert ok[0] == "control check: clear"
     assert claims.report_lines(t, None, "")[0].startswith("no frozen-blocks control")
+
+
+def test_seed_gaps_against_the_own_seed_baseline():
+    f = _study_frame()
+    g = claims.seed_gaps(f, "recipe", "hp")
+    row = g[(g.recipe == "fp4") & (g.seed == 2)].iloc[0]
+    hp2 = f[(f.recipe == "hp") & ~f.freeze_blocks & (f.seed == 2)].final_val_loss.iloc[0]
+    assert row.gap_nats == pytest.approx(0.054) and row.val_gap_pct == pytest.approx(100 * 0.054 / hp2)
+    assert g[(g.recipe == "hp") & g.freeze_blocks].gap_nats.tolist() == pytest.approx([0.3] * 4)

@@ -7,5 +7,6 @@
     stats.py       Welch / Student-t primitives and the frozen-blocks control rule
     envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity
     diagnosis.py   per-format mechanism verdicts from the monitors (notebook 04)
+    variants.py    notebook 05's optimizer / storage variants and the labelled runs of a format list
     cli.py         `altgrad study`
 """

@@ -318,6 +318,16 @@ def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: 
     return lines + [ln for ln in pcs if "NOT resolved" not in ln]
 
 
+def seed_gaps(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final_val_loss",
+              seed: str = "seed") -> pd.DataFrame:
+    """The frame with each run's gap to the baseline run **of its own seed**: gap_nats = L − L_baseline and
+    val_gap_pct = 100 · gap_nats / L_baseline (NaN where that seed has no baseline run); seeds are ints, nothing is
+    parsed from a label."""
+    base = _by_seed(frame[(frame[axis] == baseline) & ~_is_control(frame)], seed, value)
+    ref = frame[seed].map(base)
+    return frame.assign(gap_nats=frame[value] - ref, val_gap_pct=100 * (frame[value] - ref) / ref)
+
+
 def report_lines(table: pd.DataFrame, control_clear: bool | None, control_sentence: str) -> list[str]:
     """headline, then the control check when it is clear (a failed one is already in the headline), then the
     rules (describe) last: what a study or a notebook prints before its claims table."""
@@ -367,5 +377,5 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
 
 
 __all__ = ["ALPHA", "POWER", "DELTA_WINDOW_FRACTION", "COLUMNS", "sign_flip_p", "holm", "tost_p", "power_paired",
-           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "by_columns", "control_check", "headline", "report_lines",
+           "mde", "paired_row", "verdict", "window_by_seed", "claims_table", "seed_gaps", "by_columns", "control_check", "headline", "report_lines",
            "positive_control_lines", "describe", "write_claims"]
