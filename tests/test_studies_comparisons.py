@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from altgrad_lib.studies.stats import assert_beats_control, control_table, control_verdict, with_seed_gaps
+from altgrad_lib.studies.stats import assert_beats_control, control_table, control_verdict
 
 
 def _summary(base, ctrl):
@@ -41,14 +41,6 @@ def test_diverged_run_is_never_a_clear_win():
 def test_unknown_variant_names_the_labels():
     with pytest.raises(ValueError, match="no runs labelled 'bf16 s<seed>'"):
         control_table(_summary([3.0], [3.5]), "bf16", "hp control")
-
-
-def test_seed_gaps_use_each_seeds_own_baseline():
-    df = pd.DataFrame({"run": ["hp s0", "hp s1", "fp8 s0", "fp8 s1"], "final_val_loss": [4.0, 5.0, 4.2, 4.5]})
-    gaps = with_seed_gaps(df, "hp").set_index("run").val_gap_pct
-    assert gaps.to_dict() == pytest.approx({"hp s0": 0.0, "hp s1": 0.0, "fp8 s0": 5.0, "fp8 s1": -10.0})
-    with pytest.raises(ValueError, match=r"seed\(s\) \[2\]"):
-        with_seed_gaps(pd.concat([df, pd.DataFrame({"run": ["fp8 s2"], "final_val_loss": [1.0]})]), "hp")
 
 
 def test_control_above_the_unigram_entropy_is_not_clear():
