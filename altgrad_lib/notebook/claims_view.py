@@ -64,6 +64,10 @@ def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
     }).reset_index(drop=True)
 
 
+def _nats(v: float) -> str:
+    return f"{v:.4f} nats" if np.isfinite(v) else "n/a"
+
+
 def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
     """"<level>: <verdict> (gap +0.0123 nats, Holm p 0.01, worse in 3/3; MDE 0.0040)": prose from one claims row."""
     r = table[table.level == level]
@@ -71,7 +75,7 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
     return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
-            f"MDE {r.mde_nats:.4f} nats, δ {r.delta_nats:.4f})")
+            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)})")
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "readable", "verdict_sentence"]
