@@ -210,3 +210,21 @@ def test_seed_gaps_against_the_own_seed_baseline():
     hp2 = f[(f.recipe == "hp") & ~f.freeze_blocks & (f.seed == 2)].final_val_loss.iloc[0]
     assert row.gap_nats == pytest.approx(0.054) and row.val_gap_pct == pytest.approx(100 * 0.054 / hp2)
     assert g[(g.recipe == "hp") & g.freeze_blocks].gap_nats.tolist() == pytest.approx([0.3] * 4)
+
+
+def test_a_consistent_paired_effect_is_resolved_where_the_overlap_rule_said_noise():
+    """Issue 16's case: a recipe worse in every seed by a little, on a seed-to-seed spread larger than the gap. Welch
+    and the old CI-overlap rule cannot see it; the paired test can, even after Holm over eight rows."""
+    hp = np.array([5.20, 5.26, 5.17])
+    rows = [{"recipe": "hp", "seed": s, "final_val_loss": v} for s, v in enumerate(hp)]
+    rows += [{"recipe": "hp", "freeze_blocks": True, "seed": s, "final_val_loss": v + 0.27} for s, v in enumerate(hp)]
+    rows += [{"recipe": "E2M1", "seed": s, "final_val_loss": v + g} for s, (v, g) in enumerate(zip(hp, [0.07, 0.075, 0.08]))]
+    for k in range(7):   # seven recipes equal to hp up to tiny noise: the rest of an eight-row Holm family
+        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": v + 0.001 * ((s + k) % 3 - 1)} for s, v in enumerate(hp)]
+    f = pd.DataFrame(rows).fillna({"freeze_blocks": False})
+    t = claims.claims_table(f, "recipe", "hp", positive_controls=["E2M1"]).set_index("level")
+    e = t.loc["E2M1"]
+    overlap = abs(e["mean"] - e.mean_baseline) <= 2 * 4.302652729911275 * hp.std(ddof=1) / math.sqrt(3)
+    assert overlap and e.p_welch > 0.05                    # what the old rule called "not distinguishable from noise"
+    assert e.p_holm < 0.05 and e.verdict == "worse" and e.positive_control == "resolved" and e.signs == "worse in 3/3"
+    assert len(t) == 8 and e.p_holm == pytest.approx(min(1.0, 8 * e.p_paired))   # the smallest p: Holm's m · p

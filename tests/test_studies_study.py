@@ -237,3 +237,19 @@ def test_levels_resolve_aliases_and_types():
         s.level("recipe", "E4M3")
     with pytest.raises(ValueError, match=r"'optimizer' is not an axis of study 't'; axes: \['recipe', 'lr'\]"):
         s.levels("optimizer")
+
+
+def test_cli_claims_output_starts_with_an_unresolved_positive_control(tmp_path, capsys):
+    from altgrad_lib.studies.claims import COLUMNS
+    from altgrad_lib.studies.cli import print_claims
+
+    d = yaml.safe_load(CI_STUDY.read_text())
+    d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
+    s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
+    noise = {0: 0.01, 1: -0.01}   # E2M1 no worse than hp: the positive control is not resolved
+    idx = _index(s, lambda c: 3.0 + 0.3 * c.freeze_blocks + 0.05 * c.seed + (c.recipe_name == "E2M1-XWdY") * noise[c.seed])
+    print_claims(s, idx)
+    out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert out[0].startswith("positive control E2M1-XWdY NOT resolved")
+    assert any(ln.startswith("claims: recipe vs hp (paired by seed, gaps in nats") for ln in out)
+    assert out[-1] == f"-> {s.claims_path}" and set(COLUMNS) <= set(pd.read_csv(s.claims_path).columns)
