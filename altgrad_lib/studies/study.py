@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -328,10 +327,9 @@ def _axis_value(cfg: TrainConfig, key: str) -> Any:
 
 
 def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    os.replace(tmp, path)  # readers (a notebook, a second shell) never see half an index
+    from altgrad_lib.io import write_csv
+
+    write_csv(path, pd.DataFrame(rows))  # atomic: readers (a notebook, a second shell) never see half an index
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
