@@ -132,23 +132,71 @@ def test_killed_study_resumes_and_completes_the_index(tmp_path):
     assert after.final_val_loss.notna().all()
 
 
+def _index(s, loss):
+    return pd.DataFrame([{"run": p.name, "recipe": p.config.recipe_name, "freeze_blocks": p.config.freeze_blocks,
+                          "seed": p.config.seed, "status": "completed", "final_val_loss": loss(p.config)}
+                         for p in s.expand()])
+
+
 def test_claims_from_the_study_index(tmp_path):
     s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))
-    rows = [{"run": p.name, "recipe": p.axes["recipe"], "seed": p.axes["seed"], "status": "completed",
-             "final_val_loss": 3.0 + (p.axes["recipe"] == "fp8_hybrid") + 0.01 * p.axes["seed"]} for p in s.expand()]
-    t = s.claims(pd.DataFrame(rows))
+    t = s.claims(_index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") * (1 + 0.01 * c.seed) + 0.01 * c.seed))
     assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
-    assert t["diff"].iloc[0] == pytest.approx(1.0)
+    assert t.gap_nats.iloc[0] == pytest.approx(1.005) and t.verdict.iloc[0] == "worse"
+    assert t.delta_nats.iloc[0] == 0.05    # no control in this study: the comparison states its delta
 
 
 def test_claims_accept_a_recipe_alias_for_the_baseline(tmp_path):
     # the index records canonical names (TrainConfig turns "bf16" into "hp"); a study file may still say bf16
-    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
-    rows = [{"run": f"{r}{k}", "recipe": r, "seed": k, "final_val_loss": 3.0 + (r == "fp8_hybrid") + 0.01 * k}
-            for r in ("hp", "fp8_hybrid") for k in (0, 1)]
-    t = s.claims(pd.DataFrame(rows))
+    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16", "delta": 0.1}]))
+    t = s.claims(_index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") + 0.01 * c.seed))
     assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
-    assert t["diff"].iloc[0] == pytest.approx(1.0)
+    assert t.gap_nats.iloc[0] == pytest.approx(1.0)
+
+
+def test_report_with_control_and_positive_control_writes_claims_csv(tmp_path):
+    """The ci study (with its control) plus a positive control: the window comes from the control, the report's first
+    line says the runs are a smoke test when hp sits above the unigram entropy, and claims.csv has every column."""
+    from altgrad_lib.studies.claims import COLUMNS
+
+    d = yaml.safe_load(CI_STUDY.read_text())
+    d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
+    s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
+    loss = {"hp": 5.0, "fp8_hybrid": 5.001, "E2M1-XWdY": 5.1}
+    idx = _index(s, lambda c: loss[c.recipe_name] + 0.3 * c.freeze_blocks + 0.05 * c.seed
+                 + 0.002 * c.seed * (c.recipe_name == "E2M1-XWdY"))
+    table, lines = s.report(idx, entropy=4.0)
+    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "unigram entropy 4.000" in lines[0]
+    assert lines[1].startswith("positive control E2M1-XWdY: resolved")
+    t = table.set_index("level")
+    assert t.window_nats.tolist() == pytest.approx([0.3, 0.3]) and t.delta_nats.tolist() == pytest.approx([0.03] * 2)
+    back = pd.read_csv(s.claims_path)
+    assert set(COLUMNS) <= set(back.columns) and sorted(back.level) == ["E2M1-XWdY", "fp8_hybrid"]
+    assert s.report(idx, entropy=9.0)[1][0].startswith("positive control E2M1-XWdY: resolved")   # below entropy
+
+
+E2M1 = {"name": "E2M1-XWdY", "layers": {"*": {"input": "E2M1", "weight": "E2M1", "grad_output": "E2M1"},
+                                         "lm_head": None}}
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"axes": {"recipe": [E2M1, {**E2M1, "layers": {"*": {"input": "E4M3"}}}], "seed": [0]}},
+     r"two different recipes are both named 'E2M1-XWdY': .*E2M1.* and .*E4M3"),
+    ({"axes": {"recipe": ["hp", {"name": "hp", "layers": {"*": {"input": "E4M3"}}}], "seed": [0]}},
+     "two different recipes are both named 'hp'"),
+    ({"positive_controls": ["E2M1"]}, r"positive_controls \['E2M1'\] are not recipe levels of the study"),
+    ({"points": []}, "needs `delta` \\(nats\\): the study has no frozen-blocks control"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "delta": -1}]}, "delta=-1 must be a positive number"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "dleta": 1}]}, r"unknown key\(s\) \['dleta'\]"),
+])
+def test_study_refusals_of_the_claims_keys(change, match):
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), **change})
+
+
+def test_same_recipe_twice_is_one_level():
+    d = yaml.safe_load(CI_STUDY.read_text())
+    Study.from_dict({**d, "axes": {"recipe": [E2M1, dict(E2M1), "bf16", "hp"], "seed": [0]}})   # same specs: fine
 
 
 def test_cli_dry_run_and_bad_file(tmp_path, capsys):
@@ -180,3 +228,28 @@ def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(t
     assert run_study(s, Counting(), resume=False, log=lambda m: None).reused.tolist() == [False, False]
     names = [p.name for p in s.expand()]
     assert seen == [names, [], names]
+
+
+def test_levels_resolve_aliases_and_types():
+    s = Study.from_dict({"name": "t", "axes": {"recipe": ["bf16", "fp8_hybrid"], "lr": [1e-3, 2e-3], "seed": [0]}})
+    assert s.level("recipe", "bf16") == "hp" and s.level("lr", 0.001) == 1e-3 and s.level("lr", "0.002") == 2e-3
+    with pytest.raises(ValueError, match=r"'E4M3' is not a level of recipe in study 't'; levels: \['hp', 'fp8_hybrid'\]"):
+        s.level("recipe", "E4M3")
+    with pytest.raises(ValueError, match=r"'optimizer' is not an axis of study 't'; axes: \['recipe', 'lr'\]"):
+        s.levels("optimizer")
+
+
+def test_cli_claims_output_starts_with_an_unresolved_positive_control(tmp_path, capsys):
+    from altgrad_lib.studies.claims import COLUMNS
+    from altgrad_lib.studies.cli import print_claims
+
+    d = yaml.safe_load(CI_STUDY.read_text())
+    d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
+    s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
+    noise = {0: 0.01, 1: -0.01}   # E2M1 no worse than hp: the positive control is not resolved
+    idx = _index(s, lambda c: 3.0 + 0.3 * c.freeze_blocks + 0.05 * c.seed + (c.recipe_name == "E2M1-XWdY") * noise[c.seed])
+    print_claims(s, idx)
+    out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert out[0].startswith("positive control E2M1-XWdY NOT resolved")
+    assert any(ln.startswith("claims: recipe vs hp (paired by seed, gaps in nats") for ln in out)
+    assert out[-1] == f"-> {s.claims_path}" and set(COLUMNS) <= set(pd.read_csv(s.claims_path).columns)

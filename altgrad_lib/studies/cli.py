@@ -53,13 +53,36 @@ def cmd_study(args: argparse.Namespace) -> int:
     counts = index.status.value_counts().to_dict()
     print("status: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if study.comparisons:
-        import pandas as pd
-
-        claims = study.claims(index)
-        keep = [c for c in claims.columns if c not in ("baseline", "diff_lo", "diff_hi", "t", "df", "n_nonfinite",
-                                                       "n_nonfinite_baseline", "comparison")]
-        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
-            for name, t in claims.groupby("comparison", sort=False):
-                print(f"\nclaims: {name} (mean ± 95 % CI over seeds, Welch p, Hedges' g)")
-                print(t[keep].to_string(index=False))
+        print_claims(study, index)
     return 1 if counts.get("failed") else 0
+
+
+CLAIM_COLUMNS = ("level", "n", "gap_nats", "gap_lo", "gap_hi", "gap_window", "p_paired", "p_holm", "p_perm", "signs",
+                 "p_welch", "delta_nats", "p_tost", "mde_nats", "control", "verdict")
+
+
+def print_claims(study, index) -> None:
+    """The claims output of a study: its first lines (an unresolved positive control, a smoke-test warning), the rules
+    with δ and the MDE, then one table per comparison; claims.csv is written next to study.csv."""
+    import pandas as pd
+
+    from altgrad_lib.studies.claims import ALPHA
+
+    try:
+        entropy = study.eval_entropy()
+    except (OSError, ValueError, RuntimeError) as e:   # the corpus could not be read: the check says so
+        print(f"note: unigram entropy of the evaluation tokens unavailable ({e})")
+        entropy = None
+    claims, lines = study.report(index, entropy)
+    print()
+    for line in lines:
+        print(line)
+    by = [c for c in claims.columns if c not in (*CLAIM_COLUMNS, "comparison", "baseline", "seeds", "mean",
+                                                 "mean_baseline", "window_nats", "sd_nats", "n_nonfinite",
+                                                 "positive_control", study.comparisons[0]["axis"])]
+    with pd.option_context("display.width", 250, "display.max_columns", 40, "display.precision", 4):
+        for name, t in claims.groupby("comparison", sort=False):
+            print(f"\nclaims: {name} (paired by seed, gaps in nats; α = {ALPHA}; window "
+                  f"{t.window_nats.iloc[0]:.4f} nats)")
+            print(t[[*by, *CLAIM_COLUMNS]].to_string(index=False))
+    print(f"\n-> {study.claims_path}")
