@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import yaml
 
-from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
@@ -56,6 +56,11 @@ class StudyPoint:
     name: str
     axes: dict[str, Any]
     config: TrainConfig
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type (so 1 and True, both YAML values, are different axis values)."""
+    return type(a) is type(b) and a == b
 
 
 def _slug(v: Any) -> str:
@@ -107,6 +112,9 @@ class Study:
                 raise ValueError(f"study axis {k!r} is not a TrainConfig key; valid keys: {valid}")
             if not isinstance(vals, (list, tuple)) or not vals:
                 raise ValueError(f"study axis {k!r} needs a non-empty list of values, got {vals!r}")
+            twice = [v for i, v in enumerate(vals) if any(_same(v, w) for w in vals[:i])]
+            if twice:
+                raise ValueError(f"study axis {k!r} lists {twice[0]!r} twice; list each value once")
         for p in self.points:
             bad = sorted(set(p) - set(valid)) if isinstance(p, Mapping) else [repr(p)]
             if bad:
@@ -117,6 +125,37 @@ class Study:
         if not self.axes and not self.points:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
+        if self.comparisons:              # checked now, not after every run trained
+            self._check_comparisons()
+
+    def _check_comparisons(self) -> None:
+        """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
+        index will record them: canonical recipe names); its `by` columns are index columns."""
+        cols = [c for c in self.axis_columns() if c != "seed"]
+        points = self.expand()
+        for c in self.comparisons:
+            axis = c["axis"]
+            if axis not in cols:
+                raise ValueError(f"study comparison {dict(c)}: the study does not vary {axis!r}; valid axes: {cols}")
+            levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
+                                        for p in points))    # as run_points writes the index
+            if self.level(axis, c["baseline"]) not in levels:
+                raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
+                                 f"{axis!r}{did_you_mean(c['baseline'], [str(v) for v in levels])}; valid levels: "
+                                 f"{levels}")
+            bad = [b for b in (c.get("by") or ()) if b not in self.axis_columns()]
+            if bad:
+                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: "
+                                 f"{self.axis_columns()}")
+
+    def level(self, axis: str, value: Any) -> Any:
+        """A value of `axis` as the index records it (a recipe under its canonical name: 'bf16' -> 'hp')."""
+        if axis not in TrainConfig.keys():
+            return value
+        try:
+            return _axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
+        except ValueError:
+            return value   # not a valid value: it matches no level, and the caller says so
 
     # -- construction
     @classmethod
@@ -167,14 +206,31 @@ class Study:
         return cols if "seed" in cols else [*cols, "seed"]
 
     def expand(self) -> list[StudyPoint]:
-        """Product points (axes order), then explicit points; duplicates (same run name) kept once."""
+        """Product points (axes order), then explicit points; an explicit point that repeats a run (same run name)
+        is kept once, two axis values that are one config (aliases: 'bf16' and 'hp') are an error."""
         combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
         out: dict[str, StudyPoint] = {}
-        for axes in [*combos, *[dict(p) for p in self.points]]:
+        for i, axes in enumerate([*combos, *[dict(p) for p in self.points]]):
             cfg = TrainConfig.from_dict({**self.base, **axes})
             name = run_name(axes, cfg)
+            if i < len(combos) and name in out:
+                raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name}: a value is "
+                                 f"listed twice under two spellings; list each value once")
             out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
         return list(out.values())
+
+    def check(self) -> list[StudyPoint]:
+        """The expanded points, each checked by training.preflight.check_settings (recipe x backend, tokenizer,
+        the optimizer built as the run builds it): a bad point fails here, before any run trains."""
+        from altgrad_lib.training.preflight import check_settings
+
+        points = self.expand()
+        for p in points:
+            try:
+                check_settings(p.config)
+            except ValueError as e:
+                raise type(e)(f"study point {p.axes}: {e}") from e
+        return points
 
     def short_str(self) -> str:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
@@ -196,7 +252,7 @@ class Study:
         tables = []
         for c in self.comparisons:
             by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-            base = RECIPE_ALIASES.get(c["baseline"], c["baseline"]) if c["axis"] == "recipe" else c["baseline"]
+            base = self.level(c["axis"], c["baseline"])
             t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"))
             tables.append(t.assign(comparison=f"{c['axis']} vs {base}"))
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
@@ -232,7 +288,7 @@ def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
     """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index."""
-    run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
+    run_points(study.check(), study.axis_columns(), study.index_path, executor, resume, log,
                title=study.short_str(), name=study.name)
     return study.results()
 
