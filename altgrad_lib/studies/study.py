@@ -136,7 +136,8 @@ class Study:
         for c in self.comparisons:
             axis = c["axis"]
             if axis not in cols:
-                raise ValueError(f"study comparison {dict(c)}: the study does not vary {axis!r}; valid axes: {cols}")
+                raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
+                                 f"are the replicates); valid axes: {cols}")
             levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
                                         for p in points))    # as run_points writes the index
             if self.level(axis, c["baseline"]) not in levels:
