@@ -41,6 +41,7 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
+from altgrad_lib.errors import ConfigError, one_line
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
@@ -215,8 +216,8 @@ class Study:
             cfg = TrainConfig.from_dict({**self.base, **axes})
             name = run_name(axes, cfg)
             if i < len(combos) and name in out:
-                raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name}: a value is "
-                                 f"listed twice under two spellings; list each value once")
+                raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name} (one value under "
+                                 f"two spellings, or a key that does not change the run); list each value once")
             out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
         return list(out.values())
 
@@ -230,7 +231,7 @@ class Study:
             try:
                 check_settings(p.config)
             except ValueError as e:
-                raise type(e)(f"study point {p.axes}: {e}") from e
+                raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
         return points
 
     def short_str(self) -> str:
