@@ -135,6 +135,19 @@ def test_every_point_is_checked_before_any_run_trains(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "study").exists()
 
 
+def test_train_variants_checks_every_variant_before_any_trains(tmp_path, monkeypatch):
+    # the notebooks' path (study.train_variants -> run_points) gets the same check as a study
+    from altgrad_lib.studies.study import train_variants
+
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outputs"))
+    cfg = TrainConfig.from_dict({**tiny_study_dict(tmp_path)["config"], "max_steps": 2})
+    bad = {"optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}}
+    with pytest.raises(ValueError, match=r"study point \{'label': 'bad', 'seed': 0\}: .*optim.weight_fmt='E8M0FNU'.*"
+                                         r"no sign bit"):
+        train_variants(cfg, {"ok": {}, "bad": bad}, seeds=[0], study="variants_check")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "outputs").exists()
+
+
 # ------------------------------------------------------------------------------------------ running
 
 def test_failing_and_diverging_runs_do_not_stop_the_others(tmp_path):

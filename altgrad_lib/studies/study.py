@@ -222,17 +222,8 @@ class Study:
         return list(out.values())
 
     def check(self) -> list[StudyPoint]:
-        """The expanded points, each checked by training.preflight.check_settings (recipe x backend, tokenizer,
-        the optimizer built as the run builds it): a bad point fails here, before any run trains."""
-        from altgrad_lib.training.preflight import check_settings
-
-        points = self.expand()
-        for p in points:
-            try:
-                check_settings(p.config)
-            except ValueError as e:
-                raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
-        return points
+        """The expanded points, each checked by `check_points` (what `--dry-run` prints)."""
+        return check_points(self.expand())
 
     def short_str(self) -> str:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
@@ -288,9 +279,22 @@ def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)  # readers (a notebook, a second shell) never see half an index
 
 
+def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
+    """Each point's settings checked by training.preflight.check_settings (recipe x backend, tokenizer, the
+    optimizer built as the run builds it): a bad point fails here in one line, before any run trains."""
+    from altgrad_lib.training.preflight import check_settings
+
+    for p in points:
+        try:
+            check_settings(p.config)
+        except ValueError as e:
+            raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
+    return points
+
+
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
     """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index."""
-    run_points(study.check(), study.axis_columns(), study.index_path, executor, resume, log,
+    run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
                title=study.short_str(), name=study.name)
     return study.results()
 
@@ -307,6 +311,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
     from altgrad_lib.studies.executors import LocalExecutor, auto_executor
 
+    check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
     rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
