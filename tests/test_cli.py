@@ -237,7 +237,8 @@ OPTIM_CASES = [   # issue 17, findings 3 and 5: each passed --print-config and -
     (["-p", "optimizer=grid_adamw", "-p", "optim={storage: grid_sr}"], ["no trainable weight has a format", "'hp'"]),
     (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E4M33}"], ["E4M33", "valid built-ins"]),
     (["-p", "optimizer=grid_adamw", "-p", "optim={state_m: E9M9}"], ["E9M9", "valid built-ins"]),
-    (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E8M0FNU}"], ["optim.weight_fmt='E8M0FNU'", "no sign bit"]),
+    (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E8M0FNU}"],
+     ["optim.weight_fmt='E8M0FNU'", "no sign bit"]),
     (["-p", "recipe=fmt:E8M0FNU"], ["LayerSpec.input", "E8M0FNU", "no sign bit"]),
 ]
 
@@ -260,8 +261,8 @@ def test_optimizer_and_format_mistakes_fail_print_config_and_train_in_one_line(t
 
 def test_study_dry_run_checks_every_point_in_a_real_process(tmp_path):
     study = tmp_path / "s.yaml"
-    study.write_text(yaml.safe_dump({"name": "s", "config": {"out_dir": str(tmp_path / "runs"),
-                                                             "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}},
+    config = {"out_dir": str(tmp_path / "runs"), "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}}
+    study.write_text(yaml.safe_dump({"name": "s", "config": config,
                                      "axes": {"recipe": ["fp8_hybrid", "hp"], "seed": [0]}}))
     p = _cli("study", "-f", str(study), "--dry-run", "--out", str(tmp_path / "study"))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr

@@ -100,7 +100,8 @@ def test_a_bad_recipe_fails_when_the_study_expands(tmp_path, axes, match):
 @pytest.mark.parametrize("comparison, match", [
     ({"axis": "recipe", "baseline": "fp8_hybird"},
      r"baseline 'fp8_hybird' is not a level of 'recipe'; did you mean 'fp8_hybrid'\?; valid levels: \['hp', 'fp8"),
-    ({"axis": "lr", "baseline": 1e-3}, r"'lr' is not an axis this study compares \(seeds are the replicates\); valid axes: \['recipe'\]"),
+    ({"axis": "lr", "baseline": 1e-3},
+     r"'lr' is not an axis this study compares \(seeds are the replicates\); valid axes: \['recipe'\]"),
     ({"axis": "seed", "baseline": 0}, r"'seed' is not an axis this study compares"),
     ({"axis": "recipe", "baseline": "hp", "by": ["lr"]}, r"'by' \['lr'\] not index column"),
 ])

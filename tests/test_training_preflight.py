@@ -129,7 +129,8 @@ def test_model_check_leaves_the_global_rng_alone():
 
 
 @pytest.mark.parametrize("change, needles", [
-    (dict(optim={"storage": "grid_sr"}), ["optim.storage='grid_sr'", "no trainable weight has a format", "recipe 'hp'"]),
+    (dict(optim={"storage": "grid_sr"}),
+     ["optim.storage='grid_sr'", "no trainable weight has a format", "recipe 'hp'"]),
     (dict(optim={"storage": "grid_sr"}, recipe="fp8_hybrid", freeze_blocks=True),
      ["no trainable weight has a format", "freeze_blocks=True"]),
     (dict(optim={"state_m": "E9M9"}), ["TrainConfig.optimizer='grid_adamw'", "format 'E9M9'", "valid built-ins"]),

@@ -124,7 +124,6 @@ class OptimConfig:
         return "/".join(bits)
 
 
-
 def canonical_optim(optim: Mapping[str, Any]) -> dict[str, Any]:
     """`optim` with weight_fmt under its canonical format name ('e4m3fn' -> 'E4M3'; an unknown name raises
     get_format's error), so aliases of one format give one run identity; a canonical spelling is unchanged.

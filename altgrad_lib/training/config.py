@@ -1,6 +1,7 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
-Kept free of torch so `altgrad train --help` and config parsing are instant; `altgrad_lib.training.loop` re-exports it.
+Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
+format, is checked by the torch-based parsers, imported only then); `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
 """
 from __future__ import annotations
