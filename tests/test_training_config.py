@@ -202,6 +202,10 @@ def test_diagnostics_off_survives_yaml(tmp_path):
     p.write_text("diagnostics: off\n")
     assert TrainConfig.from_yaml(p).diagnostics == "off"
     assert TrainConfig.from_yaml(None, ["diagnostics=cheap"]).diagnostics == "cheap"
+    dotted = TrainConfig.from_yaml(None, ["diagnostics.preset=off", "diagnostics.interval=5"])
+    assert dotted.diagnostics["preset"] == "off"
+    assert TrainConfig.from_yaml(p, ["diagnostics.interval=5"]).diagnostics == \
+        TrainConfig.from_yaml(None, ["diagnostics.interval=5"]).diagnostics        # `off` in the file, then a field
     assert TrainConfig.from_yaml(None, ["diagnostics=off"]) == TrainConfig(diagnostics="off")
 
 

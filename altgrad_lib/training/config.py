@@ -122,6 +122,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.diagnostics is False:   # YAML 1.1 reads `-p diagnostics=off` as False
             object.__setattr__(self, "diagnostics", "off")
+        elif isinstance(self.diagnostics, Mapping) and self.diagnostics.get("preset") is False:   # .preset=off
+            object.__setattr__(self, "diagnostics", {**self.diagnostics, "preset": "off"})
         hints = _field_types()
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
@@ -310,7 +312,7 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
 
 
 # dict-valued fields that accept dotted keys ("diagnostics.interval": 25); how a string value becomes a dict
-_DOTTED_BASE = {"diagnostics": lambda v: {} if v == "off" else {"preset": v},
+_DOTTED_BASE = {"diagnostics": lambda v: {} if v == "off" or v is False else {"preset": v},
                 "recipe": lambda v: {"recipe": v}}
 
 
