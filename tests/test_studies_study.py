@@ -83,16 +83,86 @@ def test_bad_study_files_fail_with_one_line(d, match):
         Study.from_dict(d)
 
 
+@pytest.mark.parametrize("axes, match", [
+    ({"recipe": ["hp", "fp8_hybird"]}, r"TrainConfig.recipe='fp8_hybird'.*did you mean 'fp8_hybrid'\?; valid choices"),
+    ({"recipe": ["hp", "fmt:E9M9"]}, r"TrainConfig.recipe='fmt:E9M9': format 'E9M9'.*valid built-ins: E4M3"),
+    ({"recipe": ["hp", {"name": "x", "layers": {"mlp": {"input": "E4M3"}}}]},
+     r"unknown layer class 'mlp'; valid: \('\*', 'attn_qkv'"),
+])
+def test_a_bad_recipe_fails_when_the_study_expands(tmp_path, axes, match):
+    # issue 15, defect 2: the recipe was the one setting TrainConfig did not check; a typo became a failed row
+    d = tiny_study_dict(tmp_path, axes={**axes, "seed": [0]})
+    with pytest.raises(ValueError, match=match) as ei:
+        Study.from_dict(d).expand()
+    assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("comparison, match", [
+    ({"axis": "recipe", "baseline": "fp8_hybird"},
+     r"baseline 'fp8_hybird' is not a level of 'recipe'; did you mean 'fp8_hybrid'\?; valid levels: \['hp', 'fp8"),
+    ({"axis": "lr", "baseline": 1e-3},
+     r"'lr' is not an axis this study compares \(seeds are the replicates\); valid axes: \['recipe'\]"),
+    ({"axis": "seed", "baseline": 0}, r"'seed' is not an axis this study compares"),
+    ({"axis": "recipe", "baseline": "hp", "by": ["lr"]}, r"'by' \['lr'\] not index column"),
+])
+def test_comparisons_are_checked_when_the_study_loads(tmp_path, comparison, match):
+    # issue 17, finding 4: a bad baseline gave a traceback after every run trained; a foreign axis was accepted
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict(tiny_study_dict(tmp_path, comparisons=[comparison]))
+    ok = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
+    assert ok.level("recipe", "bf16") == "hp"        # an alias names the canonical level, as claims() reads it
+
+
+@pytest.mark.parametrize("axes, match", [
+    ({"recipe": ["hp", "fp8_hybrid", "hp"]}, r"study axis 'recipe' lists 'hp' twice; list each value once"),
+    ({"seed": [0, 1, 0]}, r"study axis 'seed' lists 0 twice"),
+    ({"recipe": ["bf16", "hp"]}, r"'recipe': 'bf16'\} and \{.*'recipe': 'hp'\} are the same run hp-s0-"),
+    ({"recipe": ["fmt:E4M3", "fmt:e4m3fn"]}, r"are the same run fmt_E4M3-s0-"),
+])
+def test_duplicate_axis_values_are_an_error(tmp_path, axes, match):
+    # issue 17, finding 11: they were silently deduplicated
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict(tiny_study_dict(tmp_path, axes={"seed": [0], **axes}, comparisons=[])).expand()
+
+
+def test_every_point_is_checked_before_any_run_trains(tmp_path):
+    # issue 17, finding 3: bad optimizer settings passed --dry-run and left a run directory behind a traceback
+    d = tiny_study_dict(tmp_path, axes={"recipe": ["hp", "fp8_hybrid"], "seed": [0]})
+    d["config"] = {**d["config"], "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}}   # hp: no weight grid
+    s = Study.from_dict(d, out_dir=str(tmp_path / "study"))
+    with pytest.raises(ValueError, match=r"study point \{'recipe': 'hp', 'seed': 0\}: .*no trainable weight has a "
+                                         r"format \(recipe 'hp' quantizes no weight\)"):
+        run_study(s, log=lambda *a: None)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "study").exists()
+
+
+def test_train_variants_checks_every_variant_before_any_trains(tmp_path, monkeypatch):
+    # the notebooks' path (study.train_variants -> run_points) gets the same check as a study
+    from altgrad_lib.studies.study import train_variants
+
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outputs"))
+    cfg = TrainConfig.from_dict({**tiny_study_dict(tmp_path)["config"], "max_steps": 2})
+    bad = {"optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}}
+    with pytest.raises(ValueError, match=r"study point \{'label': 'bad', 'seed': 0\}: .*optim.weight_fmt='E8M0FNU'.*"
+                                         r"no sign bit"):
+        train_variants(cfg, {"ok": {}, "bad": bad}, seeds=[0], study="variants_check")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "outputs").exists()
+
+
 # ------------------------------------------------------------------------------------------ running
 
 def test_failing_and_diverging_runs_do_not_stop_the_others(tmp_path):
-    d = tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16", "no_such_recipe"], "seed": [0]},
-                        points=[{"lr": 1e30, "min_lr": 0.0, "seed": 0}])   # lr 1e30: overflows at step 2
+    # a corpus path is found missing only where the run builds its corpus (in the worker): a failed row, not a stop
+    missing = str(tmp_path / "no_such_corpus.txt")
+    d = tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16"], "seed": [0]},
+                        points=[{"lr": 1e30, "min_lr": 0.0, "seed": 0},    # lr 1e30: overflows at step 2
+                                {"corpus": missing, "seed": 0}])
     s = Study.from_dict(d, out_dir=str(tmp_path / "study"))
     logs = []
-    idx = run_study(s, log=logs.append).set_index("recipe")
-    assert idx.loc["no_such_recipe", "status"] == "failed"
-    assert "unknown recipe 'no_such_recipe'" in idx.loc["no_such_recipe", "error"]   # one-line ConfigError
+    idx = run_study(s, log=logs.append)
+    bad = idx[idx.status == "failed"]
+    assert len(bad) == 1 and bad.corpus.iloc[0] == missing
+    assert "TrainConfig.corpus" in bad.error.iloc[0] and missing in bad.error.iloc[0]   # one-line ConfigError
     ok = idx[idx.status == "completed"]
     assert len(ok) == 1 and math.isfinite(ok.final_val_loss.iloc[0]) and ok.lr.iloc[0] == pytest.approx(3e-3)
     div = idx[idx.status == "diverged"]

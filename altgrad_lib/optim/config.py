@@ -123,3 +123,14 @@ class OptimConfig:
             bits.append(f"m{self.state_m or 'fp32'}v{self.state_v or 'fp32'}")
         return "/".join(bits)
 
+
+def canonical_optim(optim: Mapping[str, Any]) -> dict[str, Any]:
+    """`optim` with weight_fmt under its canonical format name ('e4m3fn' -> 'E4M3'; an unknown name raises
+    get_format's error), so aliases of one format give one run identity; a canonical spelling is unchanged.
+    state_m / state_v are left as written."""
+    out = dict(optim)
+    if isinstance(out.get("weight_fmt"), str):
+        from altgrad_lib.numerics.formats import get_format   # imports torch: only when a format is named
+
+        out["weight_fmt"] = get_format(out["weight_fmt"]).name
+    return out

@@ -10,7 +10,9 @@ E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -18,7 +20,9 @@ from typing import Any, Mapping
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES, RECIPES  # noqa: E402,F401  (RECIPES re-exported)
+from altgrad_lib.choices import (BACKENDS, NAMED_RECIPES, RECIPE_ALIASES, RECIPES,  # noqa: E402,F401
+                                 did_you_mean)                                          # (RECIPES re-exported)
+from altgrad_lib.numerics.formats import get_format  # noqa: E402
 ROLES = ("input", "weight", "grad_output")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
@@ -77,7 +81,13 @@ class LayerSpec:
 
     def __post_init__(self) -> None:
         for role in ROLES:
-            object.__setattr__(self, role, _spec_from(getattr(self, role), f"LayerSpec.{role}"))
+            spec = _spec_from(getattr(self, role), f"LayerSpec.{role}")
+            if spec is not None and not spec.fmt.signed:
+                # X, W and dY hold negative values: an unsigned format turns them into NaN (formats.py) at step 0.
+                # Unsigned E8M0FNU is the MX *block-scale* format (numerics/scaling.py), never an operand's.
+                raise ValueError(f"LayerSpec.{role}: format {spec.fmt.name} has no sign bit, but the {role} tensor "
+                                 f"holds negative values; use a signed format (e.g. E4M3, E5M2)")
+            object.__setattr__(self, role, spec)
 
     @property
     def is_quantized(self) -> bool:
@@ -195,12 +205,11 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
         elif name == "fp8_e4m3":
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
         elif name.lower().startswith("fmt:"):
-            parts = name.split(":")
-            if len(parts) not in (2, 3) or not parts[1]:
-                raise ValueError(f"recipe {name!r}: expected 'fmt:<FMT>' or 'fmt:<FMT>:<GRAD_FMT>', e.g. 'fmt:E3M4'")
-            layers = _hybrid(parts[1], parts[2] if len(parts) == 3 else "E5M2", lm_head=False)
+            xw, grad = _fmt_recipe_parts(name)
+            layers = _hybrid(xw, grad or "E5M2", lm_head=False)
         else:
-            raise ValueError(f"unknown recipe {name!r}; valid choices: {RECIPES} or a per-layer dict")
+            raise ValueError(f"unknown recipe {name!r}{did_you_mean(name, NAMED_RECIPES)}; valid choices: {RECIPES} "
+                             f"or a per-layer dict")
         policy = QuantPolicy(name=name, layers=layers)
     else:
         raise TypeError(f"get_policy: expected a recipe name, dict or QuantPolicy, got {name_or_dict!r}")
@@ -208,6 +217,40 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
         policy = dataclasses.replace(policy, backend=backend or policy.backend,
                                      seed=policy.seed if seed is None else seed)
     return policy
+
+
+def _fmt_recipe_parts(name: str) -> tuple[str, str | None]:
+    """'fmt:E3M4' -> ('E3M4', None); 'fmt:E3M4:E4M3' -> ('E3M4', 'E4M3')."""
+    parts = name.split(":")
+    if len(parts) not in (2, 3) or not all(parts[1:]):
+        raise ValueError(f"recipe {name!r}: expected 'fmt:<FMT>' or 'fmt:<FMT>:<GRAD_FMT>', e.g. 'fmt:E3M4'")
+    return parts[1], parts[2] if len(parts) == 3 else None
+
+
+def canonical_recipe(recipe: str | Mapping) -> str | dict:
+    """The recipe checked by `get_policy` (so a typo or a bad format fails here, with get_policy's message) and
+    spelled canonically, so that aliases of one format give one run identity: 'fmt:e4m3fn' -> 'fmt:E4M3', 'bf16'
+    -> 'hp', and in a dict every format name (and a base 'recipe') likewise. A spelling already canonical is
+    returned unchanged, so existing config hashes stay."""
+    with warnings.catch_warnings():     # get_format's "E8M0 resolves to E8M0FNU" note: the canonical name says it
+        warnings.simplefilter("ignore", UserWarning)
+        get_policy(recipe)
+        if isinstance(recipe, str):
+            name = RECIPE_ALIASES.get(recipe.strip(), recipe.strip())
+            if not name.lower().startswith("fmt:"):
+                return name
+            return ":".join(["fmt", *(get_format(f).name for f in _fmt_recipe_parts(name) if f is not None)])
+        out = copy.deepcopy(dict(recipe))
+        if isinstance(out.get("recipe"), str):
+            out["recipe"] = canonical_recipe(out["recipe"])
+        for spec in (out.get("layers") or {}).values():
+            for role in ROLES if isinstance(spec, dict) else ():
+                v = spec.get(role)
+                if isinstance(v, str):
+                    spec[role] = get_format(v).name
+                elif isinstance(v, dict) and isinstance(v.get("fmt"), str):
+                    v["fmt"] = get_format(v["fmt"]).name
+        return out
 
 
 # ----------------------------------------------------------------------------- simulated quantized linear

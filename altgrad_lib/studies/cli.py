@@ -30,12 +30,18 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    from altgrad_lib.errors import one_line
     from altgrad_lib.studies.executors import ExecutorError, get_executor
     from altgrad_lib.studies.study import Study, run_study
 
     try:
+        if args.workers < 0:
+            raise ValueError(f"--workers={args.workers} is invalid; valid: 0 (auto: on CPU one worker per core for "
+                             f"the runs still to train, on a GPU one) or N >= 1")
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads={args.threads} is invalid; valid: N >= 1 (default: cores // workers)")
         study = Study.from_yaml(args.file, out_dir=args.out)
-        points = study.expand()
+        points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains
         if args.dry_run:
             print(study.short_str())
             for p in points:
@@ -48,7 +54,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                                     cpus_per_job=args.cpus_per_run, gpus_per_job=args.gpus_per_run)
         index = run_study(study, executor, resume=not args.no_resume)
     except (ValueError, TypeError, FileNotFoundError, ExecutorError) as e:
-        print(f"altgrad study: error: {e}", file=sys.stderr)
+        print(f"altgrad study: error: {one_line(e)}", file=sys.stderr)
         return 2
     counts = index.status.value_counts().to_dict()
     print("status: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))

@@ -40,7 +40,8 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import yaml
 
-from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
+from altgrad_lib.errors import ConfigError, one_line
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
@@ -58,6 +59,11 @@ class StudyPoint:
     name: str
     axes: dict[str, Any]
     config: TrainConfig
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type (so 1 and True, both YAML values, are different axis values)."""
+    return type(a) is type(b) and a == b
 
 
 def _slug(v: Any) -> str:
@@ -110,6 +116,9 @@ class Study:
                 raise ValueError(f"study axis {k!r} is not a TrainConfig key; valid keys: {valid}")
             if not isinstance(vals, (list, tuple)) or not vals:
                 raise ValueError(f"study axis {k!r} needs a non-empty list of values, got {vals!r}")
+            twice = [v for i, v in enumerate(vals) if any(_same(v, w) for w in vals[:i])]
+            if twice:
+                raise ValueError(f"study axis {k!r} lists {twice[0]!r} twice; list each value once")
         for p in self.points:
             bad = sorted(set(p) - set(valid)) if isinstance(p, Mapping) else [repr(p)]
             if bad:
@@ -139,6 +148,39 @@ class Study:
             if "delta" not in c and not controls:
                 raise ValueError(f"study comparison {dict(c)!r} needs `delta` (nats): the study has no frozen-blocks "
                                  "control (a point with freeze_blocks: true) to derive it from (10 % of the window)")
+        if self.comparisons:              # checked now, not after every run trained
+            self._check_comparisons()
+
+    def _check_comparisons(self) -> None:
+        """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
+        index will record them: canonical recipe names); its `by` columns are index columns."""
+        cols = [c for c in self.axis_columns() if c != "seed"]
+        points = self.expand()
+        for c in self.comparisons:
+            axis = c["axis"]
+            if axis not in cols:
+                raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
+                                 f"are the replicates); valid axes: {cols}")
+            levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
+                                        for p in points))    # as run_points writes the index
+            if self._as_recorded(axis, c["baseline"]) not in levels:
+                raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
+                                 f"{axis!r}{did_you_mean(c['baseline'], [str(v) for v in levels])}; valid levels: "
+                                 f"{levels}")
+            bad = [b for b in (c.get("by") or ()) if b not in self.axis_columns()]
+            if bad:
+                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: "
+                                 f"{self.axis_columns()}")
+
+    def _as_recorded(self, axis: str, value: Any) -> Any:
+        """A value of `axis` as the index records it (a recipe under its canonical name: 'bf16' -> 'hp'), or the
+        value itself when it is not valid (then it matches no level and the caller says so; `level` raises)."""
+        if axis not in TrainConfig.keys():
+            return value
+        try:
+            return _axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
+        except ValueError:
+            return value   # not a valid value: it matches no level, and the caller says so
 
     # -- construction
     @classmethod
@@ -192,14 +234,22 @@ class Study:
         return cols if "seed" in cols else [*cols, "seed"]
 
     def expand(self) -> list[StudyPoint]:
-        """Product points (axes order), then explicit points; duplicates (same run name) kept once."""
+        """Product points (axes order), then explicit points; an explicit point that repeats a run (same run name)
+        is kept once, two axis values that are one config (aliases: 'bf16' and 'hp') are an error."""
         combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
         out: dict[str, StudyPoint] = {}
-        for axes in [*combos, *[dict(p) for p in self.points]]:
+        for i, axes in enumerate([*combos, *[dict(p) for p in self.points]]):
             cfg = TrainConfig.from_dict({**self.base, **axes})
             name = run_name(axes, cfg)
+            if i < len(combos) and name in out:
+                raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name} (one value under "
+                                 f"two spellings, or a key that does not change the run); list each value once")
             out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
         return list(out.values())
+
+    def check(self) -> list[StudyPoint]:
+        """The expanded points, each checked by `check_points` (what `--dry-run` prints)."""
+        return check_points(self.expand())
 
     def short_str(self) -> str:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
@@ -247,7 +297,7 @@ class Study:
         tables = []
         for c in self.comparisons:
             by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-            base = self._baseline(c)
+            base = self.level(c["axis"], c["baseline"])
             t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"),
                              delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
                              else (), comparison=f"{c['axis']} vs {base}")
@@ -262,7 +312,7 @@ class Study:
             return pd.DataFrame(), False, "the study has no comparisons"
         c = self.comparisons[0]
         frame = self._canonical(self.results() if frame is None else frame)
-        return control_check(frame, c["axis"], self._baseline(c), c.get("value", "final_val_loss"), entropy=entropy)
+        return control_check(frame, c["axis"], self.level(c["axis"], c["baseline"]), c.get("value", "final_val_loss"), entropy=entropy)
 
     def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
@@ -281,10 +331,6 @@ class Study:
     def _canonical(self, frame: pd.DataFrame) -> pd.DataFrame:
         # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
         return frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES)) if "recipe" in frame else frame
-
-    @staticmethod
-    def _baseline(c: Mapping[str, Any]) -> Any:
-        return RECIPE_ALIASES.get(c["baseline"], c["baseline"]) if c["axis"] == "recipe" else c["baseline"]
 
 
 def _recipe_names(*groups: Any) -> list[str]:
@@ -332,6 +378,19 @@ def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
     write_csv(path, pd.DataFrame(rows))  # atomic: readers (a notebook, a second shell) never see half an index
 
 
+def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
+    """Each point's settings checked by training.preflight.check_settings (recipe x backend, tokenizer, the
+    optimizer built as the run builds it): a bad point fails here in one line, before any run trains."""
+    from altgrad_lib.training.preflight import check_settings
+
+    for p in points:
+        try:
+            check_settings(p.config)
+        except ValueError as e:
+            raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
+    return points
+
+
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
     """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index."""
     run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
@@ -351,6 +410,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
     from altgrad_lib.studies.executors import LocalExecutor, auto_executor
 
+    check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
     rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
