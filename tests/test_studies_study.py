@@ -109,7 +109,7 @@ def test_comparisons_are_checked_when_the_study_loads(tmp_path, comparison, matc
     # issue 17, finding 4: a bad baseline gave a traceback after every run trained; a foreign axis was accepted
     with pytest.raises(ValueError, match=match):
         Study.from_dict(tiny_study_dict(tmp_path, comparisons=[comparison]))
-    ok = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
+    ok = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16", "delta": 0.05}]))
     assert ok.level("recipe", "bf16") == "hp"        # an alias names the canonical level, as claims() reads it
 
 
@@ -266,7 +266,9 @@ def test_study_refusals_of_the_claims_keys(change, match):
 
 def test_same_recipe_twice_is_one_level():
     d = yaml.safe_load(CI_STUDY.read_text())
-    Study.from_dict({**d, "axes": {"recipe": [E2M1, dict(E2M1), "bf16", "hp"], "seed": [0]}})   # same specs: fine
+    # the same spec under the same name in an axis and in a point is one level (listing it twice in one axis is a
+    # duplicate, refused by test_duplicate_axis_values_are_an_error)
+    Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]}, "points": [{"recipe": dict(E2M1), "seed": 1}]})
 
 
 def test_cli_dry_run_and_bad_file(tmp_path, capsys):

@@ -135,6 +135,8 @@ class Study:
         if not self.axes and not self.points:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
+        if self.comparisons:              # checked now, not after every run trained
+            self._check_comparisons()
         names = _recipe_names(self.axes.get("recipe", ()), [p.get("recipe") for p in self.points if "recipe" in p],
                               self.base.get("recipe", "hp"))
         unknown = [pc for pc in self.positive_controls if pc not in names]
@@ -148,8 +150,6 @@ class Study:
             if "delta" not in c and not controls:
                 raise ValueError(f"study comparison {dict(c)!r} needs `delta` (nats): the study has no frozen-blocks "
                                  "control (a point with freeze_blocks: true) to derive it from (10 % of the window)")
-        if self.comparisons:              # checked now, not after every run trained
-            self._check_comparisons()
 
     def _check_comparisons(self) -> None:
         """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
