@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from altgrad_lib.block_scaling import BlockScaling
+from altgrad_lib.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
@@ -79,10 +81,23 @@ class LayerSpec:
     input: QuantSpec | None = None        # X, forward (and saved for dW)
     weight: QuantSpec | None = None       # W, forward (and reused for dX)
     grad_output: QuantSpec | None = None  # dY, quantized once before dX = dY·W and dW = dYᵀ·X
+    # GEMM-faithful path (gemm_quant.py): per-GEMM switches; None = the classic path above, unless a role uses
+    # a block kind (nvfp4 / mx), which always takes the GEMM-faithful path with default GemmOptions
+    gemm: GemmOptions | None = None
 
     def __post_init__(self) -> None:
         for role in ROLES:
             object.__setattr__(self, role, _spec_from(getattr(self, role), f"LayerSpec.{role}"))
+        object.__setattr__(self, "gemm", GemmOptions.from_dict(self.gemm))
+
+    @property
+    def gemm_options(self) -> GemmOptions | None:
+        """The GemmOptions this layer runs with, None for the classic path."""
+        if self.gemm is not None:
+            return self.gemm
+        block = any(s is not None and isinstance(s.scaling, BlockScaling) for s in (self.input, self.weight,
+                                                                                     self.grad_output))
+        return GemmOptions() if block else None
 
     @property
     def is_quantized(self) -> bool:
@@ -94,16 +109,20 @@ class LayerSpec:
             return None
         if not isinstance(d, Mapping):
             raise TypeError(f"LayerSpec: expected a dict with keys {ROLES} or null, got {d!r}")
-        bad = set(d) - set(ROLES)
+        bad = set(d) - set(ROLES) - {"gemm"}
         if bad:
-            raise ValueError(f"LayerSpec: unknown key(s) {sorted(bad)}; valid keys: {ROLES}")
-        return cls(**{r: _spec_from(d.get(r), f"LayerSpec.{r}") for r in ROLES})
+            raise ValueError(f"LayerSpec: unknown key(s) {sorted(bad)}; valid keys: {ROLES + ('gemm',)}")
+        return cls(**{r: _spec_from(d.get(r), f"LayerSpec.{r}") for r in ROLES}, gemm=d.get("gemm"))
 
     def to_dict(self) -> dict:
-        return {r: _spec_to_dict(getattr(self, r)) for r in ROLES}
+        out = {r: _spec_to_dict(getattr(self, r)) for r in ROLES}
+        if self.gemm is not None:     # only when set: classic specs keep their old dict (and run hashes)
+            out["gemm"] = self.gemm.to_dict()
+        return out
 
     def short_str(self) -> str:
-        return " ".join(f"{r[0]}:{_s(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
+        s = " ".join(f"{r[0]}:{_s(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
+        return s + (f" gemm:{self.gemm_options.short_str()}" if self.gemm_options is not None else "")
 
 
 def _s(spec: QuantSpec | None) -> str:
@@ -268,6 +287,9 @@ class QuantizedLinear(nn.Linear):
                  if getattr(layer_spec, r) is not None else None) for r in ROLES}
         # names carry the role: x (input), w (weight), g (grad_output)
         self.x_quant, self.w_quant, self.g_quant = q["input"], q["weight"], q["grad_output"]
+        self.gemm = layer_spec.gemm_options     # None: the classic path; else GEMM-faithful (gemm_quant.py)
+        if self.gemm is not None:               # RHT sign vector: a buffer, so checkpoints carry it
+            self.register_buffer("rht_signs", rht_signs(self.gemm.rht_dim, module_seed(seed, fqn, "rht")))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, layer_spec: LayerSpec, layer_class: str = "", fqn: str = "",
@@ -280,6 +302,8 @@ class QuantizedLinear(nn.Linear):
         for q in (new.x_quant, new.w_quant, new.g_quant):
             if q is not None:
                 q.to(dev)
+        if new.gemm is not None:
+            new.rht_signs = new.rht_signs.to(dev)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -296,6 +320,8 @@ class QuantizedLinear(nn.Linear):
         return self._bias(self._quantized_gemm(x, self.weight))
 
     def _quantized_gemm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.gemm is not None:
+            return gemm_faithful_linear(x, w, self)
         x_q = self.x_quant(x) if self.x_quant is not None else x                      # (..., in)
         w_q = self.w_quant(w) if self.w_quant is not None else w                      # (out, in)
         y = F.linear(x_q, w_q)                                                         # (..., out)
