@@ -233,3 +233,15 @@ def block_scales(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
         s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
         return (s_global * nvfp4_block_scales(amax, s_global, fmt.kernel.max)).flatten()
     return torch.exp2(mx_exponents(amax, fmt, cfg.mode).to(torch.float32)).flatten()
+
+
+def elementwise_scale(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
+    """x-shaped encode multiplier s (fp32): the elements are Q(x · s) / s up to the fp32 rounding of the decode
+    product. For monitors written for per-tensor scales (grid position of the weights)."""
+    xb, amax = _grouped(x, cfg)
+    if cfg.kind == "nvfp4":
+        s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
+        s = (1.0 / s_global) / nvfp4_block_scales(amax, s_global, fmt.kernel.max)
+    else:
+        s = torch.exp2(-mx_exponents(amax, fmt, cfg.mode).to(torch.float32))
+    return _unblock(s.expand_as(xb), x.shape, cfg.tile_2d).reshape(x.shape)

@@ -416,6 +416,11 @@ class Quantizer(nn.Module):
         y, _, _, _ = _qdq(x, s, self.spec, None, False, False, self.draw_bits(x))
         return y
 
+    @property
+    def is_block(self) -> bool:
+        """A block kind (nvfp4 / mx): stateless, its Scaler is unused (scale stays 1, no amax history)."""
+        return self._block
+
     def _block_qdq(self, x: Tensor, train: bool, count: bool = True) -> Tensor:
         """Block kinds (nvfp4 / mx, stateless): training draws SR bits and counts; eval rounds to nearest."""
         spec = self.spec if train else self._eval_spec

@@ -11,6 +11,7 @@ E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 from __future__ import annotations
 
 import dataclasses
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -20,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from altgrad_lib.block_recipes import block_recipe, is_block_recipe
 from altgrad_lib.block_scaling import BlockScaling
 from altgrad_lib.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
@@ -136,8 +138,12 @@ class QuantPolicy:
     layers: Mapping[str, LayerSpec | None] = field(default_factory=dict)  # layer class or "*" -> spec
     backend: str = "sim"   # "sim" | "torchao" | "scaled_mm"
     seed: int = 0          # base seed of the stochastic-rounding generators (per module: seed + hash(name))
+    hp_last_blocks: int = 0  # the last N transformer blocks (transformer.h.<i>) stay high precision
 
     def __post_init__(self) -> None:
+        n = self.hp_last_blocks
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"QuantPolicy.hp_last_blocks={n!r} is invalid; valid: an int >= 0")
         if self.backend not in BACKENDS:
             raise ValueError(f"QuantPolicy.backend={self.backend!r} unknown; valid choices: {BACKENDS}")
         layers = {}
@@ -161,24 +167,30 @@ class QuantPolicy:
     def from_dict(cls, d: Mapping) -> "QuantPolicy":
         """From YAML: {"name", "backend", "seed", "layers": {class: {input, weight, grad_output} | null}}.
         `"recipe": "<name>"` starts from a named recipe and overrides its layers."""
-        valid = ("name", "backend", "seed", "layers", "recipe")
+        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks")
         bad = set(d) - set(valid)
         if bad:
             raise ValueError(f"QuantPolicy: unknown key(s) {sorted(bad)}; valid keys: {valid}")
         layers: dict[str, Any] = {}
         name = d.get("name")
+        hp_last = 0
         if d.get("recipe") is not None:
             base = get_policy(d["recipe"])
             layers.update(base.layers)
             name = name or base.name
+            hp_last = base.hp_last_blocks
         layers.update(d.get("layers") or {})
         if name is None:
             raise ValueError("QuantPolicy.from_dict: 'name' (or 'recipe') is required")
-        return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0))
+        return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0),
+                   hp_last_blocks=d.get("hp_last_blocks", hp_last))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "backend": self.backend, "seed": self.seed,
-                "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
+        out = {"name": self.name, "backend": self.backend, "seed": self.seed,
+               "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
+        if self.hp_last_blocks:
+            out["hp_last_blocks"] = self.hp_last_blocks
+        return out
 
     def short_str(self) -> str:
         parts = [f"{k}={v.short_str() if v else 'hp'}" for k, v in self.layers.items()]
@@ -202,6 +214,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
     fp8_hybrid_all as fp8_hybrid, lm_head included
     fp8_e4m3       E4M3 for X, W and dY (lm_head high precision, so it differs from fp8_hybrid only in dY)
     fmt:E3M4       that format for X and W, E5M2 for dY (lm_head high precision); fmt:E3M4:E4M3 sets dY's format
+    nvfp4, mxfp4, mxfp8, mxfp6 [:switch...]  block-scaled recipes on the GEMM-faithful path (block_recipes.py),
+                   e.g. "nvfp4:disable_rht:hp_last=1"
     """
     if isinstance(name_or_dict, QuantPolicy):
         policy = name_or_dict
@@ -218,6 +232,9 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             layers = _hybrid("E4M3", "E5M2", lm_head=True)
         elif name == "fp8_e4m3":
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
+        elif is_block_recipe(name):
+            layers, hp_last = block_recipe(name)
+            policy = QuantPolicy(name=name, layers=layers, hp_last_blocks=hp_last)
         elif name.lower().startswith("fmt:"):
             parts = name.split(":")
             if len(parts) not in (2, 3) or not parts[1]:
@@ -225,7 +242,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             layers = _hybrid(parts[1], parts[2] if len(parts) == 3 else "E5M2", lm_head=False)
         else:
             raise ValueError(f"unknown recipe {name!r}; valid choices: {RECIPES} or a per-layer dict")
-        policy = QuantPolicy(name=name, layers=layers)
+        if not is_block_recipe(name):
+            policy = QuantPolicy(name=name, layers=layers)
     else:
         raise TypeError(f"get_policy: expected a recipe name, dict or QuantPolicy, got {name_or_dict!r}")
     if backend is not None or seed is not None:
@@ -347,9 +365,12 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbos
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
     rows = []
+    hp_from = _first_hp_block(linears, policy.hp_last_blocks)
     for fqn, lin in linears:
         cls = layer_class_of(fqn)
         spec = policy.spec_for(cls) if cls is not None else None
+        if hp_from is not None and (_block_index(fqn) if _block_index(fqn) is not None else -1) >= hp_from:
+            spec = None
         if type(lin) is not nn.Linear and spec is not None:
             raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
         if spec is not None:
@@ -386,6 +407,20 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbos
             print(table.to_string(index=False))
         print(summary)
     return table
+
+
+def _block_index(fqn: str) -> int | None:
+    """Transformer block of a module name ('transformer.h.3.mlp.c_fc' -> 3), None outside the blocks."""
+    m = re.search(r"(?:^|\.)h\.(\d+)\.", fqn)
+    return int(m.group(1)) if m else None
+
+
+def _first_hp_block(linears, n_last: int) -> int | None:
+    """First block index kept in high precision by QuantPolicy.hp_last_blocks (None: none kept)."""
+    idx = [i for i in (_block_index(f) for f, _ in linears) if i is not None]
+    if not n_last or not idx:
+        return None
+    return max(idx) + 1 - n_last
 
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:

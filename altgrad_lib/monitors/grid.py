@@ -162,6 +162,9 @@ def grad_stiffness_corr(g: torch.Tensor, w: torch.Tensor, fmt: Any, s: Any = 1.0
 def weight_scale(q: Any, w: torch.Tensor) -> torch.Tensor:
     """The scale the weight quantizer q applies to w this step (delayed: its scale buffer)."""
     from altgrad_lib.scaling import stateless_scale
+    if q.is_block:    # nvfp4 / mx: the per-element block scale
+        from altgrad_lib.block_scaling import elementwise_scale
+        return elementwise_scale(w.detach(), q.spec.fmt, q.spec.scaling)
     if q.spec.scaling.kind == "delayed":
         return q.scaler.scale.detach().clone()
     return stateless_scale(w.detach(), q.spec.fmt, q.spec.scaling)[0]

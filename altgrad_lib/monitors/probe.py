@@ -74,10 +74,11 @@ class Probe:
         patched: list[nn.Module] = []
         if numerics:
             for fqn, mod in _quantized_sim(self.copy).items():
+                # block kinds (nvfp4 / mx) have no per-tensor scale for tensor_health: left out, not faked
                 for role, q in (("X", mod.x_quant), ("W", mod.w_quant)):
-                    if q is not None:
+                    if q is not None and not q.is_block:
                         handles += _health_hooks(q, fqn, role, out["health"])
-                if mod.g_quant is not None:
+                if mod.g_quant is not None and not mod.g_quant.is_block:
                     _patch_grad_quantizer(mod.g_quant, fqn, out["health"])
                     patched.append(mod.g_quant)
         if activations:
