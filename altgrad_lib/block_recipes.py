@@ -9,7 +9,7 @@
     mxfp6   E2M3 for X and W, E3M2 for dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
 
 Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX
-scale mode RCEIL instead of FLOOR), wgrad_hp (the wgrad GEMM in high precision), hp_attn (attention
+scale mode RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in high precision), hp_attn (attention
 linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer blocks in high precision;
 the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g. "nvfp4:disable_rht:hp_last=1".
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")
 _SWITCHES = {
-    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp4": ("disable_rht", "disable_sr", "rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
 }
@@ -58,6 +58,8 @@ def block_recipe(name: str) -> tuple[dict, int]:
         x_sc = w_sc = g_sc = {"kind": "mx", "mode": mode}
     fp4 = base in ("nvfp4", "mxfp4")
     g_round = "stochastic" if fp4 and "disable_sr" not in on else "nearest"
+    if "sr_headroom" in on:
+        g_sc = {**g_sc, "headroom": 0.75}
     spec = {
         "input": {"fmt": x_fmt, "scaling": x_sc},
         "weight": {"fmt": w_fmt, "scaling": w_sc},

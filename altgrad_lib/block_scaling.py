@@ -49,6 +49,10 @@ class BlockScaling:
     block_size: int = 0        # 0 = the kind's standard (nvfp4 16, mx 32)
     tile_2d: bool = False      # nvfp4: block_size x block_size tiles over the last two dims (TE's 2D weights)
     mode: str = "floor"        # mx: MX_MODES
+    # multiply the scaled block by this before rounding and divide after (Tseng et al.'s 3/4 for stochastic
+    # rounding: an MX FLOOR block's |x|/X in [4, 8) lands in [3, 6), so SR never saturates at 6 and stays
+    # unbiased; the hardware would fold 1/headroom into the GEMM output scale)
+    headroom: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in BLOCK_KINDS:
@@ -63,6 +67,9 @@ class BlockScaling:
             raise ValueError(f"BlockScaling.mode={self.mode!r} is invalid; valid choices: {MX_MODES}")
         if not isinstance(self.tile_2d, bool):
             raise ValueError(f"BlockScaling.tile_2d={self.tile_2d!r} is invalid; valid choices: True, False")
+        h = self.headroom
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0.0 < h <= 1.0:
+            raise ValueError(f"BlockScaling.headroom={h!r} is invalid; valid: a float in (0, 1] (Tseng et al.: 0.75)")
         if self.tile_2d and self.kind != "nvfp4":
             raise ValueError("BlockScaling.tile_2d=True is only defined for kind 'nvfp4' (TE's 16x16 weights)")
 
@@ -73,9 +80,10 @@ class BlockScaling:
 
     def short_str(self) -> str:
         """e.g. "nv16", "nv16x16", "mx32f", "mx32r"."""
+        h = f"-h{self.headroom:g}" if self.headroom != 1.0 else ""
         if self.kind == "nvfp4":
-            return f"nv{self.block_size}" + (f"x{self.block_size}" if self.tile_2d else "")
-        return f"mx{self.block_size}{self.mode[0]}"
+            return f"nv{self.block_size}" + (f"x{self.block_size}" if self.tile_2d else "") + h
+        return f"mx{self.block_size}{self.mode[0]}" + h
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -210,6 +218,9 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
         e = mx_exponents(amax, fmt, cfg.mode).to(torch.float32)
         xs = xb * torch.exp2(-e)                     # exact: a power of two in [2^-127, 2^127]
         dec = torch.exp2(e)
+    if cfg.headroom != 1.0:
+        xs = xs * cfg.headroom
+        dec = dec / cfg.headroom
     if rounding == "stochastic":
         if draw_bits is not None:
             q = fmt.quantize_with_bits(xs, draw_bits(xs), sr_bits=sr_bits)

@@ -28,6 +28,8 @@ def test_switches():
     s = p.spec_for("mlp_up")
     assert s.input.scaling == BlockScaling("mx", mode="rceil") and s.gemm.hp_gemms == ("wgrad",)
     assert p.spec_for("attn_qkv") is None and p.spec_for("attn_out") is None and p.hp_last_blocks == 1
+    sh = get_policy("mxfp4:sr_headroom").spec_for("mlp_up")
+    assert sh.grad_output.scaling.headroom == 0.75 and sh.input.scaling.headroom == 1.0
     s8 = get_policy("mxfp8").spec_for("mlp_up")
     assert s8.grad_output.fmt.name == "E4M3" and s8.gemm.rht == () and s8.grad_output.rounding == "nearest"
     s6 = get_policy("mxfp6").spec_for("mlp_up")

@@ -202,3 +202,22 @@ def test_block_scaling_config_validation():
             BlockScaling(**kwargs)
     with pytest.raises(ValueError, match="unknown BlockScaling key.*tile.*valid keys"):
         BlockScaling.from_dict({"kind": "nvfp4", "tile": 2})
+
+
+def test_sr_headroom_keeps_mx_fp4_stochastic_rounding_unbiased():
+    """MX FLOOR puts a block's |x|/X in [4, 8): above 6 E2M1 saturates, so SR is biased there. With Tseng et
+    al.'s 3/4 headroom the block lands in [3, 6) and the mean of many SR draws converges to x."""
+    torch.manual_seed(0)
+    x = torch.zeros(1, 32)
+    x[0, 0], x[0, 1] = 7.0, 0.3                       # amax 7: X = 1, 7 > 6 saturates without headroom
+    n = 4000
+    xs = x.repeat(n, 1)
+    plain, _, _ = block_qdq(xs, E2M1, BlockScaling("mx"), rounding="stochastic")
+    head, n_sat, _ = block_qdq(xs, E2M1, BlockScaling("mx", headroom=0.75), rounding="stochastic", want_stats=True)
+    assert int(n_sat) == 0
+    assert float(plain[:, 0].mean()) == 6.0                                  # always saturated: bias -1
+    se = float(head[:, 1].std()) / n**0.5                                    # standard error of the mean
+    assert abs(float(head[:, 0].mean()) - 7.0) < 4 * float(head[:, 0].std()) / n**0.5 + 1e-6
+    assert abs(float(head[:, 1].mean()) - 0.3) < 4 * se
+    with pytest.raises(ValueError, match="headroom=1.5"):
+        BlockScaling("mx", headroom=1.5)
