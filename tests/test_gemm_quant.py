@@ -181,3 +181,21 @@ def test_rht_signs_and_sr_stream_survive_resume():
         assert torch.equal(u, v)
     rc = run(a, x, dy)                                      # the stream moved on: a second step differs
     assert not torch.equal(rc[2], ra[2])
+
+
+def test_per_row_scaling_opt_in_is_gemm_faithful():
+    """Classic per_row scaling with `gemm:` set: dgrad's W copy is scaled per column of W (its `out` dim),
+    wgrad's X and dY copies per column (the token dim), each from the high-precision tensor."""
+    from altgrad_lib.quant import fake_quant
+    row = {"fmt": "E4M3", "scaling": "per_row"}
+    m = make(LayerSpec(input=row, weight=row, grad_output=row, gemm=GemmOptions(rht=())))
+    x, dy = data()
+    y, gx, gw = run(m, x, dy)
+    x2, dy2, w = x.reshape(-1, 64), dy.reshape(-1, 48), m.weight.detach()
+
+    def q(t, dim):   # per-row scale along `dim` (1: rows of t; 0: columns of t)
+        return fake_quant(t, row).detach() if dim == 1 else fake_quant(t.t().contiguous(), row).detach().t()
+
+    assert torch.equal(y, torch.nn.functional.linear(q(x2, 1).reshape(x.shape), q(w, 1)) + m.bias.detach())
+    assert torch.equal(gx, q(dy2, 1).mm(q(w, 0)).reshape(x.shape))
+    assert torch.equal(gw, q(x2, 0).t().mm(q(dy2, 0)).t())
