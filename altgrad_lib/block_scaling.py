@@ -73,11 +73,6 @@ class BlockScaling:
         if self.tile_2d and self.kind != "nvfp4":
             raise ValueError("BlockScaling.tile_2d=True is only defined for kind 'nvfp4' (TE's 16x16 weights)")
 
-    @property
-    def dim_dependent(self) -> bool:
-        """Blocks run along a dimension, so each GEMM needs its own copy (gemm_quant)."""
-        return True
-
     def short_str(self) -> str:
         """e.g. "nv16", "nv16x16", "mx32f", "mx32r"."""
         h = f"-h{self.headroom:g}" if self.headroom != 1.0 else ""

@@ -9,13 +9,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from altgrad_lib.block_scaling import BlockScaling, block_qdq
-from altgrad_lib.formats import get_format
+from altgrad_lib.block_scaling import block_qdq
 from altgrad_lib.gemm_quant import GemmOptions, apply_rht, hadamard, rht_matrix, rht_signs
 from altgrad_lib.quant import QuantSpec
 from altgrad_lib.surgery import LayerSpec, QuantizedLinear
 
-E2M1 = get_format("E2M1")
 NV = {"fmt": "E2M1", "scaling": {"kind": "nvfp4"}}
 NV2D = {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}}
 MX4 = {"fmt": "E2M1", "scaling": {"kind": "mx"}}
