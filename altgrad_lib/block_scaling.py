@@ -250,4 +250,13 @@ def elementwise_scale(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
         s = (1.0 / s_global) / nvfp4_block_scales(amax, s_global, fmt.kernel.max)
     else:
         s = torch.exp2(-mx_exponents(amax, fmt, cfg.mode).to(torch.float32))
+    s = s * cfg.headroom if cfg.headroom != 1.0 else s
     return _unblock(s.expand_as(xb), x.shape, cfg.tile_2d).reshape(x.shape)
+
+
+def block_scale_stats(x: Tensor, fmt, cfg: BlockScaling) -> dict[str, Tensor]:
+    """log2 of the per-block multipliers (block_scales): mean, std, min, max (0-d float64 tensors). The spread
+    of block scales is what TE's LogNvfp4TensorStats users ask for."""
+    ls = torch.log2(block_scales(x, fmt, cfg).double())
+    return {"blk_log2s_mean": ls.mean(), "blk_log2s_std": ls.std() if ls.numel() > 1 else torch.zeros_like(ls.mean()),
+            "blk_log2s_min": ls.min(), "blk_log2s_max": ls.max()}

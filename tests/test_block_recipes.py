@@ -75,3 +75,28 @@ def test_recipe_trains_one_step(recipe):
     assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
     fc = m.transformer.h[0].mlp.c_fc
     assert int(fc.x_quant.n_elements) > 0 and int(fc.g_quant.n_elements) > 0   # counters of block quantizers
+
+
+def test_probe_reports_block_operand_health():
+    """Diagnostics replay: X, W, dY of block-scaled layers get tensor_health with the per-element block scale
+    (W's numbers checked against a direct block_qdq of the weight) and the log2 spread of the block scales."""
+    import contextlib
+
+    from altgrad_lib.block_scaling import block_qdq
+    from altgrad_lib.monitors.probe import Probe
+    from altgrad_lib.quant import sqnr_db
+    m = tiny()
+    quantize_model(m, "nvfp4", verbose=False)
+    idx = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(0))
+    out = Probe(m, contextlib.nullcontext).replay(idx, idx, None, numerics=True, activations=False)["health"]
+    fqn = "transformer.h.0.mlp.c_fc"
+    assert {(fqn, r) for r in ("X", "W", "dY")} <= set(out)
+    w = m.transformer.h[0].mlp.c_fc.weight.detach()
+    spec = m.transformer.h[0].mlp.c_fc.w_quant.spec
+    wq, n_sat, n_under = block_qdq(w, spec.fmt, spec.scaling, want_stats=True)
+    h = out[(fqn, "W")]
+    assert float(h["sqnr_db"]) == pytest.approx(sqnr_db(w, wq), rel=1e-9)
+    assert float(h["flush_frac"]) == int(n_under) / w.numel()
+    # RNE of the E4M3 block scale can round it below amax/6: that block's largest element then saturates
+    assert float(h["overflow_frac"]) == int(n_sat) / w.numel() and float(h["blk_log2s_std"]) > 0
+    assert 0 < float(out[(fqn, "dY")]["sqnr_db"]) < 40       # E2M1: a few bits of agreement, not exact

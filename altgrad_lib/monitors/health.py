@@ -10,6 +10,8 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     scale            the scale s in use (per_row / per_block: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
+Block-scaled operands (nvfp4 / mx, probe.py): s is the per-element block scale, the row-wise copy is measured,
+and blk_log2s_mean / _std / _min / _max describe log2 of the block scales (block_scaling.block_scale_stats).
 
 Two monitors use it:
     NumericsMonitor  every metric above, from an eager replay of the diagnostic step (probe.py); under
