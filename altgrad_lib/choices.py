@@ -12,7 +12,8 @@ DEVICES = ("auto", "cpu", "cuda")
 RECIPE_ALIASES = {"bf16": "hp"}
 LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)
 NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")                       # quantize.recipes.get_policy
-RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]")
+BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")                                     # quantize.block_recipes
+RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)

@@ -268,7 +268,8 @@ def test_same_recipe_twice_is_one_level():
     d = yaml.safe_load(CI_STUDY.read_text())
     # the same spec under the same name in an axis and in a point is one level (listing it twice in one axis is a
     # duplicate, refused by test_duplicate_axis_values_are_an_error)
-    Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]}, "points": [{"recipe": dict(E2M1), "seed": 1}]})
+    Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]},
+                     "points": [*d.get("points", []), {"recipe": dict(E2M1), "seed": 1}]})
 
 
 def test_cli_dry_run_and_bad_file(tmp_path, capsys):

@@ -82,7 +82,9 @@ class TrainConfig:
     # quantization
     recipe: str | dict = _key("hp", "quantization recipe name ('bf16' is an alias of 'hp': high precision, nothing "
                                     "quantized), or a per-layer policy dict "
-                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}",
+                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}; "
+                                      "block recipes take ':'-switches disable_rht, disable_sr, disable_2d, rceil, "
+                                      "wgrad_hp, hp_attn, hp_last=<N> (block_recipes.py)",
                               RECIPES)
     backend: str = _key("sim", "sim = simulated formats (any ExMy); torchao / scaled_mm = real FP8 GEMMs "
                                "(E4M3/E5M2 only)", BACKENDS)
