@@ -19,3 +19,4 @@ OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
 STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")   # weight storage (optim/storage.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | the seed's 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (optim/grid.py)
+STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
