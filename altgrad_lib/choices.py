@@ -20,3 +20,4 @@ STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")   # weight storage (opt
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | the seed's 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (optim/grid.py)
 STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
+STATE_SCALES = ("pow2", "amax")                 # their block scale (optim/lowp_state.py)

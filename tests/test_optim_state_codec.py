@@ -42,6 +42,32 @@ def test_sqrt_domain_equals_float64_hand_computation_with_ml_dtypes_rounding(blo
     assert float(got[7]) == 0.0
 
 
+def test_amax_scale_equals_float32_hand_computation_with_ml_dtypes_rounding():
+    v = _v(1024)
+    sf = StateFormat(fmt="E4M3", block=256, scale="amax")
+    codes, scale = sf.encode(v)
+    got = sf.decode(codes, scale, v).numpy()
+    x = v.numpy().reshape(-1, 256)
+    s = scale.numpy()[:, None]
+    # the scale is 448 / amax up to fp32 rounding (torch computes scalar / tensor as a reciprocal times 448)
+    assert np.allclose(s, 448.0 / x.astype(np.float64).max(axis=1, keepdims=True), rtol=2.0**-22, atol=0)
+    q = (x * s).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)       # RNE onto E4M3 (ml_dtypes)
+    assert np.array_equal(got, (q / s).reshape(-1))
+    assert sf.short_str() == "e4m3fn/b256/rne/amax"
+
+
+def test_amax_scale_follows_a_uniform_decay_that_pow2_scales_round_away():
+    """v <- 0.999 v with no new gradient: every code stays; only the amax scale carries the decay."""
+    v = _v(256)
+    for scale, decays in (("pow2", False), ("amax", True)):
+        sf = StateFormat(fmt="E5M2", block=256, scale=scale)
+        x0 = x = sf.decode(*sf.encode(v), v)
+        for _ in range(10):
+            x = sf.decode(*sf.encode(x * 0.999), v)
+        ratio = float(x.max() / x0.max())
+        assert (abs(ratio - 0.999**10) < 1e-5) if decays else ratio == 1.0
+
+
 def _unsigned_grid(e, m):
     """Every finite value of the unsigned generic E<e>M<m> (bias 2^(e-1)-1, subnormals, NaN = all-ones code)."""
     bias = 2 ** (e - 1) - 1
@@ -109,12 +135,15 @@ def test_range_expansion_round_trip_error_bound():
 
 def test_validation_errors_are_one_line_and_name_the_choices():
     for kw, match in [({"transform": "cube"}, r"valid choices: \('none', 'sqrt', 'expand'\)"),
+                      ({"scale": "e8m0"}, r"valid choices: \('pow2', 'amax'\)"),
                       ({"fmt": "UE5M2"}, "x \\+ y = 8"), ({"fmt": "UE0M8"}, "x >= 1")]:
         with pytest.raises(ValueError, match=match) as ei:
             StateFormat(**kw)
         assert "\n" not in str(ei.value)
     with pytest.raises(ValueError, match="valid choices: \\('none', 'sqrt', 'expand'\\)"):
         OptimConfig.from_dict("adamw", {"state_v_transform": "log"})
+    with pytest.raises(ValueError, match="valid choices: \\('pow2', 'amax'\\)"):
+        OptimConfig.from_dict("adamw", {"state_scale": "max"})
     with pytest.raises(ValueError, match="unsigned .* only for state_v"):
         AdamW([torch.nn.Parameter(torch.zeros(4096))], state_m="UE5M3")
     oc = OptimConfig.from_dict("grid_adamw", {"state_v": "UE5M3", "state_v_transform": "sqrt"})
@@ -124,6 +153,7 @@ def test_validation_errors_are_one_line_and_name_the_choices():
 @pytest.mark.parametrize("state_m, state_v", [
     ({"fmt": "E4M3", "transform": "expand", "rounding": "stochastic"}, {"fmt": "E4M3", "transform": "expand"}),
     ("E4M3", {"fmt": "UE4M4", "transform": "sqrt", "rounding": "stochastic"}),
+    ({"fmt": "E4M3", "scale": "amax"}, {"fmt": "E5M2", "scale": "amax", "rounding": "stochastic"}),
 ])
 def test_resume_is_bit_exact_with_transforms(state_m, state_v):
     from test_optim_base import _check_resume, _model_params   # noqa: F401  (the shared resume harness)

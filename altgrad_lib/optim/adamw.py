@@ -65,7 +65,7 @@ class AdamW(GridOptimizer):
                 raise ValueError(f"state_m format {sf.fmt!r} is unsigned but m is signed; valid: a signed format "
                                  f"such as 'E4M3' (unsigned 'UE<x>M<y>' only for state_v)")
             group[k] = None if sf is None else {"fmt": sf.fmt, "block": sf.block, "rounding": sf.rounding,
-                                                "min_numel": sf.min_numel, "transform": sf.transform}
+                                                "min_numel": sf.min_numel, "transform": sf.transform, "scale": sf.scale}
         if "stiffness" in group:
             _check("stiffness", group["stiffness"], STIFFNESS_KINDS)
             if group["damping"] < 0:
