@@ -70,15 +70,36 @@ def config(variant: str, seed: int, out: str):
 
 def _peer_optimizer(cls_name: str):
     """train._make_optimizer's torch AdamW groups, with torchao's class instead."""
+    import torch
     import torchao.optim
 
-    cls = getattr(torchao.optim, cls_name)
+    base = getattr(torchao.optim, cls_name)
+
+    class cls(base):
+        """torchao keeps each group's lr in a tensor (no recompiles); train.py assigns floats: fill it."""
+
+        def step(self, closure=None):
+            for g, t in zip(self.param_groups, self._lr_tensors):
+                if not torch.is_tensor(g["lr"]):
+                    t.fill_(g["lr"])
+                    g["lr"] = t
+            return super().step(closure)
+
+        def state_dict(self):
+            """For train.py's checkpoint checksum (it reads raw bytes, which torchao's state subclasses refuse):
+            the states dequantized to fp32.  The runs here never resume from it."""
+            sd = super().state_dict()
+            sd["state"] = {i: {k: v.dequantize() if hasattr(v, "dequantize") and type(v) is not torch.Tensor else v
+                               for k, v in st.items()} for i, st in sd["state"].items()}
+            return sd
 
     def make(model, cfg, device):
         params = [p for p in model.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return cls(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+        opt = cls(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+        opt._lr_tensors = [g["lr"] for g in opt.param_groups]          # tensors since torchao's __init__
+        return opt
     return make
 
 
