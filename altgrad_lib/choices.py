@@ -28,3 +28,5 @@ def did_you_mean(value: object, choices: "tuple[str, ...] | list[str]") -> str:
     """'; did you mean 'x'?' when one of `choices` is close to `value` (difflib's default cutoff), else ''."""
     near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
     return f"; did you mean {near[0]!r}?" if near else ""
+STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
+STATE_SCALES = ("pow2", "amax")                 # their block scale (optim/lowp_state.py)

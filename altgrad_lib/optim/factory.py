@@ -100,10 +100,11 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
 
 
 def _state_formats(oc: OptimConfig) -> dict[str, Any]:
-    def one(fmt: str | None):
+    def one(fmt: str | None, transform: str):
         return None if fmt is None else {"fmt": fmt, "block": oc.state_block, "rounding": oc.state_rounding,
-                                         "min_numel": oc.state_min_numel}
-    return {"state_m": one(oc.state_m), "state_v": one(oc.state_v)}
+                                         "min_numel": oc.state_min_numel, "transform": transform,
+                                         "scale": oc.state_scale}
+    return {"state_m": one(oc.state_m, oc.state_m_transform), "state_v": one(oc.state_v, oc.state_v_transform)}
 
 
 def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:
