@@ -91,8 +91,9 @@ class FloatFormat:
                 raise ValueError(f"{f}={getattr(self, f)!r} must be an int")
         if self.ebits < 0 or self.mbits < 0 or self.ebits + self.mbits < 1:
             raise ValueError(f"ebits={self.ebits}, mbits={self.mbits}: need ebits >= 0, mbits >= 0, ebits + mbits >= 1")
-        if self.bits > 8:
-            raise ValueError(f"{self.name}: {self.bits} bits; need sign + ebits + mbits <= 8 "
+        if self.bits > 8 and not (self.bits == 16 and self.specials == "ieee" and self.signed):
+            raise ValueError(f"{self.name}: {self.bits} bits; need sign + ebits + mbits <= 8, or a signed 16-bit "
+                             f"specials='ieee' format (BF16, FP16: formats_wide.py) "
                              f"(valid built-ins: {', '.join(BUILTIN_FORMATS) or 'E4M3, E5M2, ...'})")
         if self.specials not in SPECIALS:
             raise ValueError(f"specials={self.specials!r} is not one of {SPECIALS}")
@@ -260,15 +261,16 @@ class FloatFormat:
         """Quantize x and return the uint8 codes (NaN -> the canonical NaN code; "none" formats raise on NaN)."""
         q = self.quantize(x, rounding, saturate, generator).to(torch.float64)
         fin = torch.tensor(self._finite, dtype=torch.float64, device=q.device)
-        codes_by_rank = torch.tensor(self._codes_by_rank(), dtype=torch.uint8, device=q.device)
+        cdt = torch.uint8 if self.bits <= 8 else torch.int32     # 16-bit grids (formats_wide.py): int32 codes
+        codes_by_rank = torch.tensor(self._codes_by_rank(), dtype=cdt, device=q.device)
         idx = torch.searchsorted(fin, torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0)).clamp_max(len(fin) - 1)
         out = codes_by_rank[idx]
         if self.signed and self.specials != "fnuz":
             neg_zero = (q == 0) & torch.signbit(q)
-            out = torch.where(neg_zero, torch.tensor(1 << (self.bits - 1), dtype=torch.uint8, device=q.device), out)
+            out = torch.where(neg_zero, torch.tensor(1 << (self.bits - 1), dtype=cdt, device=q.device), out)
         for special, code in self._special_codes().items():
             mask = {"nan": torch.isnan(q), "+inf": q == math.inf, "-inf": q == -math.inf}[special]
-            out = torch.where(mask, torch.tensor(code, dtype=torch.uint8, device=q.device), out)
+            out = torch.where(mask, torch.tensor(code, dtype=cdt, device=q.device), out)
         if "nan" not in self._special_codes() and bool(torch.isnan(q).any()):
             raise ValueError(f"{self.name} has no NaN code (specials={self.specials!r}); cannot encode NaN")
         return out
@@ -459,6 +461,10 @@ def get_format(name: "str | FloatFormat") -> FloatFormat:
     if not isinstance(name, str):
         raise ValueError(f"format must be a name or FloatFormat, got {type(name).__name__}")
     key = name.strip().lower()
+    from .formats_wide import wide_format      # BF16 / FP16 storage grids (kept out of BUILTIN_FORMATS)
+    wide = wide_format(key)
+    if wide is not None:
+        return wide
     if key in _ALIASES:
         canonical = _ALIASES[key]
         if _EXMY.match(key) and canonical.lower() != key:   # "E8M0" reads like a generic ExMy but is not one
