@@ -166,6 +166,8 @@ class GridOptimizer(torch.optim.Optimizer):
                 pf = p.detach().float()
                 q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
                 self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
+        if due:
+            self.stats.end_step()
         return loss
 
     def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,

@@ -13,7 +13,8 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
                 8-bit-or-less format name, E2M1 (4 bits), or bf16 / E8M7 and fp16 / E5M10 (formats_wide.py)
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
   track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
-                compile: torch.compile the update
+                (with update_visibility = PULSE's 1 - S1 and osc_ratio, optim/diagnostics.py); compile: torch.compile
+  osc_window    measured steps per oscillation-ratio window (TetraJet-v2's sum|ΔQ| / sum|Δw|; default 50)
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
 """
@@ -25,7 +26,8 @@ from typing import Any, Mapping
 from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
 
 ROUNDINGS = ("nearest", "stochastic")
-SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile")
+SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
+               "osc_window")
 _ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel")
 OWN_KEYS = {
     "adamw": _ADAM,
@@ -49,6 +51,7 @@ class OptimConfig:
     sr_bits: int | None = None
     track_stats: bool | int = False
     compile: bool = False
+    osc_window: int = 50
     eps: float = 1e-8
     state_m: str | None = None
     state_v: str | None = None
@@ -81,6 +84,8 @@ class OptimConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: a number >= 0")
+        if isinstance(self.osc_window, bool) or not isinstance(self.osc_window, int) or self.osc_window < 1:
+            raise ValueError(f"optim.osc_window={self.osc_window!r} is invalid; valid: an int >= 1 (steps)")
         for name in ("grid_headroom", "state_block", "state_min_numel"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
