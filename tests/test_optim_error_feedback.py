@@ -77,6 +77,17 @@ def test_resume_is_bit_exact(name):
     _check_resume(lambda ps: _flat_groups(name, EF, ps), 3)
 
 
+def test_eight_bit_second_moment_works_and_resumes_bit_exactly():
+    """state_v in 8 bits is allowed (only m must be fp32): the per-parameter path decodes v for the step size c."""
+    def make(ps):
+        groups = [{"params": ps[:2], "fmt": "E4M3", "storage": EF, "weight_decay": 0.01}, {"params": ps[2:]}]
+        return GridAdamW(groups, lr=1.0, state_v="E5M2", seed=5)
+    opt, _ = _check_resume(make, 3)
+    p = opt.param_groups[0]["params"][0]
+    assert "v_codes" in opt.state[p] and "m" in opt.state[p]
+    assert torch.equal(to_grid(p.detach(), get_format("E4M3"), opt.state[p]["grid_scale"]), p.detach())
+
+
 @pytest.mark.parametrize("name", ["adamw", "grid_adamw"])
 def test_flat_step_equals_the_per_parameter_loop(name):
     pa, pb = _model_params(), _model_params()

@@ -113,7 +113,8 @@ class AdamW(GridOptimizer):
     def _feedback(self, w, r, st, group, fmt, s, lr_t):
         b1, b2 = group["betas"]
         t = st["step"]
-        D = st["v"].sqrt() / (1 - b2**t).sqrt() + group["eps"]          # as in _direction
+        v = self._load(st, "v", group, w)        # an 8-bit v (state_v) is decoded: D of the stored v, not the fp32 one
+        D = v.sqrt() / (1 - b2**t).sqrt() + group["eps"]                # as in _direction
         inject(st["m"], r, self._dw_dm(w, st, group, fmt, s, lr_t) / ((1 - b1**t) * D), b1)
 
     def _dw_dm(self, w, st, group, fmt, s, lr_t):
