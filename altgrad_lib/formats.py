@@ -1,4 +1,5 @@
 """Small float formats (8 bits and below): definitions, registry, grids, encode/decode, ULP, tables.
+(16-bit IEEE-style BF16 / FP16 grids for weight storage: formats_wide.py, resolved by get_format, not registered.)
 
 `get_format("E4M3").quantize(x)` is the one numerics primitive the rest of AltGrad builds on; the rounding
 itself lives in `rounding.py`.  Every convention is an explicit field of the frozen `FloatFormat`:

@@ -55,3 +55,11 @@ def test_factory_builds_bf16_and_e2m1_storage():
         opt = build_optimizer(m, cfg)
         fmts = {g["fmt"] for g in opt.param_groups} - {None}
         assert fmts == {get_format(wf).name}
+
+
+def test_sixteen_bit_formats_are_weight_grids_not_state_formats():
+    from altgrad_lib.optim.lowp_state import StateFormat
+
+    for name in ("bf16", "fp16"):
+        with pytest.raises(ValueError, match="<= 8 bits"):
+            StateFormat(fmt=name)
