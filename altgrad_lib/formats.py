@@ -129,6 +129,8 @@ class FloatFormat:
         s(self, "_finite", tuple(finite))
         s(self, "_max", float(mx))
         s(self, "_emin", emin)
+        s(self, "_rank_codes", tuple(self._codes_by_rank()))     # encode's tables, built once (BF16: 65536 codes)
+        s(self, "_specials", self._special_codes())
         kp = KernelParams(self.mbits, emin, float(mx), 2.0**emin, self.subnormals, self.specials,
                           self.signed, self.has_zero, needs_f64, self.bias, self.native)
         s(self, "_kernel_key", repr(kp))
@@ -263,16 +265,16 @@ class FloatFormat:
         q = self.quantize(x, rounding, saturate, generator).to(torch.float64)
         fin = torch.tensor(self._finite, dtype=torch.float64, device=q.device)
         cdt = torch.uint8 if self.bits <= 8 else torch.int32     # 16-bit grids (formats_wide.py): int32 codes
-        codes_by_rank = torch.tensor(self._codes_by_rank(), dtype=cdt, device=q.device)
+        codes_by_rank = torch.tensor(self._rank_codes, dtype=cdt, device=q.device)
         idx = torch.searchsorted(fin, torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0)).clamp_max(len(fin) - 1)
         out = codes_by_rank[idx]
         if self.signed and self.specials != "fnuz":
             neg_zero = (q == 0) & torch.signbit(q)
             out = torch.where(neg_zero, torch.tensor(1 << (self.bits - 1), dtype=cdt, device=q.device), out)
-        for special, code in self._special_codes().items():
+        for special, code in self._specials.items():
             mask = {"nan": torch.isnan(q), "+inf": q == math.inf, "-inf": q == -math.inf}[special]
             out = torch.where(mask, torch.tensor(code, dtype=cdt, device=q.device), out)
-        if "nan" not in self._special_codes() and bool(torch.isnan(q).any()):
+        if "nan" not in self._specials and bool(torch.isnan(q).any()):
             raise ValueError(f"{self.name} has no NaN code (specials={self.specials!r}); cannot encode NaN")
         return out
 
