@@ -17,7 +17,7 @@ from altgrad_lib.formats import get_format
 from altgrad_lib.optim.adamw import AdamW
 from altgrad_lib.optim.grid import to_grid
 
-MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback")
+MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")
 
 
 def run(fmt: str, mode: str, seed: int, steps: int, lr: float, d: int = 256, n: int = 64) -> tuple[float, dict]:

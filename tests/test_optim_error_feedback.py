@@ -71,10 +71,29 @@ def test_a_sub_half_ulp_update_moves_under_error_feedback_and_stalls_under_grid_
     assert abs(moved[EF] - n * step) <= 6 * u, (moved, n * step)
 
 
+def test_error_feedback_sr_follows_a_sub_half_ulp_drift_from_the_first_steps():
+    """The same E0M7 drift (lr = u/4 per step) with stochastic rounding: no 1 / (1 - b1) lag (error_feedback.py).
+    After n = 40 steps (the master moved 10 u; RNE error feedback's residual reaches u/2 only after
+    ~(u/2) / ((1 - b1) lr) = 20 steps and then trails by up to u / (2 (1 - b1)) = 5 u) the mean over 4096
+    coordinates (independent SR bits) is within 1 u of the master: the residual still held in m has mean ~0
+    under SR, and the sample mean's noise is ~u / sqrt(4096)."""
+    u, n = 1 / 128, 40
+    out = {}
+    for storage in (EF, EF + "_sr"):
+        p = torch.nn.Parameter(torch.full((4096,), 0.75))
+        opt = AdamW([p], lr=u / 4, betas=(0.9, 0.999), eps=0.0, fmt="E0M7", grid_exp=0, storage=storage, seed=4)
+        for _ in range(n):
+            p.grad = torch.full((4096,), 1e-3)
+            opt.step()
+        out[storage] = float(0.75 - p.detach().double().mean())
+    assert abs(out[EF + "_sr"] - n * u / 4) <= u, out      # (RNE error feedback: 6 u here, 4 u behind)
+
+
+@pytest.mark.parametrize("mode", [EF, EF + "_sr"])
 @pytest.mark.parametrize("name", ["adamw", "grid_adamw", "stiffness_adamw"])
-def test_resume_is_bit_exact(name):
-    _check_resume(lambda ps: _flat_groups(name, EF, ps, track_stats=True), 3)
-    _check_resume(lambda ps: _flat_groups(name, EF, ps), 3)
+def test_resume_is_bit_exact(name, mode):
+    _check_resume(lambda ps: _flat_groups(name, mode, ps, track_stats=True), 3)
+    _check_resume(lambda ps: _flat_groups(name, mode, ps), 3)
 
 
 def test_eight_bit_second_moment_works_and_resumes_bit_exactly():
@@ -88,10 +107,11 @@ def test_eight_bit_second_moment_works_and_resumes_bit_exactly():
     assert torch.equal(to_grid(p.detach(), get_format("E4M3"), opt.state[p]["grid_scale"]), p.detach())
 
 
+@pytest.mark.parametrize("mode", [EF, EF + "_sr"])
 @pytest.mark.parametrize("name", ["adamw", "grid_adamw"])
-def test_flat_step_equals_the_per_parameter_loop(name):
+def test_flat_step_equals_the_per_parameter_loop(name, mode):
     pa, pb = _model_params(), _model_params()
-    flat, loop = _flat_groups(name, EF, pa), _flat_groups(name, EF, pb, track_stats=True)
+    flat, loop = _flat_groups(name, mode, pa), _flat_groups(name, mode, pb, track_stats=True)
     assert flat._flat[0] is not None
     _steps(flat, pa, torch.Generator().manual_seed(1), 4)
     _steps(loop, pb, torch.Generator().manual_seed(1), 4)

@@ -14,7 +14,7 @@ CASTS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @pytest.mark.parametrize("track", [False, True])
-@pytest.mark.parametrize("storage", ["grid_rne", "grid_sr", "kahan", "error_feedback"])
+@pytest.mark.parametrize("storage", ["grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp16", "E4M3", "E2M1"])
 @pytest.mark.parametrize("cls,lr", [(AdamW, 3e-3), (GridAdamW, 0.7)])
 def test_every_storage_mode_stays_on_the_grid(cls, lr, fmt, storage, track):

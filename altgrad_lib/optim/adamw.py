@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from altgrad_lib.choices import EF_MODES
 from altgrad_lib.optim.base import GridOptimizer, _check
 from altgrad_lib.optim.error_feedback import inject
 from altgrad_lib.optim.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
@@ -63,8 +64,8 @@ class AdamW(GridOptimizer):
             sf = _state_format(group[k])
             group[k] = None if sf is None else {"fmt": sf.fmt, "block": sf.block, "rounding": sf.rounding,
                                                 "min_numel": sf.min_numel}
-        if group["storage"] == "error_feedback" and (b1 == 0 or group["state_m"] is not None):
-            raise ValueError(f"storage='error_feedback' needs betas[0] > 0 (got {b1!r}) and an fp32 first moment "
+        if group["storage"] in EF_MODES and (b1 == 0 or group["state_m"] is not None):
+            raise ValueError(f"storage={group['storage']!r} needs betas[0] > 0 (got {b1!r}) and an fp32 first moment "
                              f"(state_m=None, got {group['state_m']!r}): the residual is kept in m (error_feedback.py)")
         if "stiffness" in group:
             _check("stiffness", group["stiffness"], STIFFNESS_KINDS)

@@ -8,7 +8,8 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   lr            peak LR in the optimizer's own units, following TrainConfig's warmup + cosine shape;
                 None = TrainConfig.lr (adamw, stiffness_adamw, grid_sgd), 1.0 ULP (grid_adamw), 0.01 (madam)
   storage       storage.STORAGE_MODES: fp32 (master weight; the forward fake-quantizes it) | grid_rne | grid_sr | kahan
-                | error_feedback (ECO: residual into m; Adam family with fp32 m only, optim/error_feedback.py)
+                | error_feedback (ECO: RNE, residual into m; Adam family with fp32 m only, optim/error_feedback.py)
+                | error_feedback_sr (the same with stochastic rounding, as ECO's main results)
   weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes; any
                 8-bit-or-less format name, E2M1 (4 bits), or bf16 / E8M7 and fp16 / E5M10 (formats_wide.py)
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
+from altgrad_lib.choices import EF_MODES, OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
@@ -94,8 +95,8 @@ class OptimConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v):
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: None or a format name such as 'E4M3'")
-        if self.storage == "error_feedback" and (self.name not in _EF_OPTIMIZERS or self.state_m is not None):
-            raise ValueError(f"optim.storage='error_feedback' needs optimizer in {_EF_OPTIMIZERS} (got {self.name!r}) "
+        if self.storage in EF_MODES and (self.name not in _EF_OPTIMIZERS or self.state_m is not None):
+            raise ValueError(f"optim.storage={self.storage!r} needs optimizer in {_EF_OPTIMIZERS} (got {self.name!r}) "
                              f"and optim.state_m=None (got {self.state_m!r}): the residual is kept in an fp32 m")
         if not isinstance(self.compile, bool):
             raise ValueError(f"optim.compile={self.compile!r} is invalid; valid choices: True, False")

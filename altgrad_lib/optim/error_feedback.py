@@ -24,8 +24,13 @@ correction are frozen at step t's values for the later steps; weight decay acts 
 It needs b1 > 0 (no momentum, no buffer to hold the residual) and fp32 m (state_m=None: re-encoding m to 8
 bits after the injection would round the residual away again); OptimConfig checks both before any compute.
 
-Stochastic rounding is not combined with it here: RNE makes |r| <= ULP/2 and keeps the grid value
-deterministic; grid_sr remains the separate mode.  Tests: tests/test_optim_error_feedback.py.
+Rounding: `error_feedback` rounds to nearest-even (|r| <= half a spacing, deterministic); `error_feedback_sr`
+rounds stochastically with grid_sr's counter bits (|r| < one spacing, E[r] = 0), as ECO's main results do.
+Why SR matters (measured, bench/storage_toy.py): the injection drops the β1 (r_{t+1} - r_t) term of the exact
+update (ECO's approximation r_{t+1} ≈ r_t), so under a steady sub-ULP drift a of the master weight the RNE residual
+grows only as (1 - b1) a t: the first grid move comes ~1 / (1 - b1) = 10x later than the master's (the long-run
+speed is the master's; tests/test_optim_error_feedback.py bounds the lag).  With SR the drift is carried by the
+rounding in expectation and the feedback only removes the rounding noise.  Tests: tests/test_optim_error_feedback.py.
 """
 from __future__ import annotations
 
@@ -35,9 +40,10 @@ from altgrad_lib.formats import FloatFormat
 from altgrad_lib.optim.grid import to_grid
 
 
-def round_with_residual(w_new: torch.Tensor, fmt: FloatFormat, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Q_rne(w_new) on grid(fmt) / s, the residual w_new - Q)."""
-    q = to_grid(w_new, fmt, s)
+def round_with_residual(w_new: torch.Tensor, fmt: FloatFormat, s: torch.Tensor, rbits: torch.Tensor | None = None,
+                        sr_bits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q(w_new) on grid(fmt) / s, the residual w_new - Q); Q = RNE, or SR with the random integers rbits."""
+    q = to_grid(w_new, fmt, s, rbits, sr_bits)
     return q, w_new - q
 
 
