@@ -19,7 +19,8 @@ TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}         
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)
 # altgrad_lib/optim/
 OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
-STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")   # weight storage (optim/storage.py)
+STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # optim/storage.py
+EF_MODES = ("error_feedback", "error_feedback_sr")         # the residual goes into Adam's m (optim/error_feedback.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | the seed's 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (optim/grid.py)
 

@@ -94,6 +94,7 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
         opt = Madam(glist, lr=peak, beta2=oc.beta2, p_scale=oc.p_scale, g_bound=oc.g_bound, **common)
     else:
         opt = GridSGD(glist, lr=peak, momentum=oc.momentum, **stiff, ulp_mode=oc.ulp_mode, **common)
+    opt.stats.osc_window = oc.osc_window
     if on_grid(oc.storage):
         _drop_weight_quantizers(model, fmts)
     return opt

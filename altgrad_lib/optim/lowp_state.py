@@ -44,6 +44,9 @@ class StateFormat:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fmt", state_format(self.fmt).name)
+        if state_format(self.fmt).bits > 8:          # BF16 / FP16 (formats_wide.py) are weight grids, not 8-bit codes
+            raise ValueError(f"state format {self.fmt!r} has {state_format(self.fmt).bits} bits; valid: a format of "
+                             f"<= 8 bits such as 'E4M3', 'E5M2'")
         if self.rounding not in ("nearest", "stochastic"):
             raise ValueError(f"rounding={self.rounding!r} is invalid; valid choices: ('nearest', 'stochastic')")
         if self.transform not in TRANSFORMS:
