@@ -46,6 +46,8 @@ def cmd_study(args: argparse.Namespace) -> int:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
+            for line in _budget(points, args.workers):
+                print(line)
             return 0
         if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
             executor = None if args.threads is None else get_executor("local", workers=1, threads=args.threads)
@@ -92,3 +94,19 @@ def print_claims(study, index) -> None:
                   f"{t.window_nats.iloc[0]:.4f} nats)")
             print(t[[*by, *CLAIM_COLUMNS]].to_string(index=False))
     print(f"\n-> {study.claims_path}")
+
+
+def _budget(points: list, workers: int) -> list[str]:
+    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers as the study would)."""
+    from altgrad_lib.studies.budget import study_budget
+    from altgrad_lib.studies.executors import auto_workers
+    from altgrad_lib.training.tokenizers import get_tokenizer
+
+    cfg = points[0].config
+    n = workers or auto_workers(len(points), "cpu" if cfg.device in ("cpu", "auto") else cfg.device)
+
+    class _Points:           # the budget reads the points the dry run already checked
+        def expand(self):
+            return points
+
+    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n)
