@@ -8,5 +8,6 @@
     envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity
     diagnosis.py   per-format mechanism verdicts from the monitors (notebook 04)
     variants.py    notebook 05's optimizer / storage variants and the labelled runs of a format list
+    budget.py      the dry run's estimate: wall time per run and per study, MDE at the study's seeds
     cli.py         `altgrad study`
 """
