@@ -229,9 +229,10 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
             freeze_blocks(model)
         if on_model is not None:
             on_model(model)
+        optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
         from altgrad_lib.monitors.diagnostics import Diagnostics
+        # after the optimizer: the probe's copy must carry the quantizers training actually uses
         diag = Diagnostics.for_run(cfg, run_dir, model, lambda: _autocast(cfg, device))   # off: does nothing
-        optimizer = _make_optimizer(model, cfg, device)
         start = 0
         if state is not None:
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
