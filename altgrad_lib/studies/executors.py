@@ -163,14 +163,18 @@ class RayExecutor:
 
 
 def auto_workers(n_jobs: int, device: str = "cpu") -> int:
-    """Default parallelism for `n_jobs` training runs: `ALTGRAD_WORKERS` if set; on CPU one single-threaded worker
-    per core (tiny GEMMs scale badly over threads: see the module note); on a GPU one (the runs share it)."""
+    """Default parallelism for `n_jobs` training runs on TrainConfig.device `device` ("auto" resolved as training
+    does): `ALTGRAD_WORKERS` if set; on CPU one single-threaded worker per core (tiny GEMMs scale badly over
+    threads: see the module note); on a GPU one (the runs share it)."""
     env = os.environ.get("ALTGRAD_WORKERS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise ValueError(f"ALTGRAD_WORKERS={env!r} must be a positive integer")
         return int(env)
-    if n_jobs <= 1 or not str(device).startswith("cpu"):
+    if n_jobs <= 1:
+        return 1
+    from altgrad_lib.training.preflight import resolve_device
+    if not resolve_device(str(device)).startswith("cpu"):
         return 1
     return max(1, min(n_jobs, os.cpu_count() or 1))
 

@@ -60,9 +60,16 @@ def check_policy(cfg: TrainConfig) -> Any:
     return policy
 
 
-def check_device(name: str) -> torch.device:
+def resolve_device(name: str) -> str:
+    """TrainConfig.device with "auto" resolved here: "cuda" when CUDA is available, else "cpu" (the one place
+    that decides it: training, executors.auto_workers and the envelope's workers all ask this)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def check_device(name: str) -> torch.device:
+    name = resolve_device(name)
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(f"TrainConfig.device={name!r} but CUDA is not available here; use 'auto' or 'cpu'")
