@@ -25,6 +25,7 @@ import yaml
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.optim.factory import step_metrics
+from altgrad_lib.training.build import build_model
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import UserError
@@ -99,24 +100,6 @@ def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torc
     return {"val/loss": mean, "val/ppl": ppl}
 
 
-def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torch.nn.Module, Any]:
-    from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.quantize.convert import quantize_model
-
-    gcfg = GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp,
-                     tie_weights=cfg.tie_weights)
-    model = GPT(gcfg)
-    table = quantize_model(model, _policy(cfg), verbose=verbose)
-    return model, table
-
-
-def _policy(cfg: TrainConfig) -> Any:
-    from altgrad_lib.quantize.recipes import get_policy
-
-    return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
-
-
 def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> Any:
     return progress_bar(total, desc=desc, enabled=enabled, initial=initial, unit="step")
 
@@ -175,12 +158,12 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     in use by another process raises RunLockedError.
     """
     cfg = config.resolved()
-    corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
+    corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
     with RunLock(cfg.run_dir):   # one process per run directory, released when this one ends or dies
-        return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step)
+        return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step)
 
 
-def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | None, verbose: bool,
+def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
                   on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
     h = cfg.config_hash()
@@ -223,7 +206,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        model, _ = _build_model(cfg, corpus.vocab_size, verbose)
+        model, _ = build_model(cfg, corpus.vocab_size, policy, verbose)
         model.to(device)
         if cfg.freeze_blocks:
             freeze_blocks(model)
