@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.io import atomic_write_text
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
@@ -225,9 +225,8 @@ def _axis_value(cfg: TrainConfig, key: str) -> Any:
 
 def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    os.replace(tmp, path)  # readers (a notebook, a second shell) never see half an index
+    # atomic: readers (a notebook, a second shell) never see half an index
+    atomic_write_text(path, pd.DataFrame(rows).to_csv(index=False))
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:

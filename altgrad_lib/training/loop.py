@@ -30,7 +30,7 @@ from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import UserError
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml
+from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, perplexity, read_metrics, run_dir_is_free, write_config_yaml
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -96,8 +96,7 @@ def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torc
         total += float(loss.item())
     model.train(was_training)
     mean = total / cfg.eval_iters
-    ppl = math.exp(mean) if mean < 700 else (math.inf if mean == mean else math.nan)
-    return {"val/loss": mean, "val/ppl": ppl}
+    return {"val/loss": mean, "val/ppl": perplexity(mean)}
 
 
 def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> Any:
@@ -319,7 +318,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     final_val = float(val["value"].iloc[-1]) if len(val) else None
     write_json(run_dir / "summary.json", {
         "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
-        "final_val_ppl": math.exp(final_val) if final_val is not None and final_val < 700 else None,
+        "final_val_ppl": perplexity(final_val) if final_val is not None else None,
         "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
     return Run.load(run_dir)
 
