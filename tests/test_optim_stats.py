@@ -1,4 +1,4 @@
-"""optim/diagnostics.py against brute-force Python loops on small tensors."""
+"""optim/stats.py against brute-force Python loops on small tensors."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import torch
 from helpers import grid_ordinal_bruteforce
 
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.optim.diagnostics import (StepStats, code_entropy_bits, code_usage, delta_code_hist, stall_rate)
+from altgrad_lib.optim.stats import (StepStats, code_entropy_bits, code_usage, delta_code_hist, stall_rate)
 from altgrad_lib.numerics.grid import grid_scale
 
 F = get_format("E4M3")
