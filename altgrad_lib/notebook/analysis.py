@@ -18,8 +18,8 @@ from __future__ import annotations
 
 # ruff: noqa: F401  (a namespace: every name is re-exported)
 from altgrad_lib.notebook.tables import (corpus_summary, git_sha, load_trained_model, loss_table, model_summary,
-                                         params_hash, provenance_banner, run_summary, throughput,
-                                         train_config_from)
+                                         params_hash, provenance_banner, quantization_table, run_summary,
+                                         throughput, train_config_from)
 from altgrad_lib.numerics.anatomy import (binade_counts, format_overview, log_uniform, positive_values,
                                           rounding_error, sr_bias_variance, sr_probe_points, ulp_at_grid)
 from altgrad_lib.numerics.oracles import (REFERENCES, Reference, all_bf16_values, count_mismatches,

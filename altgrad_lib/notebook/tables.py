@@ -113,6 +113,14 @@ def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), *
     return TrainConfig.from_dict({**{k: v for k, v in params.items() if k not in extra}, **overrides})
 
 
+def quantization_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """quantize_model's rows as a DataFrame (one row per Linear: module, class, shape, input, weight,
+    grad_output, backend)."""
+    from altgrad_lib.quantize.convert import COLUMNS
+
+    return pd.DataFrame(list(rows), columns=list(COLUMNS))
+
+
 def model_summary(cfg: Any, vocab_size: int) -> pd.DataFrame:
     """Shape and parameter counts of the model a TrainConfig trains (built on CPU, not trained)."""
     from altgrad_lib.model import GPT
