@@ -165,7 +165,7 @@ def test_tables():
     assert summary.loc["E4M3", "max"] == 448.0 and summary.loc["E7M0", "values_per_binade"] == 1
 
 
-# ------------------------------------------------------------------ what the tables show (issue 7)
+# ------------------------------------------------------------------ what the tables show
 def test_tables_show_tiny_and_huge_values_exactly():
     # pandas prints a float in an object column with 6 decimals: 2^-127 became "0.0"; the oracle is ml_dtypes
     fi = ml_dtypes.finfo(ml_dtypes.float8_e8m0fnu)

@@ -70,7 +70,7 @@ def test_size_is_refused_when_it_cannot_fit_and_warned_when_huge():
     long = TrainConfig(**{**TINY, "block_size": 50000, "batch_size": 1, "max_steps": 5000})
     with pytest.warns(SizeWarning, match=r"take at least ~\d"):
         pf.check_size(long, 513, cpu, available=1e15)
-    # the block_size=200000 default-sized run needs far more than a workstation has
+    # a block_size=200000 default-sized run needs far more than a workstation has
     huge = pf.estimate_memory(TrainConfig(block_size=200_000), 4097)
     assert huge["total"] > 64 * 2**30
 

@@ -1,7 +1,7 @@
 """Format anatomy: binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance.
 
 The numbers behind notebook 01's tables and figures; one row per observation (pandas), so they can be
-printed, plotted and asserted on (tests/test_anatomy.py).
+printed, plotted and asserted on (tests/test_numerics_anatomy.py).
 """
 from __future__ import annotations
 

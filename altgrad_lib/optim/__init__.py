@@ -1,4 +1,4 @@
-"""The format-aware optimizer (issue 9): steps measured in grid units, weights stored on the grid.
+"""The format-aware optimizer: steps measured in grid units, weights stored on the grid.
 
 Files (one job each; the grid maths they step on, ULP in a step's direction, stiffness and code ordinals, is
 numerics/grid.py):

@@ -10,7 +10,7 @@ same functions); this module only adapts it to the optimizer's view (grid-stored
   one value); `code_entropy_bits` turns it into the entropy in bits (grid.hist_entropy_bits), the capacity use =
   values used / finite values (grid.used_fraction, the monitors' capacity_use counted per value instead of per
   code) and entropy_frac = entropy / log2(number of finite values).
-q tensors are grid values (grid(fmt) / s, see optim/grid.py); s = 1 for an unscaled grid.
+q tensors are grid values (grid(fmt) / s, see numerics/grid.py); s = 1 for an unscaled grid.
 """
 from __future__ import annotations
 

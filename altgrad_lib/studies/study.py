@@ -45,9 +45,6 @@ from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
 INDEX_FILE = "study.csv"
-STATUSES = ("pending", "completed", "diverged", "failed")
-RESULT_COLUMNS = ("status", "reused", "error", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
-                  "diverged_at_step", "seconds", "run_dir")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 import random
-import shutil
 import sys
 import time
 import warnings
@@ -427,7 +426,3 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
             "nonfinite_params": bad_params, "replay_loss": replay_loss,
             "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
 
-
-def clear_run(run_dir: str | Path) -> None:
-    """Delete a run directory (helper for notebooks that want to retrain from scratch)."""
-    shutil.rmtree(run_dir, ignore_errors=True)

@@ -259,12 +259,6 @@ class Run:
     def ckpt_path(self) -> Path:
         return self.dir / "checkpoints" / "last.pt"
 
-    @property
-    def figures_dir(self) -> Path:
-        d = self.dir / "figures"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
     def metric(self, name: str) -> pd.Series:
         """One metric as a Series indexed by step, e.g. `run.metric("val/loss")`."""
         m = self.metrics[self.metrics["name"] == name]
