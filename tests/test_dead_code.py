@@ -49,3 +49,25 @@ def test_every_definition_is_used_somewhere():
             if name not in INTERFACE.get(rel, ()) and words[name] < 2:
                 unused.append(f"{rel}:{name}")
     assert unused == []
+
+
+def _unused_imports(path: Path) -> list[str]:
+    """Module-level imports of `path` whose name is never read in it (lines marked `noqa` re-export on purpose)."""
+    src = path.read_text()
+    tree = ast.parse(src, str(path))
+    lines = src.splitlines()
+    imported = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (isinstance(node, ast.ImportFrom)
+                                                                   and node.module == "__future__"):
+            if "noqa" in lines[node.lineno - 1]:
+                continue
+            for a in node.names:
+                imported[(a.asname or a.name).split(".")[0]] = node.lineno
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return [f"{path.name}:{line} {name}" for name, line in imported.items() if name not in used]
+
+
+def test_tests_import_nothing_they_do_not_use():
+    unused = [u for path in sorted((REPO / "tests").glob("*.py")) for u in _unused_imports(path)]
+    assert unused == []

@@ -19,13 +19,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from altgrad_lib.notebook import analysis
-from altgrad_lib.notebook import params as notebook_params
 from altgrad_lib.choices import BACKENDS
 from altgrad_lib.notebook.params import check_value, closest_name
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-SETUP = "from typing import Optional\nfrom altgrad_lib import notebook_params\nguard = notebook_params.watch(globals())\n"
+SETUP = "from typing import Optional\nfrom altgrad_lib.notebook import params as notebook_params\nguard = notebook_params.watch(globals())\n"
 PARAMS = ("lr: float = 1e-3             # learning rate\n"
           "max_docs: Optional[int] = None\n"
           "backends: list[str] = ['sim']\n"

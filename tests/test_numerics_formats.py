@@ -9,10 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from gfloat import RoundMode
 from gfloat.formats import format_info_ocp_e8m0
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from altgrad_lib.numerics.formats import BUILTIN_FORMATS, FloatFormat, format_summary_table, get_format
 
