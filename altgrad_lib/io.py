@@ -53,6 +53,13 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
 
 
+def write_csv(path: str | Path, frame: Any) -> None:
+    """Atomic CSV write of a pandas frame (no index): readers never see half a table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 

@@ -1,5 +1,6 @@
 """Comments and docstrings cite only what is in the repository: every tests/, bench/results/ or notebooks/ file
-named in a .py source exists, and nothing cites an issue number (issues live outside the repository)."""
+named in a .py source exists, and the library cites no issue number (issues live outside the repository; a test
+may still say which issue reported the regression it guards)."""
 from __future__ import annotations
 
 import re
@@ -11,8 +12,8 @@ CITED = re.compile(r"(?<![\w/.])((?:tests|bench/results|notebooks)/[\w/.-]+\.(?:
 ISSUE = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
 
 
-def _lines():
-    for root in ROOTS:
+def _lines(roots=ROOTS):
+    for root in roots:
         for path in sorted((REPO / root).rglob("*.py")):
             for i, line in enumerate(path.read_text().splitlines(), 1):
                 yield f"{path.relative_to(REPO)}:{i}", line
@@ -23,5 +24,5 @@ def test_cited_files_exist():
     assert missing == []
 
 
-def test_no_issue_numbers():
-    assert [where for where, line in _lines() if ISSUE.search(line)] == []
+def test_the_library_cites_no_issue_numbers():
+    assert [where for where, line in _lines(("altgrad_lib",)) if ISSUE.search(line)] == []

@@ -27,6 +27,7 @@ import torch
 from altgrad_lib.optim.base import GridOptimizer, _check
 from altgrad_lib.numerics.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
 from altgrad_lib.optim.lowp_state import StateFormat
+from altgrad_lib.optim.state_codec import state_format
 
 
 def _state_format(v: Any) -> StateFormat | None:
@@ -60,8 +61,11 @@ class AdamW(GridOptimizer):
             raise ValueError(f"betas={group['betas']!r} must be in [0, 1) and eps={group['eps']!r} >= 0")
         for k in ("state_m", "state_v"):   # kept as plain dicts so state_dict()["param_groups"] stays data
             sf = _state_format(group[k])
+            if k == "state_m" and sf is not None and not state_format(sf.fmt).signed:
+                raise ValueError(f"state_m format {sf.fmt!r} is unsigned but m is signed; valid: a signed format "
+                                 f"such as 'E4M3' (unsigned 'UE<x>M<y>' only for state_v)")
             group[k] = None if sf is None else {"fmt": sf.fmt, "block": sf.block, "rounding": sf.rounding,
-                                                "min_numel": sf.min_numel}
+                                                "min_numel": sf.min_numel, "transform": sf.transform, "scale": sf.scale}
         if "stiffness" in group:
             _check("stiffness", group["stiffness"], STIFFNESS_KINDS)
             if group["damping"] < 0:

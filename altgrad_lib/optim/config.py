@@ -10,6 +10,9 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   storage       storage.STORAGE_MODES: fp32 (master weight; the forward fake-quantizes it) | grid_rne | grid_sr | kahan
   weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
+  state_m / state_v  low-precision Adam moments: a format name (v also "UE<x>M<y>", unsigned), with state_block,
+                state_rounding, state_min_numel, state_m_transform / state_v_transform (none | sqrt | expand;
+                optim/state_codec.py), state_scale (pow2 | amax: the block scale, optim/lowp_state.py)
   track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
                 compile: torch.compile the update
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
@@ -20,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
+from altgrad_lib.choices import OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile")
-_ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel")
+_ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel", "state_m_transform",
+         "state_v_transform", "state_scale")
 OWN_KEYS = {
     "adamw": _ADAM,
     "stiffness_adamw": _ADAM + ("stiffness", "damping"),
@@ -52,6 +56,9 @@ class OptimConfig:
     state_block: int = 256
     state_rounding: str = "nearest"
     state_min_numel: int = 4096
+    state_m_transform: str = "none"
+    state_v_transform: str = "none"
+    state_scale: str = "pow2"
     stiffness: str = "ulp"
     damping: float = 0.0
     ulp_mode: str = "step"
@@ -67,7 +74,10 @@ class OptimConfig:
                                      ("optim.kahan_dtype", self.kahan_dtype, ("bf16", "fp32")),
                                      ("optim.stiffness", self.stiffness, STIFFNESS_KINDS),
                                      ("optim.ulp_mode", self.ulp_mode, ULP_MODES),
-                                     ("optim.state_rounding", self.state_rounding, ROUNDINGS)):
+                                     ("optim.state_rounding", self.state_rounding, ROUNDINGS),
+                                     ("optim.state_m_transform", self.state_m_transform, STATE_TRANSFORMS),
+                                     ("optim.state_v_transform", self.state_v_transform, STATE_TRANSFORMS),
+                                     ("optim.state_scale", self.state_scale, STATE_SCALES)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
         for name in ("lr", "clip_ulp"):
@@ -123,3 +133,14 @@ class OptimConfig:
             bits.append(f"m{self.state_m or 'fp32'}v{self.state_v or 'fp32'}")
         return "/".join(bits)
 
+
+def canonical_optim(optim: Mapping[str, Any]) -> dict[str, Any]:
+    """`optim` with weight_fmt under its canonical format name ('e4m3fn' -> 'E4M3'; an unknown name raises
+    get_format's error), so aliases of one format give one run identity; a canonical spelling is unchanged.
+    state_m / state_v are left as written."""
+    out = dict(optim)
+    if isinstance(out.get("weight_fmt"), str):
+        from altgrad_lib.numerics.formats import get_format   # imports torch: only when a format is named
+
+        out["weight_fmt"] = get_format(out["weight_fmt"]).name
+    return out

@@ -5,6 +5,7 @@ verbose=True, and notebook/tables.quantization_table the DataFrame notebooks sho
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
@@ -25,9 +26,12 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
     rows = []
+    hp_from = _first_hp_block(linears, policy.hp_last_blocks)
     for fqn, lin in linears:
         cls = layer_class_of(fqn)
         spec = policy.spec_for(cls) if cls is not None else None
+        if hp_from is not None and (_block_index(fqn) if _block_index(fqn) is not None else -1) >= hp_from:
+            spec = None
         if type(lin) is not nn.Linear and spec is not None:
             raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
         if spec is not None:
@@ -75,6 +79,20 @@ def format_conversion(rows: Sequence[Mapping[str, Any]], policy: str | Mapping |
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     table = "\n".join(" ".join(v.rjust(w) for v, w in zip(line, widths)) for line in cells)
     return f"{table}\n{conversion_summary(rows, policy)}"
+
+
+def _block_index(fqn: str) -> int | None:
+    """Transformer block of a module name ('transformer.h.3.mlp.c_fc' -> 3), None outside the blocks."""
+    m = re.search(r"(?:^|\.)h\.(\d+)\.", fqn)
+    return int(m.group(1)) if m else None
+
+
+def _first_hp_block(linears, n_last: int) -> int | None:
+    """First block index kept in high precision by QuantPolicy.hp_last_blocks (None: none kept)."""
+    idx = [i for i in (_block_index(f) for f, _ in linears) if i is not None]
+    if not n_last or not idx:
+        return None
+    return max(idx) + 1 - n_last
 
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
