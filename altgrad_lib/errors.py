@@ -29,3 +29,10 @@ class SizeWarning(UserWarning):
 def one_line(msg: object) -> str:
     """A message squeezed onto one line (YAML and library errors often span several)."""
     return " ".join(part.strip() for part in str(msg).splitlines() if part.strip())
+
+
+def exc_line(exc: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message`, at most `limit` characters (a failed job's error in indexes and
+    summaries: a worker's traceback-like message must not fill a table cell)."""
+    first = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
+    return f"{type(exc).__name__}: {first}"[:limit]

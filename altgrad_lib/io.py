@@ -1,33 +1,63 @@
 """Files written so that a crash never leaves half of one: atomic writes, and tidy CSV values and truncation.
 
-Every write goes to a temporary file in the same directory and is `os.replace`d over the target; checkpoints are
-also fsync'ed (file and directory), because a lost checkpoint costs a run while a lost summary is re-written.
+Every write goes through `atomic_file`: a temporary file in the same directory (named per process and call, so
+two writers never share one), `os.replace`d over the target. `durable=True` also fsyncs the file and its
+directory before returning; checkpoints and truncated metrics use it, because losing them costs a run, while a
+lost summary, index or config is re-written by the next call.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 import torch
 
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, durable: bool = False) -> Iterator[BinaryIO]:
+    """A binary file handle whose content replaces `path` only when the block ends without an exception; the
+    temporary file is removed otherwise (a killed process leaves `.<name>.tmp.<pid>.<id>`: remove_stale_tmp)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as fh:
+            yield fh
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, durable: bool = False) -> None:
+    with atomic_file(path, durable=durable) as fh:
+        fh.write(data)
+
+
+def atomic_write_text(path: str | Path, text: str, *, durable: bool = False) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Atomic small-file write (tmp + os.replace) so readers never see half a JSON file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
-    os.replace(tmp, path)
+    """Atomic small-file write so readers never see half a JSON file (non-finite floats as NaN / Infinity)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
 
 
 def write_csv(path: str | Path, frame: Any) -> None:
-    """Atomic CSV write of a pandas frame (tmp + os.replace, no index): readers never see half a table."""
+    """Atomic CSV write of a pandas frame (no index): readers never see half a table."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    atomic_write_text(path, frame.to_csv(index=False))
 
 
 def read_json(path: Path) -> Any:
@@ -63,17 +93,12 @@ def truncate_csv(path: str | Path, keep_through_step: int, header: str) -> int:
             kept.append(line)
         else:
             dropped += 1
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("".join(kept))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(kept), durable=True)
     return dropped
 
 
 def _write_payload(fh: Any, data: bytes) -> None:
-    """Single seam for the bytes hitting disk (tests patch it to simulate a kill mid-write)."""
+    """Single seam for a checkpoint's bytes hitting disk (tests patch it to simulate a kill mid-write)."""
     fh.write(data)
 
 
@@ -95,22 +120,12 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     torch.save(obj, buf)
-    # pid in the name: two writers never share a tmp file; leftovers from a killed writer are removed
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            _write_payload(fh, buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+    with atomic_file(path, durable=True) as fh:
+        _write_payload(fh, buf.getvalue())
 
 
 def remove_stale_tmp(directory: str | Path) -> list[Path]:
-    """Delete tmp files left by a writer that died mid-checkpoint; returns what was removed."""
+    """Delete tmp files left by a writer that died mid-write (atomic_file's names); returns what was removed."""
     d = Path(directory)
     removed = []
     if d.is_dir():

@@ -10,7 +10,7 @@ blocks), and "in-step" = time inside the Diagnostics calls / the rest of the sam
     HF_HUB_OFFLINE=1 .venv/bin/python bench/diagnostics.py                       # CPU-profile model
     python bench/diagnostics.py --device cuda --compile --n-layer 6 --n-embd 512 --block-size 256 --batch 32
 
-Targets (issue 8): cheap ≤ 10 % at interval 1, ≤ 2 % at interval ≥ 10; the default (full, interval 100)
+Targets: cheap ≤ 10 % at interval 1, ≤ 2 % at interval ≥ 10; the default (full, interval 100)
 ≤ 5 % amortized. Not a test: numbers depend on the machine and its load.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ and prints the optimizer-state bytes per parameter of the low-precision-state va
     .venv/bin/python bench/optim_step.py --threads 1 --steps 20     # on a shared, loaded machine
 
 ratio = median over the timed steps of (case step time / the AdamW step taken just before it).
-Targets (issue 9): GridAdamW fp32 master <= 1.3x AdamW; grid-stored + SR <= 1.6x; no recompilation on LR change.
+Targets: GridAdamW fp32 master <= 1.3x AdamW; grid-stored + SR <= 1.6x; no recompilation on LR change.
 Not a test: numbers depend on the machine (and on its load).
 """
 from __future__ import annotations

@@ -132,7 +132,7 @@ def main() -> None:
 
 
 def _block_candidates(kind: str) -> dict[str, tuple[str, object]]:
-    """Same numerics both sides (tests/test_block_scaling.py checks bit equality); rows of 256."""
+    """Same numerics both sides (tests/test_numerics_block_scaling.py checks bit equality); rows of 256."""
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

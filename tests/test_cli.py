@@ -74,7 +74,7 @@ def test_print_config_resolves_run_dir(tmp_path, capsys):
     assert str(tmp_path) in out and '"run_name": "hp-s3-' in out
 
 
-# ------------------------------------------------------------------ input errors: one line, exit 2 (issue 7)
+# ------------------------------------------------------------------ input errors: one line, exit 2
 TINY = ["-p", "n_layer=1", "-p", "n_head=2", "-p", "n_embd=32", "-p", "block_size=32", "-p", "batch_size=4",
         "-p", "max_docs=30", "-p", "tokenizer=gpt2-512", "-p", "max_steps=2", "-p", "eval_iters=1", "--no-progress"]
 
@@ -179,7 +179,7 @@ def test_help_gives_meaning_and_choices_of_every_key(capsys):
         assert ", ".join(tup) in text, tup
 
 
-# ------------------------------------------------------------------ run directories (issue 7)
+# ------------------------------------------------------------------ run directories
 def test_a_failed_start_does_not_lock_the_run_name(tmp_path):
     out = tmp_path / "runs"
     bad = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "corpus=licences")

@@ -260,3 +260,26 @@ def test_a_finished_run_without_diagnostics_is_reused_with_a_note(runs, capsys):
     again = train(tiny(off.dir.parent, diagnostics="cheap"), progress=False)
     assert again.reused and again.dir == off.dir
     assert "trained without diagnostics" in capsys.readouterr().out
+
+
+def test_grid_storage_probe_sees_the_weights_training_uses(tmp_path, monkeypatch):
+    # grid storage drops the recipe's weight quantizers (the stored weight is on the grid): the probe's copy
+    # must be made after that, or its W rows and replayed X/dY describe a weight quantized a second time
+    made = []
+    orig = Diagnostics.for_run.__func__
+    monkeypatch.setattr(Diagnostics, "for_run", classmethod(lambda cls, *a, **k: made.append(orig(cls, *a, **k))
+                                                            or made[-1]))
+    from altgrad_lib.quantize.linear import QuantizedLinear
+    live = []
+    cfg = tiny(tmp_path, recipe="fp8_hybrid", dropout=0.0, max_steps=2, eval_interval=0, ckpt_interval=0,
+               optimizer="adamw", optim={"storage": "grid_sr"}, diagnostics={"groups": ["numerics"], "interval": 1})
+    run = train(cfg, progress=False, verbose=False, on_model=live.append)
+    assert run.status == "completed" and len(made) == 1
+    mods = {n: m for n, m in live[0].named_modules() if isinstance(m, QuantizedLinear)}
+    on_grid = {n for n, m in mods.items() if m.w_quant is None}
+    assert on_grid and on_grid == {n for n in mods if "transformer.h." in n}   # lm_head stays high precision
+    copy = dict(made[0].att.probe.copy.named_modules())
+    assert {n for n in mods if copy[n].w_quant is None} == on_grid
+    df = read_diagnostics(run.dir)
+    assert not set(df[df["role"] == "W"]["layer"]) & on_grid          # no W quantization happens there
+    assert set(df[df["role"] == "X"]["layer"]) >= on_grid            # X and dY are still measured

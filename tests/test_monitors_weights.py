@@ -2,7 +2,6 @@
 run against numpy / scipy / ml_dtypes computations."""
 from __future__ import annotations
 
-import math
 
 import ml_dtypes
 import numpy as np

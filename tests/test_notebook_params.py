@@ -19,7 +19,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from altgrad_lib.notebook import analysis
-from altgrad_lib.notebook import params as notebook_params
 from altgrad_lib.choices import BACKENDS
 from altgrad_lib.notebook.params import check_value, closest_name
 

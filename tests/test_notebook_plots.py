@@ -1,4 +1,5 @@
-"""Tests for altgrad_lib.notebook.plots: every figure is a Figure with labelled axes and a title naming its subject."""
+"""Tests for altgrad_lib.notebook.plots: every figure is a Figure with labelled axes and a title naming its subject,
+and draws the numbers of the table it is given (checked against the table, and E4M3's grid against ml_dtypes)."""
 from __future__ import annotations
 
 import matplotlib
@@ -6,6 +7,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -37,6 +40,41 @@ def test_format_figures(name):
     _check(plots.sr_bias(analysis.sr_bias_variance(name, n_samples=200), name, 200), name)
     ax = plots.rounding_error(analysis.rounding_error(name, n=500), name).axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def _positive_e4m3_values() -> np.ndarray:
+    """Every positive finite float8_e4m3fn value, from ml_dtypes (the oracle), ascending."""
+    v = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return np.sort(v[np.isfinite(v) & (v > 0)])
+
+
+def test_format_figures_draw_the_tables_data():
+    binades = analysis.binade_counts("E4M3")
+    fig = plots.format_grid("E4M3", binades)
+    ticks = np.sort([seg[0, 0] for seg in fig.axes[0].collections[0].get_segments()])   # one segment per value
+    assert np.array_equal(ticks, _positive_e4m3_values())                     # one tick per positive value
+    heights = [p.get_height() for p in fig.axes[1].containers[0]]
+    assert heights == binades.n_values.tolist() and sum(heights) == len(ticks) == 126
+    plt.close(fig)
+
+    err = analysis.rounding_error("E4M3", n=500)
+    fig = plots.rounding_error(err, "E4M3")
+    floor = 2.0 ** -(3 + 12)
+    rne = fig.axes[0].collections[1].get_offsets()                          # drawn after the SR cloud
+    assert np.array_equal(rne[:, 0], err.x) and np.array_equal(rne[:, 1], err.rel_err_rne.clip(lower=floor))
+    plt.close(fig)
+
+    ulp = analysis.ulp_at_grid("E4M3")
+    fig = plots.ulp_stiffness(ulp, "E4M3")
+    up, down = fig.axes[0].lines[:2]
+    assert np.array_equal(up.get_ydata(), ulp.ulp_up) and np.array_equal(down.get_ydata(), ulp.ulp_down)
+    assert np.array_equal(fig.axes[1].lines[0].get_ydata(), ulp.rel_ulp_up)
+    plt.close(fig)
+
+    sr = analysis.sr_bias_variance("E4M3", n_samples=200)
+    fig = plots.sr_bias(sr, "E4M3", 200)
+    assert [p.get_height() for p in fig.axes[0].containers[0]] == pytest.approx(sr.bias_z.tolist())
+    plt.close(fig)
 
 
 def test_format_tradeoff():

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.notebook import tables as run_tables
-from altgrad_lib.studies import results, study
+from altgrad_lib.studies import results
 
 
 def _fake_run(losses: list[float], name: str) -> SimpleNamespace:
@@ -91,7 +91,7 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     from altgrad_lib.studies.study import train_variants
 
     runs = train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
-                                     progress=False, verbose=False)
+                          progress=False, verbose=False)
     assert list(runs) == ["hp s0", "same s0", "control s0", "hp s1", "same s1", "control s1"]
     assert runs["hp s0"].dir == first.dir and runs["hp s0"].reused and not runs["hp s1"].reused
     assert runs["same s1"].dir == runs["hp s1"].dir and runs["control s1"].name.startswith("hp-frozen-s1-")

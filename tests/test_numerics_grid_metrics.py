@@ -95,7 +95,7 @@ def test_misalignment_stiffness_and_log2_hist():
     got = grid.misalignment(w0, E4M3, S)
     assert got.tolist() == pytest.approx(expect, rel=1e-6, abs=1e-7)
     assert max(expect) <= 0.5 + 1e-6 or max(abs(a) for a in ws) > 448   # saturated values may exceed ½
-    st = grid.stiffness(w0, E4M3, S)
+    st = grid.weight_ulp(w0, E4M3, S)
     assert st.tolist() == pytest.approx([_py_ulp(a) / S for a in ws], rel=1e-6)
     v = torch.tensor([0.0, 1e-30, 0.3, 0.5, 0.7, 3.0, 1e9, -1.0, float("nan")])
     h = grid.log2_hist(v, -4, 2)
@@ -111,7 +111,7 @@ def test_grad_stiffness_corr_matches_numpy():
     g[10] = 0.0
     keep = g != 0
     a = np.log2(np.abs(g[keep].double().numpy()))
-    b = np.log2(grid.stiffness(w0, E4M3, S)[keep].double().numpy())
+    b = np.log2(grid.weight_ulp(w0, E4M3, S)[keep].double().numpy())
     assert float(grid.grad_stiffness_corr(g, w0, E4M3, S)) == pytest.approx(np.corrcoef(a, b)[0, 1], rel=1e-9)
 
 

@@ -135,7 +135,7 @@ def test_validation_errors_name_the_choices():
 
 
 def test_stiffness_ablations_at_zero():
-    """The seed's S = 2^(floor(log2|w|) - M) is 0 at w = 0, so a zero weight never moves; the exponent-aware
+    """The plain S = 2^(floor(log2|w|) - M) is 0 at w = 0, so a zero weight never moves; the exponent-aware
     ULP moves it one subnormal step; damping S + delta moves it by lr * delta."""
     out = {}
     for kind, damping in (("mantissa", 0.0), ("ulp", 0.0), ("mantissa", 2.0**-7)):

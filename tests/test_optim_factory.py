@@ -11,7 +11,9 @@ from helpers import Crash, assert_same_state, crash_at
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.factory import build_optimizer
 from altgrad_lib.quantize.linear import QuantizedLinear
-from altgrad_lib.training.loop import TrainConfig, _build_model, train
+from altgrad_lib.training.build import build_model
+from altgrad_lib.training.loop import TrainConfig, train
+from altgrad_lib.training.preflight import check_policy
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=6, warmup_steps=2, eval_interval=3, eval_iters=1, ckpt_interval=3, recipe="fp8_hybrid",
@@ -20,7 +22,7 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 
 def _model(cfg):
     torch.manual_seed(0)
-    model, _ = _build_model(cfg, 512, verbose=False)
+    model, _ = build_model(cfg, 512, check_policy(cfg))
     return model
 
 

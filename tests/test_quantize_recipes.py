@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn as nn
@@ -13,7 +14,7 @@ from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.numerics.quant import QuantSpec
 from altgrad_lib.quantize.recipes import LAYER_CLASSES, LayerSpec, QuantPolicy, get_policy, layer_class_of, sqnr_db
 from altgrad_lib.quantize.linear import QuantizedLinear
-from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.quantize.convert import COLUMNS, conversion_summary, quantize_model
 
 SMALL = dict(block_size=32, vocab_size=256, n_layer=2, n_head=4, n_embd=64)
 
@@ -184,24 +185,48 @@ def test_per_layer_policy_puts_the_right_spec_on_the_right_module():
     assert isinstance(blk.mlp.c_gate, QuantizedLinear) and isinstance(blk.mlp.c_fc, QuantizedLinear)
     assert type(blk.mlp.c_proj) is nn.Linear
     assert isinstance(m.lm_head, QuantizedLinear)              # "*" applies to lm_head when not overridden
-    row = table.set_index("module").loc["transformer.h.1.attn.c_attn"]
+    t = {r["module"]: r for r in table}
+    row = t["transformer.h.1.attn.c_attn"]
     assert row["class"] == "attn_qkv" and row["input"].startswith("e3m4") and row["grad_output"] == "hp"
-    assert table.set_index("module").loc["transformer.h.0.mlp.c_proj", "backend"] == "-"
+    assert t["transformer.h.0.mlp.c_proj"]["backend"] == "-"
 
 
-def test_quantize_model_table_and_summary(capsys):
+def test_quantize_model_rows_and_what_it_prints(capsys):
     m = _gpt()
-    table = quantize_model(m, "fp8_hybrid")
+    rows = quantize_model(m, "fp8_hybrid")
     out = capsys.readouterr().out
-    assert list(table.columns) == ["module", "class", "shape", "input", "weight", "grad_output", "backend"]
-    assert len(table) == 2 * 4 + 1                              # 4 Linears per GELU block + lm_head
-    t = table.set_index("module")
-    assert t.loc["lm_head", "input"] == "hp" and t.loc["lm_head", "backend"] == "-"
-    assert t.loc["transformer.h.0.attn.c_attn", "shape"] == (192, 64)
-    assert t.loc["transformer.h.0.mlp.c_fc", "grad_output"].startswith("e5m2")
-    assert "8/9 Linear quantized" in out and "lm_head" in out and table.attrs["summary"] in out
+    assert isinstance(rows, list) and all(list(r) == list(COLUMNS) for r in rows)   # plain data, no pandas
+    assert COLUMNS == ("module", "class", "shape", "input", "weight", "grad_output", "backend")
+    assert len(rows) == 2 * 4 + 1                               # 4 Linears per GELU block + lm_head
+    t = {r["module"]: r for r in rows}
+    assert t["lm_head"]["input"] == "hp" and t["lm_head"]["backend"] == "-"
+    assert t["transformer.h.0.attn.c_attn"]["shape"] == (192, 64)
+    assert t["transformer.h.0.mlp.c_fc"]["grad_output"].startswith("e5m2")
+    summary = conversion_summary(rows, "fp8_hybrid")
+    assert "8/9 Linear quantized" in summary and "lm_head" in summary
+    # the printed table is the one pandas prints (the oracle: what quantize_model printed before)
+    with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 40):
+        expected = pd.DataFrame(rows, columns=list(COLUMNS)).to_string(index=False)
+    assert out == f"{expected}\n{summary}\n"
     with pytest.raises(ValueError, match="once per model"):
         quantize_model(m, "fp8_hybrid", verbose=False)
+
+
+def test_model_surgery_imports_no_pandas():
+    import subprocess
+    import sys
+
+    code = "import sys, altgrad_lib.quantize.convert; print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_quantization_table_is_the_rows_as_a_frame():
+    from altgrad_lib.notebook.tables import quantization_table
+
+    rows = quantize_model(_gpt(mlp="swiglu"), "fp8_hybrid", verbose=False)
+    df = quantization_table(rows)
+    assert list(df.columns) == list(COLUMNS) and df.to_dict("records") == rows
 
 
 def test_tied_weights_stay_tied():
@@ -219,8 +244,8 @@ def test_tied_weights_stay_tied():
 
 def test_hp_recipe_changes_nothing():
     ref, m = _gpt(), _gpt()
-    table = quantize_model(m, "hp", verbose=False)
-    assert (table["backend"] == "-").all()
+    rows = quantize_model(m, "hp", verbose=False)
+    assert {r["backend"] for r in rows} == {"-"}
     idx = torch.randint(0, 256, (2, 32))
     assert torch.equal(ref(idx)[0], m(idx)[0])
     assert all(type(mod) is nn.Linear for mod in m.modules() if isinstance(mod, nn.Linear))

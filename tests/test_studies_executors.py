@@ -93,6 +93,24 @@ def test_study_on_a_local_ray_instance(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / idx.run[0] / "summary.json").exists()
 
 
+def test_a_default_config_gets_one_worker_per_core_here_and_one_on_a_gpu(monkeypatch):
+    # device "auto" (TrainConfig's default) is resolved as training resolves it, here and in the envelope
+    import torch
+
+    from altgrad_lib.studies.envelope import _default_workers
+    from altgrad_lib.studies.executors import auto_executor, auto_workers
+    from altgrad_lib.training.config import TrainConfig
+
+    monkeypatch.delenv("ALTGRAD_WORKERS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    cfg = TrainConfig()
+    assert cfg.device == "auto" and not torch.cuda.is_available()   # this CPU-only machine
+    assert auto_workers(9, cfg.device) == 4 and auto_executor(9, cfg.device).workers == 4
+    assert _default_workers({"a": cfg, "b": cfg}) == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert auto_workers(9, cfg.device) == 1 and _default_workers({"a": cfg, "b": cfg}) == 1
+
+
 def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkeypatch):
     from altgrad_lib.studies.executors import auto_executor, auto_workers
 

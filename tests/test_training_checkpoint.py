@@ -1,6 +1,6 @@
 """Tests for altgrad_lib.training.checkpoint: atomic writes, clear errors on bad files, RNG and snapshot round trips.
 
-End-to-end resume exactness (model + optimizer + quantizer state) is tested in tests/test_train.py.
+End-to-end resume exactness (model + optimizer + quantizer state) is tested in tests/test_training_loop.py.
 """
 from __future__ import annotations
 

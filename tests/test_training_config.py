@@ -106,7 +106,7 @@ def test_compile_model_is_the_notebook_name_of_compile(tmp_path):
         TrainConfig.from_dict({"compile_model": True, "compile": False})
 
 
-# ------------------------------------------------------------------ input errors (issue 7)
+# ------------------------------------------------------------------ input errors
 @pytest.mark.parametrize("key,value", [("lr", "1e1000"), ("lr", float("inf")), ("min_lr", float("nan")),
                                        ("grad_clip", float("inf")), ("dropout", float("nan"))])
 def test_non_finite_floats_are_refused(key, value):

@@ -256,7 +256,7 @@ def test_cache_reuse_and_corruption(tmp_path):
     os.remove(train_bin.parent / "meta.json")
     e = build()
     assert not e.from_cache and (np.asarray(e.train) == good).all()
-    assert not list(train_bin.parent.glob("*.tmp"))  # no temp files left behind
+    assert not list(train_bin.parent.glob(".*.tmp*"))  # no temp files left behind
 
 
 def test_local_text_token_corpus(tmp_path):

@@ -418,3 +418,19 @@ def test_first_nonfinite_names_the_injected_module_kind_and_step(tmp_path, site)
     assert run.diverged and div["step"] == step, (div["step"], step)
     assert div["first_nonfinite"]["kind"] == EXPECTED_KIND[place], div
     assert div["first_nonfinite"]["name"] == target, div
+
+
+def test_an_overflowing_perplexity_is_inf_in_metrics_summary_and_run_tables(tmp_path, monkeypatch):
+    # validation losses above ~709.78 overflow exp(); metrics.csv, summary.json and run_frame say the same
+    import torch.nn.functional as F
+
+    from altgrad_lib.studies.results import run_frame
+
+    ce = F.cross_entropy
+    monkeypatch.setattr("altgrad_lib.model.F.cross_entropy",   # evaluate() runs without grad: +750 there only
+                        lambda *a, **k: ce(*a, **k) + (0.0 if torch.is_grad_enabled() else 750.0))
+    run = train(tiny(tmp_path, max_steps=2, eval_interval=0, ckpt_interval=0), progress=False, verbose=False)
+    assert run.status == "completed" and 750 < run.final_val_loss < 760
+    assert math.isinf(run.metric("val/ppl").iloc[-1])
+    assert math.isinf(json.loads((run.dir / "summary.json").read_text())["final_val_ppl"])
+    assert math.isinf(run_frame([run])["val_ppl"].iloc[0])

@@ -10,7 +10,7 @@ import torch
 from altgrad_lib.training import preflight as pf
 from altgrad_lib.errors import ConfigError, SizeWarning
 from altgrad_lib.model import GPT
-from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=30, tokenizer="gpt2-512",
@@ -20,8 +20,7 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
     """Bytes of the distinct storages autograd saves in one training forward (parameters excluded)."""
     torch.manual_seed(0)
-    model = GPT(pf._gpt_config(cfg, vocab))
-    quantize_model(model, pf.check_policy(cfg), verbose=False)
+    model, _ = build_model(cfg, vocab, pf.check_policy(cfg))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -41,7 +40,7 @@ def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
                                 dict(n_embd=96, n_head=3, block_size=80)])
 def test_param_count_is_exact(kw):
     cfg = TrainConfig(**{**TINY, **kw})
-    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(pf._gpt_config(cfg, 513)).parameters())
+    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(gpt_config(cfg, 513)).parameters())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_layer=4, n_embd=128, n_head=4), dict(mlp="swiglu"),
@@ -71,7 +70,7 @@ def test_size_is_refused_when_it_cannot_fit_and_warned_when_huge():
     long = TrainConfig(**{**TINY, "block_size": 50000, "batch_size": 1, "max_steps": 5000})
     with pytest.warns(SizeWarning, match=r"take at least ~\d"):
         pf.check_size(long, 513, cpu, available=1e15)
-    # the issue's block_size=200000 default-sized run needs far more than a workstation has
+    # a block_size=200000 default-sized run needs far more than a workstation has
     huge = pf.estimate_memory(TrainConfig(block_size=200_000), 4097)
     assert huge["total"] > 64 * 2**30
 

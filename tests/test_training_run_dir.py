@@ -178,3 +178,9 @@ def test_run_of_a_diverged_run_has_no_final_loss(tmp_path):
     assert "8.28" not in r.short_str() and "diverged at step 2" in r.short_str() and "wte" in r.short_str()
     io.write_json(d / "summary.json", {"status": "diverged", "final_step": 2, "final_val_loss": None})
     assert runs.Run.load(d).final_val_loss is None
+
+
+def test_perplexity_is_exp_until_float64_overflows():
+    assert runs.perplexity(2.0) == math.exp(2.0) and runs.perplexity(709.0) == math.exp(709.0)
+    assert runs.perplexity(709.8) == math.inf and runs.perplexity(math.inf) == math.inf
+    assert math.isnan(runs.perplexity(math.nan)) and runs.perplexity(-math.inf) == 0.0

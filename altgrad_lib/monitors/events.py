@@ -39,7 +39,6 @@ ALARMS: dict[str, tuple[str, ...]] = {     # alarm family -> the event kinds tha
     "attn_entropy": ("attn_entropy_drop",),
     "grad_norm": ("grad_norm_spike",),
 }
-OUTCOMES = ("missed", "false", "none")     # besides a lead (a positive int, in steps)
 
 
 class EventsMonitor(Monitor):

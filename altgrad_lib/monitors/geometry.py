@@ -9,7 +9,7 @@ import torch
 from altgrad_lib.monitors.base import Monitor, StepContext
 from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
                                               delta_code_from_codes, delta_code_hist, grad_stiffness_corr,
-                                              hist_entropy_bits, log2_hist, misalignment, stall_rate, stiffness)
+                                              hist_entropy_bits, log2_hist, misalignment, stall_rate, weight_ulp)
 
 
 
@@ -50,7 +50,7 @@ class GridMonitor(Monitor):
             hs = log2_hist(fmt.ulp(_ws(w1, s1)), lo, hi)
             ctx.emit_hist(fqn, "W", "hist.log2ulp", hs, list(range(lo, hi + 1)))
             ctx.emit(fqn, "W", "stiffness_entropy_bits", hist_entropy_bits(hs))
-            ctx.emit(fqn, "W", "log2S_mean", torch.log2(stiffness(w1, fmt, s1).double()).mean())
+            ctx.emit(fqn, "W", "log2S_mean", torch.log2(weight_ulp(w1, fmt, s1).double()).mean())
             ctx.emit(fqn, "W", "misalignment_mean", misalignment(w1, fmt, s1).double().mean())
             ctx.emit(fqn, "W", "stall_rate", stall_rate(w0, w1, fmt, s0))
             ctx.emit(fqn, "W", "update_ratio", (w1 - w0).double().norm() / w0.double().norm())

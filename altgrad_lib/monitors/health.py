@@ -20,7 +20,7 @@ Two monitors use it:
                      metrics ctr.sat_frac (= overflow_frac), ctr.flush_frac (= flush_frac), ctr.eps_hits, and
                      the scaler's ctr.scale / ctr.amax (last call); fractions are over all training steps
                      since the previous diagnostic step. Under torch.compile the dY
-                     quantizer of a stateless scaling kind runs without counters (surgery.grad_counters_live),
+                     quantizer of a stateless scaling kind runs without counters (quantize.linear.grad_counters_live),
                      so those rows are NaN and events.csv says "unavailable" — never a silent zero.
 """
 from __future__ import annotations

@@ -8,6 +8,7 @@ No logic lives here. Every name is imported from the module that owns it, so the
   - studies/claims      : the paired claims table, the frozen-blocks control check, own-seed gaps
   - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance
   - numerics/oracles    : our rounding vs torch float8 dtypes, ml_dtypes and gfloat (shared with the tests)
+  - training/build     : the GPTConfig of a TrainConfig
   - quantize/layer_sqnr : per-Linear SQNR of a quantized copy vs FP32 (`sqnr_db` itself is numerics.quant.sqnr_db)
 
 New code goes into those modules (tested in tests/test_<package>_<module>.py); add the name below only when a
@@ -16,9 +17,9 @@ notebook calls it as `analysis.<name>`.
 from __future__ import annotations
 
 # ruff: noqa: F401  (a namespace: every name is re-exported)
-from altgrad_lib.notebook.tables import (corpus_summary, git_sha, gpt_config, load_trained_model, loss_table,
-                                         model_summary, params_hash, provenance_banner, run_summary, throughput,
-                                         train_config_from)
+from altgrad_lib.notebook.tables import (corpus_summary, git_sha, load_trained_model, loss_table, model_summary,
+                                         params_hash, provenance_banner, quantization_table, run_summary,
+                                         throughput, train_config_from)
 from altgrad_lib.numerics.anatomy import (binade_counts, format_overview, log_uniform, positive_values,
                                           rounding_error, sr_bias_variance, sr_probe_points, ulp_at_grid)
 from altgrad_lib.numerics.oracles import (REFERENCES, Reference, all_bf16_values, count_mismatches,
@@ -29,3 +30,4 @@ from altgrad_lib.studies.results import (THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final
                                          metrics_wide, run_frame)
 from altgrad_lib.studies.claims import claims_table, control_check, seed_gaps
 from altgrad_lib.studies.study import train_variants
+from altgrad_lib.training.build import gpt_config

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from altgrad_lib.notebook.plots_diagnostics import short_layer
+
 ALL = "(all)"
 
 
@@ -257,10 +259,6 @@ LOG2W = "hist.log2w"     # monitors/weights.py: fraction of a layer's weights wi
 GRAD_NORM = "grad_norm"  # monitors/gradients.py: ||grad|| of each parameter before clipping, role = parameter name
 
 
-def _short(layer: str) -> str:
-    return layer.removeprefix("transformer.")
-
-
 def _no_data(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9, transform=ax.transAxes)
     ax.set_xticks([])
@@ -293,7 +291,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
             for step, style in ((last, "-"), (first, "--")) if layer != ALL and first != last else ((last, "-"),):
                 b = g[g.step == step].groupby("k").value.sum()
                 ax_w.plot(b.index, b.to_numpy(), style, marker=".", color=f"C{i % 10}",
-                          label=f"{_short(name)} (step {step})")
+                          label=f"{short_layer(name)} (step {step})")
         ax_w.set_xlabel("floor(log2 |w|)")
         ax_w.set_ylabel("fraction of weights")
         ax_w.legend(fontsize=6)
@@ -304,7 +302,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
                        "train it with the diagnostics group 'gradients'")
     else:
         for i, (name, d) in enumerate(g.sort_values("step").groupby("layer", sort=True)):
-            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1, label=_short(name))
+            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1, label=short_layer(name))
         ax_g.set_yscale("log")
         ax_g.set_xlabel("step")
         ax_g.set_ylabel("||grad W|| (before clipping)")

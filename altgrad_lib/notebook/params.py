@@ -5,7 +5,8 @@ notebook does not declare, so `-p learning_rate 0.1` used to run silently with t
 therefore follows one pattern:
 
     # setup cell (before the parameters cell)
-    guard = notebook_params.watch(globals())          # the names defined so far are not parameters
+    from altgrad_lib.notebook import params as notebook_params
+    guard = notebook_params.watch(globals())   # the names defined so far are not parameters
 
     # parameters cell: one annotated assignment per parameter; the annotation is the type, the comment the help
     lr: float = 1e-3                                  # peak AdamW learning rate

@@ -29,7 +29,8 @@ UNITS = {"overflow_frac": "fraction of elements", "underflow_frac": "fraction of
 ROLE_NAMES = {"X": "input X", "W": "weight W", "dY": "output gradient dY"}
 
 
-def _short(layer: str) -> str:
+def short_layer(layer: str) -> str:
+    """A layer's name for plot labels: "transformer.h.0.attn.c_attn" -> "h.0.a.c_attn"."""
     return layer.replace("transformer.", "").replace(".attn.", ".a.").replace(".mlp.", ".m.")
 
 
@@ -47,7 +48,7 @@ def layer_step_heatmap(df: pd.DataFrame, metric: str, role: str | None = None, *
                        title: str | None = None) -> Figure:
     """Layer × step image of one metric (NaN = not measurable, drawn blank)."""
     d = _select(df, metric, role)
-    d = d.assign(row=d["layer"].map(_short) + np.where(d["role"].ne(""), "/" + d["role"], ""))
+    d = d.assign(row=d["layer"].map(short_layer) + np.where(d["role"].ne(""), "/" + d["role"], ""))
     grid = d.pivot_table(index="row", columns="step", values="value", aggfunc="last", dropna=False)
     vals = grid.to_numpy(dtype=float)
     if log:
@@ -91,7 +92,7 @@ def stiffness_field(df: pd.DataFrame, layer: str) -> Figure:
     ax.set_xlabel("training step")
     ax.set_ylabel("log2 ULP at w·s (grid units)")
     fig.colorbar(im, ax=ax, label="fraction of weights")
-    ax.set_title(f"Stiffness field S = ULP(w) of {_short(layer)} over training")
+    ax.set_title(f"Stiffness field S = ULP(w) of {short_layer(layer)} over training")
     fig.tight_layout()
     return fig
 
@@ -119,7 +120,7 @@ def hist_at_steps(df: pd.DataFrame, layer: str, prefix: str = "hist.dcode", step
     xl, name = labels.get(prefix, (prefix, prefix))
     ax.set_xlabel(xl)
     ax.set_ylabel("fraction of weights")
-    ax.set_title(f"{name} histogram of {_short(layer)}")
+    ax.set_title(f"{name} histogram of {short_layer(layer)}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -129,7 +130,7 @@ def _lines(df: pd.DataFrame, metric: str, ylabel: str, title: str, log: bool = F
     d = _select(df, metric, None)
     fig, ax = plt.subplots(figsize=FIGSIZE)
     for (layer, role), g in d.groupby(["layer", "role"], sort=True):
-        ax.plot(g["step"], g["value"], lw=1, label=f"{_short(layer)}/{role}")
+        ax.plot(g["step"], g["value"], lw=1, label=f"{short_layer(layer)}/{role}")
     if log:
         ax.set_yscale("symlog")
     ax.set_xlabel("training step")

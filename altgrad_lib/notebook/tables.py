@@ -113,18 +113,18 @@ def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), *
     return TrainConfig.from_dict({**{k: v for k, v in params.items() if k not in extra}, **overrides})
 
 
-def gpt_config(cfg: Any, vocab_size: int):
-    """The GPTConfig that train() builds for a TrainConfig."""
-    from altgrad_lib.model import GPTConfig
+def quantization_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """quantize_model's rows as a DataFrame (one row per Linear: module, class, shape, input, weight,
+    grad_output, backend)."""
+    from altgrad_lib.quantize.convert import COLUMNS
 
-    return GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp,
-                     tie_weights=cfg.tie_weights)
+    return pd.DataFrame(list(rows), columns=list(COLUMNS))
 
 
 def model_summary(cfg: Any, vocab_size: int) -> pd.DataFrame:
     """Shape and parameter counts of the model a TrainConfig trains (built on CPU, not trained)."""
     from altgrad_lib.model import GPT
+    from altgrad_lib.training.build import gpt_config
 
     model = GPT(gpt_config(cfg, vocab_size))
     total, non_emb = model.num_params(), model.num_params(non_embedding=True)
@@ -140,6 +140,7 @@ def load_trained_model(run: Any, vocab_size: int):
     """The GPT of a finished high-precision run with its final weights (checkpoints/last.pt), in eval mode."""
     from altgrad_lib.training.checkpoint import load_checkpoint
     from altgrad_lib.model import GPT
+    from altgrad_lib.training.build import gpt_config
 
     model = GPT(gpt_config(run.config, vocab_size))
     model.load_state_dict(load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")["model"])

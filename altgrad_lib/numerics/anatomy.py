@@ -1,7 +1,7 @@
 """Format anatomy: binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance.
 
 The numbers behind notebook 01's tables and figures; one row per observation (pandas), so they can be
-printed, plotted and asserted on (tests/test_anatomy.py).
+printed, plotted and asserted on (tests/test_numerics_anatomy.py).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def rounding_error(fmt: FloatFormat | str, n: int = 20_000, seed: int = 0) -> pd
 def ulp_at_grid(fmt: FloatFormat | str) -> pd.DataFrame:
     """Grid spacing up (away from zero) and down (toward zero) at every positive value of the format.
 
-    `ulp_*` is the plan's stiffness S (absolute grid spacing, `FloatFormat.stiffness`); `rel_ulp_*` =
+    `ulp_*` is the stiffness S (absolute grid spacing, `FloatFormat.ulp(x, "up")`); `rel_ulp_*` =
     ulp / |w| is the smallest relative update that can move a weight stored in this format: an update
     below half of it is rounded away under RNE. At a binade boundary 2^e the down spacing is half the
     up spacing, so shrinking a weight is easier than growing it; in the subnormal region the spacing is

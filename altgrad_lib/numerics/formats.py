@@ -55,8 +55,7 @@ import torch
 
 from .rounding import ROUNDING_MODES, KernelParams, quantize_tensor, random_bits
 
-__all__ = ["ROUNDING_MODES", "SPECIALS", "FloatFormat", "BUILTIN_FORMATS", "get_format", "format_summary_table",
-           "stiffness"]
+__all__ = ["ROUNDING_MODES", "SPECIALS", "FloatFormat", "BUILTIN_FORMATS", "get_format", "format_summary_table"]
 
 SPECIALS = ("ieee", "fn", "fnuz", "none")
 _NATIVE_DTYPES = {"float8_e4m3fn": "fn", "float8_e5m2": "ieee", "float8_e4m3fnuz": "fnuz", "float8_e5m2fnuz": "fnuz"}
@@ -330,10 +329,6 @@ class FloatFormat:
         sp = torch.where(torch.isinf(ax), 2.0 ** (max(self.emax, self.emin) - self.mbits), sp)
         return torch.where(torch.isnan(ax), math.nan, sp)
 
-    def stiffness(self, x: torch.Tensor) -> torch.Tensor:
-        """The plan's stiffness S at x: the grid spacing away from zero (= ulp(x, "up"))."""
-        return self.ulp(x, "up")
-
     # ---- printing ----
     def short_str(self) -> str:
         """Compact unique name for logs, accepted by get_format (e.g. "e4m3fn", "e1m6")."""
@@ -400,11 +395,6 @@ def show_number(v: float) -> str:
     """A float for display tables: repr is exact and never rounds (pandas shows 2^-127 in an object column
     as 0.0)."""
     return repr(float(v))
-
-
-def stiffness(x: torch.Tensor, fmt: "FloatFormat | str", direction: str = "up") -> torch.Tensor:
-    """Grid spacing of fmt at x (the plan's stiffness S = 2^(floor(log2|w|) - M), clamped correctly)."""
-    return get_format(fmt).ulp(x, direction)
 
 
 # ---------------------------------------------------------------- registry

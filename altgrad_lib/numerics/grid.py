@@ -6,14 +6,14 @@ the binades) and makes `quantize(w * 2^k) / 2^k` exact in fp32, so "on the grid"
 `fmt.quantize(p * s) == p * s` with s = 2^k. k leaves `headroom` binades above the initial amax so weights can
 grow before they saturate (E1M6 has a single binade width of levels, so for it k sets the resolution).
 
-ULP and stiffness (design decisions, tested in tests/test_optim_grid.py):
+ULP and stiffness (design decisions, tested in tests/test_numerics_grid.py):
 - `step_ulp(w, delta_sign, fmt, s, mode)`: the spacing *in the direction the weight moves*. At a binade's lower
   edge (|w| a power of two in the normal range) the gap toward zero is half the gap away from zero, so a
   one-ULP step toward zero uses the down-ULP and lands on the neighbouring code instead of two codes away.
   mode "step" (default) = that rule; "up" / "down" / "mean" are the alternatives an ablation can pick.
 - zero and subnormals: the fixed subnormal spacing (formats.ulp clamps exponents to [emin, emax]), so a weight
   at 0 moves k * min_subnormal: k codes away from zero.  The top binade's spacing is used at and above max.
-- the seed's formula ("mantissa"): S = 2^(floor(log2|w|) - M) with no exponent clamp: 0 at w = 0 (a zero weight
+- the plain formula ("mantissa"): S = 2^(floor(log2|w|) - M) with no exponent clamp: 0 at w = 0 (a zero weight
   never moves), too small in the subnormal range.  Kept as an ablation; "ulp" is the exponent-aware form.
 - damping: S + delta (absolute, in weight units), for both kinds.
 
@@ -70,7 +70,7 @@ def fast_ulp(xs: torch.Tensor, fmt: FloatFormat, direction: str = "up",
     """formats.ulp(xs, direction) for fp32 xs, on the bit pattern (about 10x faster than frexp + ldexp on CPU).
 
     direction "step": "down" where `toward_zero`, else "up", in one pass.  Equal to fmt.ulp bitwise for every
-    non-NaN input (tests/test_optim_grid.py); NaN gives the top spacing.  Falls back to fmt.ulp when a spacing
+    non-NaN input (tests/test_numerics_grid.py); NaN gives the top spacing.  Falls back to fmt.ulp when a spacing
     of the format is not an fp32 normal (e.g. e8m0fnu)."""
     lo, hi = fmt.emin, max(fmt.emax, fmt.emin)
     if xs.dtype != torch.float32 or lo - fmt.mbits + 127 < 1 or hi - fmt.mbits + 127 > 254:
@@ -103,7 +103,7 @@ def step_ulp(w: torch.Tensor, toward_zero: torch.Tensor | None, fmt: FloatFormat
 
 
 def mantissa_stiffness(w: torch.Tensor, fmt: FloatFormat, s: torch.Tensor) -> torch.Tensor:
-    """The seed's S = 2^(floor(log2|w|) - M) (no exponent clamp; 0 at w = 0), in weight units."""
+    """The plain S = 2^(floor(log2|w|) - M) (no exponent clamp; 0 at w = 0), in weight units."""
     ws = (w * s).abs().float()
     biased = _exp_field(ws) - fmt.mbits + 127
     sp = (biased.clamp(1, 254) << 23).view(torch.float32)

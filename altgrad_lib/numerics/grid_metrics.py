@@ -7,7 +7,7 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     codes(w, fmt, s)                    uint8 code of Q(w·s) (formats.encode)
     grid_rank(w, fmt, s)                index of Q(w·s) in fmt.values() (ascending; −0 and +0 share a rank)
     rank_of_code(fmt)                   that index for every code (a lookup table)
-    stiffness(w, fmt, s)                S = ULP in weight units = fmt.ulp(w·s) / s
+    weight_ulp(w, fmt, s)               the stiffness S = ULP in weight units = fmt.ulp(w·s) / s
     misalignment(w, fmt, s)             |w·s − Q(w·s)| / ULP(w·s), in [0, ½] for round-to-nearest
     stall_mask / stall_rate(w0, w1, fmt, s)   |Δw·s| < ULP(w0·s)/2: the update is below half a grid step
     delta_code(w0, w1, fmt, s0, s1)     grid steps each weight moved: rank(w1) − rank(w0)
@@ -25,7 +25,7 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     value_usage(w, fmt, s)              counts per finite grid value (ascending; ±0 one value)
     used_fraction(counts, available)    bins used / bins available (capacity_use per code or per value)
 
-The one copy of this arithmetic: monitors/geometry.py and optim/diagnostics.py (the optimizer's stall rate, Δcode, code usage) calls
+The one copy of this arithmetic: monitors/geometry.py and optim/stats.py (the optimizer's stall rate, Δcode, code usage) calls
 these functions too. Two stall views on purpose: stall_rate here predicts from the master weights (the update
 is below half an ULP); the optimizer's counts what happened (its update was asked and the grid value stayed).
 """
@@ -61,7 +61,9 @@ def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     return rank_of_code(fmt, w.device)[codes(w, fmt, s).long()]
 
 
-def stiffness(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+def weight_ulp(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
+    """The stiffness S of w: the grid spacing away from zero at w·s, in weight units (numerics/grid.stiffness is the
+    optimizer's preconditioner built on the same spacing)."""
     return fmt.ulp(_ws(w, s)) / torch.as_tensor(s, dtype=torch.float32, device=w.device)
 
 
@@ -153,7 +155,7 @@ def log2_hist(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
 
 
 def grad_stiffness_corr(g: torch.Tensor, w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
-    ls = torch.log2(stiffness(w, fmt, s).double()).reshape(-1)
+    ls = torch.log2(weight_ulp(w, fmt, s).double()).reshape(-1)
     g = g.detach().double().reshape(-1)
     keep = (g != 0) & torch.isfinite(g)
     a, b = torch.log2(g[keep].abs()), ls[keep]

@@ -1,4 +1,4 @@
-"""The format-aware optimizer (issue 9): steps measured in grid units, weights stored on the grid.
+"""The format-aware optimizer: steps measured in grid units, weights stored on the grid.
 
 Files (one job each; the grid maths they step on, ULP in a step's direction, stiffness and code ordinals, is
 numerics/grid.py):
@@ -14,7 +14,8 @@ numerics/grid.py):
   sgd.py          GridSGD: w - lr · S(w) · g (what geoopt's RiemannianSGD does on FP8Manifold)
   lowp_state.py   StateFormat: m / v as 8-bit codes + per-tensor or per-block fp32 scales; state_bytes
   manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
-  diagnostics.py  stall rate, update visibility, oscillation ratio, Δcode histogram, code usage / entropy, StepStats
+  stats.py        the optimizer's step statistics: stall rate, update visibility, oscillation ratio, Δcode
+                  histogram, code usage / entropy, StepStats
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
   factory.py      build_optimizer(model, cfg): what training/loop.py calls
 
@@ -27,8 +28,8 @@ import importlib
 _LAZY = {
     "GridOptimizer": "base", "AdamW": "adamw", "StiffnessAdamW": "adamw", "GridAdamW": "adamw",
     "StiffnessWrapper": "wrapper", "Madam": "madam", "GridSGD": "sgd", "StateFormat": "lowp_state",
-    "state_bytes": "lowp_state", "FP8Manifold": "manifold", "stall_rate": "diagnostics",
-    "delta_code_hist": "diagnostics", "code_usage": "diagnostics", "code_entropy_bits": "diagnostics",
+    "state_bytes": "lowp_state", "FP8Manifold": "manifold", "stall_rate": "stats",
+    "delta_code_hist": "stats", "code_usage": "stats", "code_entropy_bits": "stats",
     "OptimConfig": "config", "build_optimizer": "factory", "STORAGE_MODES": "storage",
 }
 __all__ = list(_LAZY)

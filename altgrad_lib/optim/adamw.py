@@ -15,7 +15,7 @@ GridAdamW   w <- w (1 - lr wd) - lr_ulp * ULP(w) * m̂ / (sqrt(v̂) + eps), the 
 
 Options shared by all three: betas, eps, weight_decay; low-precision moments through `state_m` / `state_v`
 (None or a lowp_state.StateFormat, or a dict of its fields); plus GridOptimizer's fmt / storage options.
-Stiffness ablations (StiffnessAdamW, GridAdamW): stiffness ("ulp" exponent-aware, "mantissa" = the seed's
+Stiffness ablations (StiffnessAdamW, GridAdamW): stiffness ("ulp" exponent-aware, "mantissa" = the plain
 2^(floor(log2|w|) - M)), damping (S + delta), ulp_mode (GridAdamW: step / up / down / mean).
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ import torch
 
 from altgrad_lib.choices import EF_MODES
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.optim import diagnostics as diag
+from altgrad_lib.optim.stats import StepStats
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
@@ -66,7 +66,7 @@ class GridOptimizer(torch.optim.Optimizer):
         self._sr_keys, self.sr_offset = seed_keys(self.seed), 0             # weight SR: counter_rng
         self._offset_t = torch.zeros((), dtype=torch.int64, device=dev)      # sr_offset as a tensor (no recompiles)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
-        self.stats = diag.StepStats(device=dev)
+        self.stats = StepStats(device=dev)
         fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel

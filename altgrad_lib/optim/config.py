@@ -17,7 +17,7 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
                 state_rounding, state_min_numel, state_m_transform / state_v_transform (none | sqrt | expand;
                 optim/state_codec.py), state_scale (pow2 | amax: the block scale, optim/lowp_state.py)
   track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
-                (with update_visibility = PULSE's 1 - S1 and osc_ratio, optim/diagnostics.py); compile: torch.compile
+                (with update_visibility = PULSE's 1 - S1 and osc_ratio, optim/stats.py); compile: torch.compile
   osc_window    measured steps per oscillation-ratio window (TetraJet-v2's sum|ΔQ| / sum|Δw|; default 50)
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.

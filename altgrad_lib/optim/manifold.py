@@ -3,7 +3,7 @@
 
     projx(x)          = Q(x): round onto grid(fmt) / scale (RNE, or SR with the manifold's own generator)
     egrad2rgrad(x, u) = S(x) * u: the stiffness metric <u, v>_x = sum(u v / S(x)), whose Riemannian gradient is
-                        the Euclidean one times the local grid spacing S = ULP away from zero (formats.stiffness)
+                        the Euclidean one times the local grid spacing S = ULP away from zero (grid_metrics.weight_ulp)
     retr(x, u)        = Q(x + u): step, then round; expmap = retr; transports are the identity
     inner / component_inner: the metric above (so RiemannianAdam's second moment is S * g^2 per coordinate)
 
@@ -20,6 +20,7 @@ import torch
 from geoopt.manifolds import Manifold
 
 from altgrad_lib.numerics.formats import FloatFormat, get_format
+from altgrad_lib.numerics.grid_metrics import weight_ulp
 from altgrad_lib.numerics.rounding import random_bits
 
 
@@ -51,7 +52,7 @@ class FP8Manifold(Manifold):
         return self.fmt.quantize(xs) / self.scale
 
     def stiffness(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fmt.ulp(x * self.scale, "up") / self.scale
+        return weight_ulp(x, self.fmt, self.scale)
 
     def _check_point_on_manifold(self, x: torch.Tensor, *, atol=1e-5, rtol=1e-5):
         ok = bool(torch.equal(self.fmt.quantize(x * self.scale), x * self.scale))

@@ -1,19 +1,27 @@
-"""Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names."""
+"""Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names.
+
+`quantize_model` returns plain rows (one dict per Linear); `format_conversion` is the text it prints with
+verbose=True, and notebook/tables.quantization_table the DataFrame notebooks show.
+"""
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
-import pandas as pd
 
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
 
-def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbose: bool = True) -> pd.DataFrame:
-    """Swap the policy's Linears in place; returns (and prints) a table of what is quantized where.
+COLUMNS = ("module", "class", "shape", "input", "weight", "grad_output", "backend")
 
-    Columns: module, class, shape (out, in), input, weight (forward), grad_output (backward), backend."""
+
+def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
+                   verbose: bool = True) -> list[dict[str, Any]]:
+    """Swap the policy's Linears in place; returns one row per Linear of what is quantized where (and prints
+    them with verbose=True).
+
+    Row keys (COLUMNS): module, class, shape (out, in), input, weight (forward), grad_output (backward), backend."""
     policy = get_policy(policy)
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
@@ -49,17 +57,28 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbos
             parent_name, _, child = fqn.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
 
-    table = pd.DataFrame(rows, columns=["module", "class", "shape", "input", "weight", "grad_output", "backend"])
-    kept = sorted({r["class"] if r["class"] != "-" else r["module"] for r in rows if r["backend"] == "-"})
-    summary = (f"{policy.name}[{policy.backend}]: {len(chosen)}/{len(rows)} Linear quantized "
-               f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} "
-               f"+ embeddings, LayerNorm, softmax, attention matmuls")
-    table.attrs["summary"] = summary
     if verbose:
-        with pd.option_context("display.width", 200, "display.max_columns", 10, "display.max_colwidth", 40):
-            print(table.to_string(index=False))
-        print(summary)
-    return table
+        print(format_conversion(rows, policy))
+    return rows
+
+
+def conversion_summary(rows: Sequence[Mapping[str, Any]], policy: str | Mapping | QuantPolicy) -> str:
+    """One line: how many Linears `policy` quantized and which stayed in high precision."""
+    policy = get_policy(policy)
+    kept = sorted({r["class"] if r["class"] != "-" else r["module"] for r in rows if r["backend"] == "-"})
+    n = sum(r["backend"] != "-" for r in rows)
+    return (f"{policy.name}[{policy.backend}]: {n}/{len(rows)} Linear quantized "
+            f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} "
+            f"+ embeddings, LayerNorm, softmax, attention matmuls")
+
+
+def format_conversion(rows: Sequence[Mapping[str, Any]], policy: str | Mapping | QuantPolicy) -> str:
+    """What quantize_model(verbose=True) prints: the rows as a right-aligned text table (the layout of pandas'
+    to_string(index=False)), then conversion_summary."""
+    cells = [list(COLUMNS)] + [[str(r[c]) for c in COLUMNS] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    table = "\n".join(" ".join(v.rjust(w) for v, w in zip(line, widths)) for line in cells)
+    return f"{table}\n{conversion_summary(rows, policy)}"
 
 
 def _block_index(fqn: str) -> int | None:

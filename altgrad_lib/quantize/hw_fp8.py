@@ -1,6 +1,6 @@
 """Real-dtype FP8 backends for E4M3/E5M2 linears: torchao float8 training and a hand-written `torch._scaled_mm` path.
 
-These are the peers the simulator (`surgery.QuantizedLinear`, backend "sim") is checked against:
+These are the peers the simulator (`quantize.linear.QuantizedLinear`, backend "sim") is checked against:
 
 - backend "torchao":   `torchao.float8.convert_to_float8_training` with per-tensor dynamic ("current") scaling,
   cast targets taken from the policy (E4M3 X/W, E5M2 dY for fp8_hybrid).

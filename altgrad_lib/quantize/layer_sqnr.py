@@ -72,7 +72,7 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
                         convert: Callable[[torch.nn.Module, Any], Any] | None = None) -> pd.DataFrame:
     """layer_sqnr of a quantized deep copy of `model` against an FP32 deep copy of the same weights.
 
-    `convert(copy, policy)` quantizes the copy in place; by default `surgery.quantize_model`.
+    `convert(copy, policy)` quantizes the copy in place; by default `convert.quantize_model`.
     """
     if convert is None:
         from altgrad_lib.quantize.convert import quantize_model

@@ -1,11 +1,11 @@
-"""Model surgery: per-layer quantization policies, named recipes, and the simulated `QuantizedLinear`.
+"""Per-layer quantization policies and named recipes (the surgery that applies them: convert.py).
 
 A `QuantPolicy` maps layer classes ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head", or the "*" default)
 to a `LayerSpec`: one QuantSpec per GEMM operand (input X, weight W, grad_output dY), `None` = high precision.
 `quantize_model(model, policy)` swaps the matching `nn.Linear`s in place and prints what is quantized where.
 Embeddings, LayerNorm, softmax and the attention matmuls always stay high precision.
 
-Backends: "sim" (this file; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm" (altgrad_lib.quantize.hw_fp8;
+Backends: "sim" (quantize/linear.py; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm" (altgrad_lib.quantize.hw_fp8;
 E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 """
 from __future__ import annotations
@@ -60,19 +60,7 @@ def _spec_from(value: Any, where: str) -> QuantSpec | None:
 
 
 def _spec_to_dict(spec: QuantSpec | None) -> dict | None:
-    if spec is None:
-        return None
-    if hasattr(spec, "to_dict"):
-        return spec.to_dict()
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(spec):
-        v = getattr(spec, f.name)
-        if f.name == "fmt":
-            v = v.name
-        elif dataclasses.is_dataclass(v):
-            v = dataclasses.asdict(v)
-        out[f.name] = v
-    return out
+    return None if spec is None else spec.to_dict()   # LayerSpec holds QuantSpec or None (_spec_from)
 
 
 @dataclass(frozen=True)

@@ -5,32 +5,22 @@ times the steps (plus the evaluation's forward passes), divided by a sustained t
 step-cost ratio of a simulated recipe to the same model in high precision, plus compile warm-up. The throughput
 is preflight's optimistic FLOPS_PER_S for the device, so the wall time is a lower bound, not a promise.
 
-Resolving power: the minimum detectable effect of a paired comparison over n seeds is
-MDE = (t_{1-α/2, n-1} + t_{power, n-1}) · sd_d / √n (studies/claims.py computes it per row from the runs). Before
-the runs exist, sd_d is unknown; `reference_sd` (nats) lets the caller state an assumed one (e.g. the cpu
-profile's measured sd, bench/results/cpu_profile.md), and the output says it is an assumption.
+Resolving power: the minimum detectable effect of a paired comparison over n seeds is proportional to the sd of
+the per-seed differences (studies/claims.py's `mde`, 80 % power at α = 0.05, computed per row once the runs exist).
+Before the runs exist that sd is unknown: the dry run prints the factor, and `reference_sd` (nats) lets a caller
+state an assumed sd (the output then says it is an assumption).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from altgrad_lib.studies.claims import mde
 
 # Step cost of a simulated (fake-quantized) recipe relative to high precision on the same model, measured with
 # `bench/train_step.py --modes fp32:eager sim:eager fp32:compiled sim:compiled` (fp8_hybrid, CPU): compiled steps
 # fuse the fake-quant into the surrounding kernels, eager steps pay a separate pass per quantized tensor.
 SIM_STEP_RATIO = {"compiled": 1.08, "eager": 1.60}
 COMPILE_WARMUP_S = 60.0     # one compile per process (each run is its own process in the study layer)
-
-
-def mde(sd_d: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest paired mean gap a two-sided paired t-test at `alpha` detects with `power` (normal-t approximation
-    used by claims.py's per-row MDE as well: t quantiles at n − 1 degrees of freedom)."""
-    from scipy import stats
-
-    if n < 2 or not math.isfinite(sd_d):
-        return math.nan
-    df = n - 1
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * sd_d / math.sqrt(n))
 
 
 def run_seconds(cfg: Any, vocab_size: int, device: str | None = None) -> float:
@@ -61,10 +51,10 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, reference_sd:
              f"{tokens / 1e6:.3g}M tokens each; one run ~{min(secs) / 60:.3g}-{max(secs) / 60:.3g} min, "
              f"the study ~{sum(secs) / max(workers, 1) / 3600:.3g} h on {workers} worker(s)"]
     if reference_sd is not None:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(reference_sd, len(seeds)):.3g} nats, assuming "
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(len(seeds), reference_sd):.3g} nats, assuming "
                      f"a paired sd of {reference_sd:.3g} nats (measured on the cpu profile, not on this one); the "
                      f"window (hp vs frozen-blocks control) is unknown until its runs exist")
     else:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(1.0, len(seeds)):.3g} x the paired sd of "
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(len(seeds), 1.0):.3g} x the paired sd of "
                      f"the comparison (unknown until the runs exist)")
     return lines

@@ -217,9 +217,9 @@ def _bisect_job(job: tuple[str, TrainConfig, float, float, dict[str, Any]]) -> S
 
 def _default_workers(bases: Mapping[str, TrainConfig]) -> int:
     """One worker per format on CPU (capped by the cores); on a GPU the bisections share it one after another."""
-    import torch
+    from altgrad_lib.training.preflight import resolve_device
 
-    on_cpu = all(c.device == "cpu" or (c.device == "auto" and not torch.cuda.is_available()) for c in bases.values())
+    on_cpu = all(resolve_device(c.device) == "cpu" for c in bases.values())
     return min(len(bases), os.cpu_count() or 1) if on_cpu else 1
 
 

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from altgrad_lib.errors import exc_line
+
 EXECUTORS = ("local", "ray")
 
 
@@ -46,12 +48,6 @@ class Outcome:
     value: Any = None
     error: str = ""
     seconds: float = 0.0
-
-
-def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, at most 300 characters (for indexes and summaries)."""
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:300]
 
 
 def default_threads(workers: int) -> int:
@@ -70,7 +66,7 @@ def _call(fn: Callable[[Any], Any], item: Any, threads: int | None) -> Outcome:
     try:
         return Outcome(True, fn(item), "", time.perf_counter() - t0)
     except Exception as e:  # a failing job must never stop the others
-        return Outcome(False, None, one_line(e), time.perf_counter() - t0)
+        return Outcome(False, None, exc_line(e), time.perf_counter() - t0)
     finally:
         if prev is not None:
             import torch
@@ -117,7 +113,7 @@ class LocalExecutor:
                 try:
                     out = solo.submit(_call, fn, item, threads).result()
                 except BrokenProcessPool as e:
-                    out = Outcome(False, None, f"worker process died: {one_line(e)}")
+                    out = Outcome(False, None, f"worker process died: {exc_line(e)}")
             yield item, out
 
 
@@ -146,7 +142,7 @@ class RayExecutor:
             try:
                 ray.init(address=self.address, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as e:
-                raise ExecutorError(f"cannot connect to Ray at address={self.address!r} ({one_line(e)}); "
+                raise ExecutorError(f"cannot connect to Ray at address={self.address!r} ({exc_line(e)}); "
                                     f"start a cluster with `ray start --head` or pass --address") from None
         threads = self.threads or max(1, int(self.cpus_per_job))
         task = ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0)(_call)
@@ -158,19 +154,23 @@ class RayExecutor:
                 try:
                     out = ray.get(ref)
                 except Exception as e:  # the task's worker died, or Ray could not run it
-                    out = Outcome(False, None, f"ray task failed: {one_line(e)}")
+                    out = Outcome(False, None, f"ray task failed: {exc_line(e)}")
                 yield item, out
 
 
 def auto_workers(n_jobs: int, device: str = "cpu") -> int:
-    """Default parallelism for `n_jobs` training runs: `ALTGRAD_WORKERS` if set; on CPU one single-threaded worker
-    per core (tiny GEMMs scale badly over threads: see the module note); on a GPU one (the runs share it)."""
+    """Default parallelism for `n_jobs` training runs on TrainConfig.device `device` ("auto" resolved as training
+    does): `ALTGRAD_WORKERS` if set; on CPU one single-threaded worker per core (tiny GEMMs scale badly over
+    threads: see the module note); on a GPU one (the runs share it)."""
     env = os.environ.get("ALTGRAD_WORKERS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
             raise ValueError(f"ALTGRAD_WORKERS={env!r} must be a positive integer")
         return int(env)
-    if n_jobs <= 1 or not str(device).startswith("cpu"):
+    if n_jobs <= 1:
+        return 1
+    from altgrad_lib.training.preflight import resolve_device
+    if not resolve_device(str(device)).startswith("cpu"):
         return 1
     return max(1, min(n_jobs, os.cpu_count() or 1))
 

@@ -7,6 +7,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from altgrad_lib.training.run_dir import perplexity
+
 def find_metric(columns: Iterable[str], *candidates: str) -> str | None:
     """First metric name present among `candidates` (the training loop's names), else None."""
     cols = set(columns)
@@ -33,7 +35,7 @@ def final_metrics(run: Any) -> dict[str, Any]:
         col = find_metric(w.columns, *names)
         row[key] = float(w[col].dropna().iloc[-1]) if col and w[col].notna().any() and not diverged else math.nan
     v = row["final_val_loss"]
-    row["val_ppl"] = math.exp(v) if v < 700 else (math.inf if v > 0 else math.nan)  # NaN stays NaN
+    row["val_ppl"] = perplexity(v)
     col = find_metric(w.columns, *THROUGHPUT)
     row["tokens_per_s"] = float(w[col].dropna().median()) if col else math.nan
     row["diverged"] = diverged

@@ -48,9 +48,6 @@ STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positi
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
 INDEX_FILE = "study.csv"
 CLAIMS_FILE = "claims.csv"
-STATUSES = ("pending", "completed", "diverged", "failed")
-RESULT_COLUMNS = ("status", "reused", "error", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
-                  "diverged_at_step", "seconds", "run_dir")
 
 
 @dataclass(frozen=True)

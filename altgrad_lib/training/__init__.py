@@ -2,6 +2,7 @@
 
     config.py      TrainConfig: the frozen, validated config every notebook / YAML / CLI call goes through
     loop.py        train(): preflight, build, the step loop, eval, checkpoints, divergence records
+    build.py       the GPTConfig and the quantized GPT of a TrainConfig
     preflight.py   every check a config can pass before its run directory exists (incl. memory / time estimates)
     run_dir.py     Run (the result object), run directories (free / locked), provenance, the tidy metrics writer
     checkpoint.py  atomic, sha256-checked checkpoints with every RNG and the data position

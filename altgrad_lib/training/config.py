@@ -27,7 +27,7 @@ from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
-                     "diagnostics")   # monitors never change training (tests/test_monitors_train.py)
+                     "diagnostics")   # monitors never change training (tests/test_monitors_diagnostics.py)
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.

@@ -25,7 +25,6 @@ import os
 import re
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +40,7 @@ __all__ = [
 ]
 
 from altgrad_lib.choices import CORPORA  # noqa: E402,F401  (re-exported)
+from altgrad_lib.io import atomic_file, atomic_write_text  # noqa: E402
 DEFAULT_CORPUS = "licenses"
 CORPUS_CREDITS = {
     "licenses": (
@@ -288,35 +288,23 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _tokenize_split(ds, enc, eot: int, dtype, out: Path, desc: str, num_threads: int, progress: bool) -> dict:
-    """Tokenize documents (each followed by EOT) into a temp file, then os.replace it to `out`."""
+    """Tokenize documents (each followed by EOT) into `out`, atomically (io.atomic_file)."""
     from altgrad_lib.training.progress import progress_bar
 
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     h = hashlib.sha256()
     n_tok = 0
-    try:
-        with open(tmp, "wb") as f, progress_bar(len(ds), desc=desc, unit="doc", enabled=bool(progress)) as bar:
-            for batch in ds.iter(batch_size=256):
-                texts = batch["text"]
-                for ids in enc.encode_ordinary_batch(texts, num_threads=num_threads):
-                    ids.append(eot)
-                    arr = np.asarray(ids, dtype=dtype)
-                    b = arr.tobytes()
-                    f.write(b)
-                    h.update(b)
-                    n_tok += arr.size
-                bar.update(len(texts))
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(out) as f, progress_bar(len(ds), desc=desc, unit="doc", enabled=bool(progress)) as bar:
+        for batch in ds.iter(batch_size=256):
+            texts = batch["text"]
+            for ids in enc.encode_ordinary_batch(texts, num_threads=num_threads):
+                ids.append(eot)
+                arr = np.asarray(ids, dtype=dtype)
+                b = arr.tobytes()
+                f.write(b)
+                h.update(b)
+                n_tok += arr.size
+            bar.update(len(texts))
     return {"tokens": n_tok, "sha256": h.hexdigest()}
 
 
@@ -396,7 +384,7 @@ class TokenCorpus:
                     "eot": enc.eot_token, "dtype": np.dtype(dtype).name, "content_sha256": digest,
                     "max_docs": max_docs, "splits": splits, "credit": CORPUS_CREDITS.get(str(corpus).lower()),
                     "build_seconds": round(time.perf_counter() - t0, 3)}
-            _atomic_write_text(d / "meta.json", json.dumps(meta, indent=1))
+            atomic_write_text(d / "meta.json", json.dumps(meta, indent=1))
             if progress:
                 print(f"[altgrad.data] {corpus} / {tok_name}: train {splits['train']['tokens']:,} tokens, "
                       f"val {splits['val']['tokens']:,} tokens in {meta['build_seconds']:.1f}s -> {d}")

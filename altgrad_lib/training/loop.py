@@ -11,7 +11,6 @@ import contextlib
 import math
 import os
 import random
-import shutil
 import sys
 import time
 import warnings
@@ -25,12 +24,13 @@ import yaml
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.optim.factory import step_metrics
+from altgrad_lib.training.build import build_model
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import UserError
 from altgrad_lib.model import freeze_blocks
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml
+from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, perplexity, read_metrics, run_dir_is_free, write_config_yaml
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -87,26 +87,7 @@ def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torc
         total += float(loss.item())
     model.train(was_training)
     mean = total / cfg.eval_iters
-    ppl = math.exp(mean) if mean < 700 else (math.inf if mean == mean else math.nan)
-    return {"val/loss": mean, "val/ppl": ppl}
-
-
-def _build_model(cfg: TrainConfig, vocab_size: int, verbose: bool) -> tuple[torch.nn.Module, Any]:
-    from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.quantize.convert import quantize_model
-
-    gcfg = GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp,
-                     tie_weights=cfg.tie_weights)
-    model = GPT(gcfg)
-    table = quantize_model(model, _policy(cfg), verbose=verbose)
-    return model, table
-
-
-def _policy(cfg: TrainConfig) -> Any:
-    from altgrad_lib.quantize.recipes import get_policy
-
-    return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+    return {"val/loss": mean, "val/ppl": perplexity(mean)}
 
 
 def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> Any:
@@ -167,12 +148,12 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     in use by another process raises RunLockedError.
     """
     cfg = config.resolved()
-    corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
+    corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
     with RunLock(cfg.run_dir):   # one process per run directory, released when this one ends or dies
-        return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step)
+        return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step)
 
 
-def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | None, verbose: bool,
+def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
                   on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
     h = cfg.config_hash()
@@ -215,15 +196,16 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        model, _ = _build_model(cfg, corpus.vocab_size, verbose)
+        model, _ = build_model(cfg, corpus.vocab_size, policy, verbose)
         model.to(device)
         if cfg.freeze_blocks:
             freeze_blocks(model)
         if on_model is not None:
             on_model(model)
+        optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
         from altgrad_lib.monitors.diagnostics import Diagnostics
+        # after the optimizer: the probe's copy must carry the quantizers training actually uses
         diag = Diagnostics.for_run(cfg, run_dir, model, lambda: _autocast(cfg, device))   # off: does nothing
-        optimizer = _make_optimizer(model, cfg, device)
         start = 0
         if state is not None:
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
@@ -327,7 +309,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     final_val = float(val["value"].iloc[-1]) if len(val) else None
     write_json(run_dir / "summary.json", {
         "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
-        "final_val_ppl": math.exp(final_val) if final_val is not None and final_val < 700 else None,
+        "final_val_ppl": perplexity(final_val) if final_val is not None else None,
         "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
     return Run.load(run_dir)
 
@@ -436,7 +418,3 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
             "nonfinite_params": bad_params, "replay_loss": replay_loss,
             "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
 
-
-def clear_run(run_dir: str | Path) -> None:
-    """Delete a run directory (helper for notebooks that want to retrain from scratch)."""
-    shutil.rmtree(run_dir, ignore_errors=True)

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
+from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
 
 ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
@@ -61,9 +62,16 @@ def check_policy(cfg: TrainConfig) -> Any:
     return policy
 
 
-def check_device(name: str) -> torch.device:
+def resolve_device(name: str) -> str:
+    """TrainConfig.device with "auto" resolved here: "cuda" when CUDA is available, else "cpu" (the one place
+    that decides it: training, executors.auto_workers and the envelope's workers all ask this)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def check_device(name: str) -> torch.device:
+    name = resolve_device(name)
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ConfigError(f"TrainConfig.device={name!r} but CUDA is not available here; use 'auto' or 'cpu'")
@@ -96,7 +104,7 @@ def check_optimizer(cfg: TrainConfig, policy: Any = None) -> None:
 
     # the same module names (which weights the recipe quantizes and the factory puts on a grid) at any size;
     # widths multiples of 16 as the FP8 GEMMs of the hardware backends need
-    gcfg = dataclasses.replace(_gpt_config(cfg, TINY_VOCAB), n_layer=1, n_head=1, n_embd=16, block_size=8)
+    gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_layer=1, n_head=1, n_embd=16, block_size=8)
     with torch.random.fork_rng(devices=[]):
         model = GPT(gcfg)
         with as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
@@ -128,43 +136,39 @@ def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
 # sizes
 
 
-def _gpt_config(cfg: TrainConfig, vocab_size: int) -> Any:
-    from altgrad_lib.model import GPTConfig
-
-    return GPTConfig(block_size=cfg.block_size, vocab_size=vocab_size, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                     n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias, mlp=cfg.mlp, tie_weights=cfg.tie_weights)
-
-
 def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The GPT on the meta device: exact shapes, no memory, any size."""
     from altgrad_lib.model import GPT
 
     with torch.device("meta"):
-        return GPT(_gpt_config(cfg, vocab_size))
+        return GPT(gpt_config(cfg, vocab_size))
 
 
-def count_params(cfg: TrainConfig, vocab_size: int) -> int:
-    return sum(p.numel() for p in _meta_model(cfg, vocab_size).parameters())
+def count_params(cfg: TrainConfig, vocab_size: int, model: torch.nn.Module | None = None) -> int:
+    return sum(p.numel() for p in (model or _meta_model(cfg, vocab_size)).parameters())
 
 
-def quantized_weight_numel(cfg: TrainConfig, vocab_size: int) -> int:
-    """Weights whose quantized copy a simulated quantized Linear saves for backward."""
+def quantized_weight_numel(cfg: TrainConfig, vocab_size: int, policy: Any = None,
+                           model: torch.nn.Module | None = None) -> int:
+    """Weights whose quantized copy a simulated quantized Linear saves for backward (`policy`: the resolved
+    recipe, `model`: the meta model, when the caller has them)."""
     from altgrad_lib.quantize.recipes import layer_class_of
 
-    policy = check_policy(cfg)
+    policy = policy if policy is not None else check_policy(cfg)
     n = 0
-    for fqn, m in _meta_model(cfg, vocab_size).named_modules():
+    for fqn, m in (model or _meta_model(cfg, vocab_size)).named_modules():
         cls = layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
         spec = policy.spec_for(cls) if cls is not None else None
         n += m.weight.numel() if spec is not None and spec.weight is not None else 0
     return n
 
 
-def estimate_memory(cfg: TrainConfig, vocab_size: int) -> dict[str, float]:
+def estimate_memory(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> dict[str, float]:
     """Bytes a training step needs, by part (see the module docstring), and FLOPs per step."""
-    gcfg = _gpt_config(cfg, vocab_size)
-    n_params = count_params(cfg, vocab_size)
-    wq = 4 * quantized_weight_numel(cfg, vocab_size)
+    meta = _meta_model(cfg, vocab_size)
+    gcfg = meta.config
+    n_params = count_params(cfg, vocab_size, meta)
+    wq = 4 * quantized_weight_numel(cfg, vocab_size, policy, meta)
     tokens = cfg.batch_size * cfg.block_size
     vp, c, n_layer = gcfg.padded_vocab_size, cfg.n_embd, cfg.n_layer
     act = 4 * tokens * (ACT_FLOATS_PER_TOKEN_LAYER * n_layer * c + vp)
@@ -193,9 +197,10 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.3g} GiB"
 
 
-def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, available: float | None = None) -> dict:
+def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, available: float | None = None,
+               policy: Any = None) -> dict:
     """Refuse a run whose estimate does not fit the device; warn (SizeWarning) when it is huge or slow."""
-    est = estimate_memory(cfg, vocab_size)
+    est = estimate_memory(cfg, vocab_size, policy)
     avail = available_memory(device) if available is None else available
     parts = (f"{est['params'] / 1e6:.3g}M params: weights+grads+AdamW {_gib(est['weights_grads_adam'])}, "
              f"activations {_gib(est['activations'])}, backward {_gib(est['backward_transients'])}")
@@ -231,14 +236,11 @@ def build_corpus(cfg: TrainConfig) -> Any:
     return corpus
 
 
-def check_model(cfg: TrainConfig, vocab_size: int) -> None:
+def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> None:
     """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
     global RNG is restored so the real build draws the same initial weights."""
-    from altgrad_lib.model import GPT
-    from altgrad_lib.quantize.convert import quantize_model
-
     with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
-        quantize_model(GPT(_gpt_config(cfg, vocab_size)), check_policy(cfg), verbose=False)
+        build_model(cfg, vocab_size, policy if policy is not None else check_policy(cfg))
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -253,13 +255,14 @@ def check_out_dir(out_dir: str | Path) -> None:
                           f"writable directory") from e
 
 
-def preflight(cfg: TrainConfig) -> tuple[Any, torch.device]:
-    """All checks, cheapest first; returns the built corpus and the device. Writes nothing but out_dir."""
+def preflight(cfg: TrainConfig) -> tuple[Any, torch.device, Any]:
+    """All checks, cheapest first; returns the built corpus, the device and the recipe as a QuantPolicy (resolved
+    once, here, for every check and for train()). Writes nothing but out_dir."""
     cfg = cfg.resolved()
-    _, device = check_config(cfg)
+    policy, device = check_config(cfg)
     vocab = vocab_size_of(cfg.tokenizer)
-    check_size(cfg, vocab, device)
+    check_size(cfg, vocab, device, policy=policy)
     corpus = build_corpus(cfg)
-    check_model(cfg, corpus.vocab_size)
+    check_model(cfg, corpus.vocab_size, policy)
     check_out_dir(cfg.out_dir)
-    return corpus, device
+    return corpus, device, policy

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import fcntl
 import json
+import math
 import os
 import platform
 import socket
@@ -31,7 +32,7 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.errors import ConfigError, UserError, one_line
-from altgrad_lib.io import fmt_value, read_json
+from altgrad_lib.io import atomic_write_text, fmt_value, read_json
 from altgrad_lib.paths import project_root
 
 if TYPE_CHECKING:  # for annotations only; Run.config imports it lazily
@@ -105,13 +106,20 @@ def now_iso() -> str:
 
 
 def write_config_yaml(path: Path, config_dict: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(config_dict, sort_keys=False))
-    os.replace(tmp, path)
+    atomic_write_text(path, yaml.safe_dump(config_dict, sort_keys=False))
 
 
 # ----------------------------------------------------------------------------------------------
 # metrics
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), the one perplexity of metrics.csv, summary.json and run tables: inf where exp overflows
+    float64 (loss above ~709.78), NaN for a NaN loss."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 class MetricsWriter:
@@ -250,12 +258,6 @@ class Run:
     @property
     def ckpt_path(self) -> Path:
         return self.dir / "checkpoints" / "last.pt"
-
-    @property
-    def figures_dir(self) -> Path:
-        d = self.dir / "figures"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
 
     def metric(self, name: str) -> pd.Series:
         """One metric as a Series indexed by step, e.g. `run.metric("val/loss")`."""

@@ -18,7 +18,7 @@ same functions); this module only adapts it to the optimizer's view (grid-stored
   StepStats reports it over windows of `osc_window` measured steps (default 50, as TetraJet-v2): the ratio of the
   last completed window, summed over all the optimizer's grid weights.  Under fp32 storage both statistics are
   taken on the optimizer's grid (fmt / grid_scale), as the stall rate is, not on the forward quantizer's own scale.
-q tensors are grid values (grid(fmt) / s, see optim/grid.py); s = 1 for an unscaled grid.
+q tensors are grid values (grid(fmt) / s, see numerics/grid.py); s = 1 for an unscaled grid.
 """
 from __future__ import annotations
 

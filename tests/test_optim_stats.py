@@ -1,4 +1,4 @@
-"""optim/diagnostics.py against brute-force Python loops on small tensors."""
+"""optim/stats.py against brute-force Python loops on small tensors."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch
 from helpers import grid_ordinal_bruteforce
 
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.optim.diagnostics import (StepStats, code_entropy_bits, code_usage, delta_code_hist, stall_rate)
+from altgrad_lib.optim.stats import (StepStats, code_entropy_bits, code_usage, delta_code_hist, stall_rate)
 from altgrad_lib.numerics.grid import grid_scale
 
 F = get_format("E4M3")
@@ -77,7 +77,7 @@ def test_oscillation_ratio_against_a_hand_computation():
     latent 0.49, 0.51, 0.49, 0.52 -> grid 0, 1, 0, 1: sum|ΔQ| = 3, sum|Δw| = 0.02 + 0.02 + 0.03 = 0.07.
     Coordinate 1 walks 1.0, 1.4, 1.8, 2.2 -> grid 1, 1, 2, 2: sum|ΔQ| = 1, sum|Δw| = 1.2.
     Ratio = (3 + 1) / (0.07 + 1.2) = 4 / 1.27."""
-    from altgrad_lib.optim.diagnostics import StepStats, oscillation_ratio
+    from altgrad_lib.optim.stats import StepStats, oscillation_ratio
 
     ws = [torch.tensor([0.49, 1.0]), torch.tensor([0.51, 1.4]), torch.tensor([0.49, 1.8]), torch.tensor([0.52, 2.2])]
     qs = [torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), torch.tensor([0.0, 2.0]), torch.tensor([1.0, 2.0])]
@@ -100,7 +100,7 @@ def test_oscillation_ratio_against_a_hand_computation():
 def test_update_visibility_is_one_minus_the_fraction_bit_identical():
     """PULSE's S1 on a step where 3 of 8 stored values change: visibility 3/8 (stall rate over asked coordinates:
     6 asked, 3 of them unmoved -> 1/2)."""
-    from altgrad_lib.optim.diagnostics import StepStats
+    from altgrad_lib.optim.stats import StepStats
 
     q0 = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
     q1 = torch.tensor([0.0, 1.5, 2.0, 3.0, 4.5, 5.0, 6.5, 7.0])
