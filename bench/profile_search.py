@@ -17,7 +17,10 @@ and prints, per candidate:
 recipe (same seed) are evaluated on K disjoint blocks of eval_iters validation batches (batch indices
 j*eval_iters ... (j+1)*eval_iters-1 of the same val sampler the training loop uses, which draws random windows);
 the sd over the K blocks of the per-block difference is the sampling error of that difference measured on one
-eval set of eval_iters batches.
+eval set of eval_iters batches (--eval-block B: blocks of B batches instead). `--reeval N` tabulates the final
+checkpoints re-evaluated on val batches 0..N-1 (cached per run; batches 0..eval_iters-1 must reproduce the run's
+own final val loss, checked), i.e. the table an eval_iters=N profile would give without retraining. The table
+always shows every recipe that has finished runs for the candidate and seeds.
 
     ALTGRAD_OUTPUTS=/work/profile-outputs OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/profile_search.py \
         "lr=3e-3,min_lr=3e-4" "n_layer=4,n_embd=128,lr=3e-3,min_lr=3e-4" --recipes hp control --seeds 0
@@ -97,13 +100,47 @@ def _train(cfg: TrainConfig) -> None:
     print(f"trained {cfg.run_name}: {ru.ru_utime + ru.ru_stime:.1f} cpu s", file=sys.stderr, flush=True)
 
 
-def result(cfg: TrainConfig) -> dict | None:
+REEVAL = 0   # --reeval N: final val loss re-measured on the first N val batches of the final checkpoint
+
+
+def result(cfg: TrainConfig, reeval: int | None = None) -> dict | None:
     d = cfg.run_dir
     if not (d / "summary.json").exists():
         return None
     s = json.loads((d / "summary.json").read_text())
     cpu = json.loads((d / "cpu_s.json").read_text())["cpu_s"] if (d / "cpu_s.json").exists() else math.nan
-    return {"val": s.get("final_val_loss", math.nan) if s.get("status") == "completed" else math.nan, "cpu_s": cpu}
+    val = s.get("final_val_loss", math.nan) if s.get("status") == "completed" else math.nan
+    n = REEVAL if reeval is None else reeval
+    if n and math.isfinite(val):
+        val = float(val_losses(cfg, n).mean())
+    return {"val": val, "cpu_s": cpu}
+
+
+def val_losses(cfg: TrainConfig, n: int) -> np.ndarray:
+    """Per-batch val losses of the run's final checkpoint on val batches 0..n-1 (the training loop's sampler),
+    cached in the run dir; the first eval_iters must reproduce the run's own final val loss."""
+    cache = cfg.run_dir / f"val_batches_{n}.npy"
+    if cache.exists():
+        return np.load(cache)
+    import torch
+
+    from altgrad_lib.data import TokenCorpus
+    from altgrad_lib.train import VAL_SEED, _build_model
+
+    corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
+    model, _ = _build_model(cfg, corpus.vocab_size, verbose=False)
+    model.load_state_dict(torch.load(cfg.run_dir / "checkpoints" / "last.pt", map_location="cpu",
+                                     weights_only=False)["model"])
+    model.eval()
+    with torch.no_grad():
+        per_batch = np.array([float(model(*corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED,
+                                                             step=i))[1]) for i in range(max(n, cfg.eval_iters))])
+    stored = result(cfg, reeval=0)["val"]
+    if abs(per_batch[: cfg.eval_iters].mean() - stored) > 1e-3:
+        raise SystemExit(f"{cfg.run_name}: reloaded checkpoint gives {per_batch[: cfg.eval_iters].mean():.4f} on the "
+                         f"run's eval set, the run recorded {stored:.4f}")
+    np.save(cache, per_batch[:n])
+    return per_batch[:n]
 
 
 def ensure(cands: list[dict], recipes: list[str], seeds: list[int], workers: int) -> None:
@@ -130,6 +167,7 @@ def summarize(cand: dict, recipes: list[str], seeds: list[int]) -> dict:
     cpu = {r: np.nanmean([(result(config(cand, r, s)) or {"cpu_s": math.nan})["cpu_s"] for s in seeds] or [math.nan])
            for r in recipes}
     row = {"candidate": ",".join(f"{k}={v}" for k, v in cand.items()) or "(today's profile)",
+           "eval batches": REEVAL or config(cand, "hp", seeds[0]).eval_iters,
            "hp": " ".join(f"{v:.3f}" for v in val["hp"])}
     if "control" in val:
         w = val["control"] - val["hp"]
@@ -150,41 +188,21 @@ def summarize(cand: dict, recipes: list[str], seeds: list[int]) -> dict:
     return row
 
 
-def eval_noise(cand: dict, other: str, seed: int, k: int) -> dict:
-    """sd over k disjoint blocks of eval_iters val batches of (loss_other - loss_hp), final checkpoints."""
-    import torch
-
+def eval_noise(cand: dict, other: str, seed: int, k: int, block: int = 0) -> dict:
+    """sd over k disjoint blocks of `block` (default eval_iters) val batches of (loss_other - loss_hp)."""
     from altgrad_lib.data import TokenCorpus
-    from altgrad_lib.train import VAL_SEED, _build_model
 
     losses = {}
     for r in ("hp", other):
         cfg = config(cand, r, seed)
-        corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
-        torch.manual_seed(0)
-        model, _ = _build_model(cfg, corpus.vocab_size, verbose=False)
-        model.load_state_dict(torch.load(cfg.run_dir / "checkpoints" / "last.pt", map_location="cpu",
-                                         weights_only=False)["model"])
-        model.eval()
-        per_block = []
-        with torch.no_grad():
-            for j in range(k):
-                tot = 0.0
-                for i in range(cfg.eval_iters):
-                    x, y = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED,
-                                            step=j * cfg.eval_iters + i)
-                    tot += float(model(x, y)[1])
-                per_block.append(tot / cfg.eval_iters)
-        stored = result(cfg)["val"]   # block 0 is the training loop's own eval set: a wrong reload shows here
-        if abs(per_block[0] - stored) > 1e-3:
-            raise SystemExit(f"{cfg.run_name}: reloaded checkpoint gives {per_block[0]:.4f} on the run's eval set, "
-                             f"the run recorded {stored:.4f}")
-        losses[r] = np.array(per_block)
+        block = block or cfg.eval_iters
+        losses[r] = val_losses(cfg, k * block).reshape(k, block).mean(axis=1)
     d = losses[other] - losses["hp"]
-    ent = corpus.unigram_entropy("val")
-    return {"other": other, "k": k, "eval_iters": cfg.eval_iters, "sd_hp": float(losses["hp"].std(ddof=1)),
-            "sd_diff": float(d.std(ddof=1)), "mean_diff": float(d.mean()), "hp_mean_all": float(losses["hp"].mean()),
-            "val_unigram_entropy": ent, "val_tokens": int(len(corpus.split_data("val")))}
+    corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
+    return {"other": other, "k": k, "batches_per_eval": block, "tokens_per_eval": block * cfg.batch_size * cfg.block_size,
+            "sd_hp": float(losses["hp"].std(ddof=1)), "sd_diff": float(d.std(ddof=1)), "mean_diff": float(d.mean()),
+            "hp_mean_all": float(losses["hp"].mean()), "val_unigram_entropy": corpus.unigram_entropy("val"),
+            "val_tokens": int(len(corpus.split_data("val")))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -195,22 +213,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-train", action="store_true", help="only tabulate finished runs")
     ap.add_argument("--eval-noise", type=int, default=0, metavar="K", help="K disjoint eval blocks (see doc)")
+    ap.add_argument("--eval-block", type=int, default=0, help="val batches per block (default: eval_iters)")
+    ap.add_argument("--reeval", type=int, default=0, metavar="N",
+                    help="table from the final checkpoints re-evaluated on val batches 0..N-1 (0: the runs' own eval)")
     ap.add_argument("--csv", help="append the rows to this CSV")
     ap.add_argument("--md", help="write a markdown report (header, --notes, tables) to this file")
     ap.add_argument("--notes", help="markdown file put between the header and the tables (method, recommendation)")
     a = ap.parse_args(argv)
+    global REEVAL
+    REEVAL = a.reeval
     cands = [parse_candidate(c) for c in a.candidates]
     for c in cands:   # fail on a bad key before training anything
         for r in a.recipes:
             config(c, r, a.seeds[0])
     if not a.no_train:
         ensure(cands, a.recipes, a.seeds, a.workers)
-    df = pd.DataFrame([summarize(c, a.recipes, a.seeds) for c in cands])
+    df = pd.DataFrame([summarize(c, list(RECIPES), a.seeds) for c in cands])   # every recipe with results
     print(df.T.to_string())
     noise = None
     if a.eval_noise:
-        rows = [eval_noise(c, o, a.seeds[0], a.eval_noise) | {"candidate": ",".join(f"{k}={v}" for k, v in c.items())}
-                for c in cands for o in ("E4M3", "E2M1", "control") if o in a.recipes]
+        rows = [eval_noise(c, o, a.seeds[0], a.eval_noise, a.eval_block) | {"candidate": ",".join(f"{k}={v}" for k, v in c.items())}
+                for c in cands for o in ("fp8_hybrid", "E4M3", "E2M1", "control")
+                if result(config(c, o, a.seeds[0])) is not None]
         noise = pd.DataFrame(rows)
         print(noise.T.to_string())
     if a.csv:
