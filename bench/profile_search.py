@@ -192,15 +192,18 @@ def eval_noise(cand: dict, other: str, seed: int, k: int, block: int = 0) -> dic
     """sd over k disjoint blocks of `block` (default eval_iters) val batches of (loss_other - loss_hp)."""
     from altgrad_lib.data import TokenCorpus
 
-    losses = {}
+    losses, batches = {}, {}
     for r in ("hp", other):
         cfg = config(cand, r, seed)
         block = block or cfg.eval_iters
-        losses[r] = val_losses(cfg, k * block).reshape(k, block).mean(axis=1)
+        batches[r] = val_losses(cfg, k * block)
+        losses[r] = batches[r].reshape(k, block).mean(axis=1)
     d = losses[other] - losses["hp"]
+    sd_b = float((batches[other] - batches["hp"]).std(ddof=1))   # batches are independent random windows
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
     return {"other": other, "k": k, "batches_per_eval": block, "tokens_per_eval": block * cfg.batch_size * cfg.block_size,
             "sd_hp": float(losses["hp"].std(ddof=1)), "sd_diff": float(d.std(ddof=1)), "mean_diff": float(d.mean()),
+            "per_batch_sd_diff": sd_b, **{f"err_diff_E{e}": sd_b / math.sqrt(e) for e in (8, 32, 64, 128)},
             "hp_mean_all": float(losses["hp"].mean()), "val_unigram_entropy": corpus.unigram_entropy("val"),
             "val_tokens": int(len(corpus.split_data("val")))}
 
@@ -232,9 +235,10 @@ def main(argv: list[str] | None = None) -> None:
     print(df.T.to_string())
     noise = None
     if a.eval_noise:
-        rows = [eval_noise(c, o, a.seeds[0], a.eval_noise, a.eval_block) | {"candidate": ",".join(f"{k}={v}" for k, v in c.items())}
-                for c in cands for o in ("fp8_hybrid", "E4M3", "E2M1", "control")
-                if result(config(c, o, a.seeds[0])) is not None]
+        rows = [{"seed": s} | eval_noise(c, o, s, a.eval_noise, a.eval_block)
+                | {"candidate": ",".join(f"{k}={v}" for k, v in c.items())}
+                for c in cands for s in a.seeds for o in ("fp8_hybrid", "E4M3", "E2M1", "control")
+                if result(config(c, o, s)) is not None and result(config(c, "hp", s)) is not None]
         noise = pd.DataFrame(rows)
         print(noise.T.to_string())
     if a.csv:
