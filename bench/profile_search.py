@@ -44,7 +44,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_md import header, md_table  # noqa: E402
 
-from altgrad_lib.train_config import TrainConfig  # noqa: E402
+from altgrad_lib.training.config import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_YAML = ROOT / "params" / "02_bf16_baseline" / "cpu.yaml"
@@ -124,11 +124,13 @@ def val_losses(cfg: TrainConfig, n: int) -> np.ndarray:
         return np.load(cache)
     import torch
 
-    from altgrad_lib.data import TokenCorpus
-    from altgrad_lib.train import VAL_SEED, _build_model
+    from altgrad_lib.quantize.recipes import get_policy
+    from altgrad_lib.training.build import build_model
+    from altgrad_lib.training.data import TokenCorpus
+    from altgrad_lib.training.loop import VAL_SEED
 
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
-    model, _ = _build_model(cfg, corpus.vocab_size, verbose=False)
+    model, _ = build_model(cfg, corpus.vocab_size, get_policy(cfg.recipe), verbose=False)
     model.load_state_dict(torch.load(cfg.run_dir / "checkpoints" / "last.pt", map_location="cpu",
                                      weights_only=False)["model"])
     model.eval()
@@ -190,7 +192,7 @@ def summarize(cand: dict, recipes: list[str], seeds: list[int]) -> dict:
 
 def eval_noise(cand: dict, other: str, seed: int, k: int, block: int = 0) -> dict:
     """sd over k disjoint blocks of `block` (default eval_iters) val batches of (loss_other - loss_hp)."""
-    from altgrad_lib.data import TokenCorpus
+    from altgrad_lib.training.data import TokenCorpus
 
     losses, batches = {}, {}
     for r in ("hp", other):
