@@ -7,4 +7,5 @@
     plots_diagnostics.py  figures of the monitors' diagnostics.csv
     dashboard.py          the ipywidgets dashboard of notebook 06 (heatmaps, drill-down); groups runs by configuration
     claims_view.py        the claims table in readable columns, the status banner filled in from the claims
+    optim_view.py         notebook 05's optimizer statistics: curves, step sizes in ULPs, results-file tables
 """
