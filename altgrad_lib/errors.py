@@ -29,3 +29,12 @@ class SizeWarning(UserWarning):
 def one_line(msg: object) -> str:
     """A message squeezed onto one line (YAML and library errors often span several)."""
     return " ".join(part.strip() for part in str(msg).splitlines() if part.strip())
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run or study stopped on SIGTERM / SIGINT after writing its state (training/interrupt.py); re-running the
+    same command resumes it. A KeyboardInterrupt, so a notebook cell stops as it does on Ctrl-C."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step

@@ -27,9 +27,11 @@ from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  
 from altgrad_lib.optim.factory import step_metrics
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
-from altgrad_lib.errors import UserError
+from altgrad_lib.errors import Interrupted, UserError
+from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml
+from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, RunLockedError,
+                                          make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml)
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -164,7 +166,7 @@ def _check_same_numbers(run_dir: Path, data_sha: str) -> None:
 
 def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = None, verbose: bool = True,
           on_model: Callable[[torch.nn.Module], None] | None = None,
-          on_step: Callable[[int, dict[str, float]], None] | None = None) -> Run:
+          on_step: Callable[[int, dict[str, float]], None] | None = None, wait_if_locked: bool = False) -> Run:
     """Train (or resume, or reuse) the run described by `config`; returns its Run.
 
     resume=True: a finished run with this config is returned as is; an unfinished one continues from
@@ -172,17 +174,46 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     on_model(model) is called once after quantization (hooks, monitors); on_step(step, metrics) after every
     step's metrics and checkpoint are written (raising there simulates a crash at that step).
     Mistakes in the config raise ConfigError before the run directory exists (preflight.py); a run directory
-    in use by another process raises RunLockedError.
+    in use by another process raises RunLockedError, or with wait_if_locked=True (studies) is waited for: the
+    run is "running elsewhere", and is then reused or resumed.
+    SIGTERM / SIGINT finish the current step, write its checkpoint and raise errors.Interrupted (interrupt.py).
     """
     cfg = config.resolved()
-    corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
-    with RunLock(cfg.run_dir):   # one process per run directory, released when this one ends or dies
-        return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step)
+    with InterruptScope() as stop:
+        corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written
+        if stop:
+            raise Interrupted(f"interrupted by {stop.name} before the first step; {RESUME_HINT}")
+        with _lock(cfg.run_dir, wait_if_locked, stop):   # one process per run dir, released when it ends or dies
+            return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step, stop)
+
+
+@contextlib.contextmanager
+def _lock(run_dir: Path, wait: bool, stop: InterruptScope) -> Any:
+    """RunLock(run_dir); with `wait`, poll (every 0.5 s, a signal still stops the wait) while another process holds it."""
+    told = False
+    while True:
+        try:
+            lock = RunLock(run_dir).acquire()
+            break
+        except RunLockedError as e:
+            if not wait:
+                raise
+            if not told:
+                _log(f"{run_dir.name} is running elsewhere ({e.args[0].split(' is in use by ')[-1].split(';')[0]}); "
+                     f"waiting for it, then reusing or resuming it")
+                told = True
+            if stop:
+                raise Interrupted(f"interrupted by {stop.name} while waiting for {run_dir.name}; {RESUME_HINT}")
+            time.sleep(0.5)
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
-                  on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
+                  on_step: Callable[[int, dict[str, float]], None] | None, stop: InterruptScope) -> Run:
     h = cfg.config_hash()
     run_dir = Path(cfg.out_dir) / cfg.run_name
     ckpt_path = run_dir / "checkpoints" / "last.pt"
@@ -246,7 +277,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
             n = sum(p.numel() for p in model.parameters())
             _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
                  f"{device.type}, steps {start}->{cfg.max_steps}")
-        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag)
+        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
+                    stop)
         if verbose and run.status == "completed":
             v = run.final_val_loss
             _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
@@ -258,7 +290,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
 
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
-          on_step: Callable[[int, dict[str, float]], None] | None, diag: Any) -> Run:
+          on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     from altgrad_lib.quantize.convert import quantized_modules
@@ -269,6 +301,19 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     model.train()
     from altgrad_lib.training.tracking import mirrored  # logger="none": the plain writer, nothing imported
     with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
+        def save(step: int) -> None:
+            writer.sync()  # metrics up to this step are on disk before the checkpoint says so
+            diag.sync()
+            ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
+                                 extra={**_identity(corpus.meta["content_sha256"]), "diagnostics": diag.state_dict()})
+
+        def interrupted(step: int, saved: bool) -> Interrupted:
+            if not saved:
+                save(step)
+            return Interrupted(f"interrupted by {stop.name} at step {step}; {RESUME_HINT}", step)
+
+        if stop:   # a signal during setup: nothing new to save
+            raise Interrupted(f"interrupted by {stop.name} at step {start}; {RESUME_HINT}", start)
         if start == 0:
             val0 = evaluate(fwd, corpus, cfg, device)
             writer.log(0, val0)
@@ -317,16 +362,15 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     if not math.isfinite(val["val/loss"]):   # a NaN/inf validation loss is a divergence too
                         return _finish_diverged(cfg, h, run_dir, ckpt_path, step, val["val/loss"], grad_norm, lr,
                                                 {"phase": "eval"})
-                if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
-                    writer.sync()  # metrics up to this step are on disk before the checkpoint says so
-                    diag.sync()
-                    ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
-                                         extra={**_identity(corpus.meta["content_sha256"]),
-                                                "diagnostics": diag.state_dict()})
+                saved = bool(cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps
+                if saved:
+                    save(step)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
                 if on_step is not None:
                     on_step(step, m)
+                if stop and step < cfg.max_steps:   # preempted: this step is done; save it and stop
+                    raise interrupted(step, saved)
         finally:
             bar.close()
             diag.close()
