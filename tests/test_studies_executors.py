@@ -107,3 +107,17 @@ def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkey
     monkeypatch.setenv("ALTGRAD_WORKERS", "two")
     with pytest.raises(ValueError, match="ALTGRAD_WORKERS='two' must be a positive integer"):
         auto_workers(2)
+
+
+def test_omp_num_threads_is_the_per_worker_default(monkeypatch):
+    """ALTGRAD_WORKERS=1 under OMP_NUM_THREADS=1 said (and workers used) cores // workers threads (issue 17.11)."""
+    from altgrad_lib.studies.executors import auto_executor
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("ALTGRAD_WORKERS", "1")
+    assert auto_executor(3).short_str() == "local[1 worker(s) x 1 thread(s)]"
+    out = dict(LocalExecutor(workers=2).map(probe, [0, 1]))       # real workers: their torch thread count
+    assert {o.value[1] for o in out.values()} == {1}
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert executors.default_threads(1) == 4 and executors.default_threads(2) == 2

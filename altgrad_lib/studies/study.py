@@ -275,7 +275,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     with InterruptScope(on_signal=_forward_to_workers, on_abort=_kill_workers) as sig:
         stop = lambda: bool(sig) or bool(stopped)  # noqa: E731
         outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo], stop),  # read
-                                   executor.map(_job, [j for j in jobs if j[0] in todo], stop))
+                                   _map(executor, [j for j in jobs if j[0] in todo], stop))
         for i, ((pname, config, _), out) in enumerate(outcomes, 1):
             row = rows[pname]
             if out.ok:
@@ -300,6 +300,14 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
         + (f" -> {index_path}" if index_path else ""))
     return [rows[n] for n in order]
+
+
+def _map(executor: Any, jobs: list[Any], stop: Any) -> Any:
+    """executor.map(_job, jobs, stop=...); an executor of one's own whose map takes no `stop` gets none."""
+    import inspect
+
+    takes_stop = "stop" in inspect.signature(executor.map).parameters
+    return executor.map(_job, jobs, stop=stop) if takes_stop else executor.map(_job, jobs)
 
 
 def _forward_to_workers(signum: int) -> None:

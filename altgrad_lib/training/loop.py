@@ -31,7 +31,7 @@ from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, RunLockedError,
-                                          make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml)
+                                          divergence_where, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml)
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -232,8 +232,15 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
         if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
             _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
                  f"reused); retrain with resume=False (CLI: --no-resume) to record them")
+        if cfg.logger != "none":   # the mirror follows training; a finished run trains no more (issue 17.10)
+            _log(f"note: {run_dir.name} is finished, so logger={cfg.logger!r} mirrors nothing (metrics.csv holds its "
+                 f"metrics); retrain with resume=False (CLI: --no-resume) to mirror them")
         return run
     state = ckpt.load_checkpoint(ckpt_path, h) if resume and ckpt_path.exists() else None  # fail before writing
+    if state is not None and run_dir_is_free(run_dir, ignore_checkpoint=True):
+        raise RunConflictError(f"{run_dir / METRICS_FILE} is missing or empty but {ckpt_path.name} is at step "
+                               f"{state['step']}: resuming would leave steps 0-{state['step']} without metrics; "
+                               f"restore the file, or retrain with resume=False (CLI: --no-resume)")
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -272,6 +279,13 @@ def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | 
             write_json(prov_path, prov)
             _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
         diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
+        if state is not None and diag.enabled:
+            before = set((state["extra"].get("diagnostics") or {}).get("groups") or ())
+            new = [g for g in diag.monitors if g not in before]
+            if new:
+                _log(f"note: diagnostics {new} start at step {start + 1}: steps 1-{start} of {run_dir.name} were "
+                     f"trained without them (they do not change its numbers); retrain with resume=False "
+                     f"(CLI: --no-resume) to cover the whole run")
         del state
         if verbose:
             n = sum(p.numel() for p in model.parameters())
@@ -396,10 +410,8 @@ def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, s
     write_json(run_dir / "divergence.json", div)
     write_json(run_dir / "summary.json", {"status": "diverged", "final_step": step, "final_val_loss": None,
                                           "config_hash": h, "end_time": now_iso()})
-    first = div.get("first_nonfinite") or {}
-    where = ("validation loss is non-finite" if record.get("phase") == "eval" else
-             f"first non-finite: {first.get('kind', '?')} {first.get('name', '?')}")
-    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; {where}; "
+    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; "
+         f"{divergence_where(div)}; "
          f"last good checkpoint step {last_good}")
     return Run.load(run_dir)
 
@@ -463,7 +475,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     for name, p in model.named_parameters():
         if p.requires_grad:
             handles.append(p.register_hook(lambda g, name=name: _bwd(g, "param_grad", name)))
-    replay_loss = math.nan
+    replay_loss, overflow = math.nan, None
     try:
         model.zero_grad(set_to_none=True)
         with warnings.catch_warnings():
@@ -472,6 +484,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
                 _, loss = model(x, y)
             replay_loss = float(loss.item())
             loss.backward()
+        overflow = _grad_norm_overflow(model) if not (fwd_events or bwd_events or bad_params) else None
     except Exception as e:  # the diagnosis must never turn a clean divergence stop into a crash
         bwd_events.append({"kind": "replay_error", "name": f"{type(e).__name__}: {e}"})
     finally:
@@ -481,12 +494,25 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     fwd_first = next((e for e in fwd_events if e["inputs_finite"]), fwd_events[0] if fwd_events else None)
     bwd_first = next((e for k in ("input_grad", "param_grad", "output_grad", "replay_error")
                       for e in bwd_events if e["kind"] == k), None)
-    first = fwd_first or bwd_first
+    first = fwd_first or bwd_first or overflow
     if bad_params:
         first = {"kind": "parameter", "name": bad_params[0]}
     return {"first_nonfinite": first, "forward_first": fwd_first, "backward_first": bwd_first,
             "nonfinite_params": bad_params, "replay_loss": replay_loss,
-            "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
+            "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events) or overflow is not None}
+
+
+def _grad_norm_overflow(model: torch.nn.Module) -> dict[str, Any] | None:
+    """Every tensor finite but the clipping norm inf (e.g. lr=1e6): float32 norms square the elements, so a
+    gradient whose norm exceeds ~1.8e19 overflows. Names the first parameter whose float32 gradient norm is inf
+    (else the largest) with its norm in float64."""
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    n32 = {n: float(g.float().norm()) for n, g in grads.items()}   # as clip_grad_norm_ computes them
+    if not n32 or math.isfinite(float(torch.tensor(list(n32.values())).norm())):
+        return None
+    name = next((n for n, v in n32.items() if not math.isfinite(v)), max(n32, key=n32.__getitem__))
+    return {"kind": "grad_norm_overflow", "name": name, "norm": float(grads[name].double().norm()),
+            "total_norm": math.sqrt(sum(float(g.double().norm()) ** 2 for g in grads.values()))}
 
 
 def clear_run(run_dir: str | Path) -> None:

@@ -161,15 +161,31 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
 LOCK_FILE = ".lock"
 
 
+def divergence_where(div: dict[str, Any]) -> str:
+    """Where a divergence record (divergence.json) says the blow-up began, in words; when the replay of the step
+    found no non-finite tensor, what is known instead (e.g. the gradient norm overflowed float32)."""
+    if div.get("phase") == "eval":
+        return "validation loss is non-finite"
+    first = div.get("first_nonfinite") or {}
+    if first.get("kind") == "grad_norm_overflow":
+        return (f"first non-finite the gradient norm: float32 overflow, every gradient finite (first to overflow "
+                f"{first.get('name')}, norm {first.get('norm', float('nan')):.3g} in float64)")
+    if first:
+        return f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}"
+    return (f"the replay of the step found no non-finite tensor (loss {div.get('loss')}, grad_norm "
+            f"{div.get('grad_norm')})")
+
+
 class RunLockedError(UserError, RuntimeError):
     """Another live process holds the run directory's lock."""
 
 
-def run_dir_is_free(run_dir: str | Path) -> bool:
+def run_dir_is_free(run_dir: str | Path, ignore_checkpoint: bool = False) -> bool:
     """True when `run_dir` holds no result yet: no summary.json, no checkpoint and no metric row. A failed
-    start (bad corpus, no GPU, ...) leaves such a stub; it may be reused by any config."""
+    start (bad corpus, no GPU, ...) leaves such a stub; it may be reused by any config. ignore_checkpoint:
+    look at summary and metrics only (a checkpoint without metrics cannot resume without a gap)."""
     d = Path(run_dir)
-    if (d / "summary.json").exists() or (d / "checkpoints" / "last.pt").exists():
+    if (d / "summary.json").exists() or (not ignore_checkpoint and (d / "checkpoints" / "last.pt").exists()):
         return False
     m = d / METRICS_FILE
     return not m.exists() or m.stat().st_size <= len(METRICS_HEADER)
@@ -278,10 +294,7 @@ class Run:
     def divergence_str(self) -> str:
         """'diverged at step N: first non-finite <kind> <tensor>' (the result of a diverged run)."""
         d = self.divergence or {}
-        first = d.get("first_nonfinite") or {}
-        where = ("validation loss is non-finite" if d.get("phase") == "eval" else
-                 f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}")
-        return f"diverged at step {d.get('step', '?')}: {where}"
+        return f"diverged at step {d.get('step', '?')}: {divergence_where(d)}"
 
     def __repr__(self) -> str:
         return self.short_str()
