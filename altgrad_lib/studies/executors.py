@@ -180,7 +180,8 @@ class LocalExecutor:
         ctx = mp.get_context("spawn")
         pool_kw = {"mp_context": ctx, "initializer": _worker_init, "initargs": (os.getpid(),)}
         orphans = []
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), **pool_kw) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)), **pool_kw)
+        try:
             futures = {pool.submit(_call, fn, item, threads): item for item in items}
             for fut in as_completed(futures):
                 if stop():   # jobs not yet started stay so (they come out of as_completed as cancelled)
@@ -192,6 +193,16 @@ class LocalExecutor:
                     yield futures[fut], NOT_STARTED
                 except BrokenProcessPool:  # a worker died (killed, out of memory, segfault): culprit unknown
                     orphans.append(futures[fut])
+        except BaseException:
+            # Ctrl-C in a driver that does not forward signals itself (tools/sweep.py), or the consumer stopped
+            # early: the workers are in their own process group, so tell them (SIGTERM: a run checkpoints and
+            # stops, anything else dies) instead of waiting for every job to end.
+            for child in pool._processes.values() if pool._processes else ():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         for item in orphans:  # retry each alone, so only the job that kills its process fails
             if stop():
                 yield item, Outcome(False, None, "worker stopped by the interruption", interrupted=True)
