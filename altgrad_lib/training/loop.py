@@ -30,8 +30,8 @@ from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, Tra
 from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, RunLockedError,
-                                          divergence_where, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml)
+from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
+                                          hold_run_lock, make_provenance, now_iso, read_metrics, run_dir_is_free, write_config_yaml)
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -183,32 +183,8 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
         corpus, _ = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written
         if stop:
             raise Interrupted(f"interrupted by {stop.name} before the first step; {RESUME_HINT}")
-        with _lock(cfg.run_dir, wait_if_locked, stop):   # one process per run dir, released when it ends or dies
+        with hold_run_lock(cfg.run_dir, wait_if_locked, stop, _log):   # one process per run dir, released when
             return _train_locked(cfg, corpus, resume, progress, verbose, on_model, on_step, stop)
-
-
-@contextlib.contextmanager
-def _lock(run_dir: Path, wait: bool, stop: InterruptScope) -> Any:
-    """RunLock(run_dir); with `wait`, poll (every 0.5 s, a signal still stops the wait) while another process holds it."""
-    told = False
-    while True:
-        try:
-            lock = RunLock(run_dir).acquire()
-            break
-        except RunLockedError as e:
-            if not wait:
-                raise
-            if not told:
-                _log(f"{run_dir.name} is running elsewhere ({e.args[0].split(' is in use by ')[-1].split(';')[0]}); "
-                     f"waiting for it, then reusing or resuming it")
-                told = True
-            if stop:
-                raise Interrupted(f"interrupted by {stop.name} while waiting for {run_dir.name}; {RESUME_HINT}")
-            time.sleep(0.5)
-    try:
-        yield lock
-    finally:
-        lock.release()
 
 
 def _train_locked(cfg: TrainConfig, corpus: Any, resume: bool, progress: bool | None, verbose: bool,

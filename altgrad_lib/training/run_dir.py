@@ -15,6 +15,7 @@ start leaves behind never blocks the corrected command, whatever config it recor
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import json
@@ -23,14 +24,15 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pandas as pd
 import yaml
 
-from altgrad_lib.errors import ConfigError, UserError, one_line
+from altgrad_lib.errors import ConfigError, Interrupted, UserError, one_line
 from altgrad_lib.io import fmt_value, read_json
 from altgrad_lib.paths import project_root
 
@@ -239,6 +241,33 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def hold_run_lock(run_dir: Path, wait: bool = False, stop: Any = None, log: Any = print) -> Iterator[RunLock]:
+    """RunLock(run_dir) for the block. With `wait` (studies), a run another process holds is "running elsewhere":
+    poll every 0.5 s until it is free (then train() reuses or resumes it); a true `stop` (an InterruptScope that got
+    a signal) ends the wait with errors.Interrupted."""
+    told = False
+    while True:
+        try:
+            lock = RunLock(run_dir).acquire()
+            break
+        except RunLockedError as e:
+            if not wait:
+                raise
+            if not told:
+                who = e.args[0].split(" is in use by ")[-1].split(";")[0]
+                log(f"{Path(run_dir).name} is running elsewhere ({who}); waiting for it, then reusing or resuming it")
+                told = True
+            if stop:
+                raise Interrupted(f"interrupted by {stop.name} while waiting for {Path(run_dir).name}; re-run the "
+                                  f"same command to resume") from None
+            time.sleep(0.5)
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 # ----------------------------------------------------------------------------------------------
