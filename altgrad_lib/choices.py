@@ -1,5 +1,6 @@
 """The valid values of the enumerated settings, one copy each (torch-free, so configs and the CLI import it
-cheaply); the modules that implement them validate against these tuples."""
+cheaply); the modules that implement them validate against these tuples, and `did_you_mean` suggests one."""
+import difflib
 
 BACKENDS = ("sim", "torchao", "scaled_mm")   # "sim" = our fake quantization; the others cast to real FP8 dtypes
 HW_BACKENDS = BACKENDS[1:]
@@ -10,12 +11,23 @@ DEVICES = ("auto", "cpu", "cuda")
 # "bf16" quantized nothing and ran in fp32 unless precision="bf16": the autocast dtype is `precision`, not the recipe.
 RECIPE_ALIASES = {"bf16": "hp"}
 LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)
-RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3", "fmt:<FMT>[:<GRAD_FMT>]")   # surgery.get_policy
+NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")                       # quantize.recipes.get_policy
+BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")                                     # quantize.block_recipes
+RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)
 # altgrad_lib/optim/
 OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
-STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan")   # weight storage (optim/storage.py)
+STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # optim/storage.py
+EF_MODES = ("error_feedback", "error_feedback_sr")         # the residual goes into Adam's m (optim/error_feedback.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | the seed's 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (optim/grid.py)
+
+
+def did_you_mean(value: object, choices: "tuple[str, ...] | list[str]") -> str:
+    """'; did you mean 'x'?' when one of `choices` is close to `value` (difflib's default cutoff), else ''."""
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
+STATE_SCALES = ("pow2", "amax")                 # their block scale (optim/lowp_state.py)

@@ -21,6 +21,15 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_csv(path: str | Path, frame: Any) -> None:
+    """Atomic CSV write of a pandas frame (tmp + os.replace, no index): readers never see half a table."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 

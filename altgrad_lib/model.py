@@ -206,3 +206,12 @@ class GPT(nn.Module):
         finally:
             for m in attns:
                 m.capture = None
+
+
+def freeze_blocks(model: nn.Module) -> int:
+    """The frozen-blocks control: no transformer-block parameter trains (embeddings, ln_f, lm_head still do).
+    A format's loss gap means something only if the full model clearly beats this control. Returns the count."""
+    frozen = [p for n, p in model.named_parameters() if n.startswith("transformer.h.")]
+    for p in frozen:
+        p.requires_grad_(False)
+    return len(frozen)

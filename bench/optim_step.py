@@ -42,10 +42,13 @@ CASES = {   # name -> (optimizer, optim)
     "grid_adamw grid_rne": ("grid_adamw", {"storage": "grid_rne"}),
     "grid_adamw grid_sr": ("grid_adamw", {"storage": "grid_sr"}),
     "grid_adamw kahan": ("grid_adamw", {"storage": "kahan"}),
+    "adamw(ours) error_feedback": ("adamw", {"storage": "error_feedback"}),
+    "grid_adamw error_feedback": ("grid_adamw", {"storage": "error_feedback"}),
+    "adamw(ours) grid_sr bf16": ("adamw", {"storage": "grid_sr", "weight_fmt": "bf16"}),
     "grid_adamw grid_sr m8v8": ("grid_adamw", {"storage": "grid_sr", "state_m": "E4M3", "state_v": "E5M2"}),
     "madam grid_sr": ("madam", {"storage": "grid_sr"}),
 }
-COMPILED = ("adamw(ours) fp32", "grid_adamw fp32", "grid_adamw grid_sr")
+COMPILED = ("adamw(ours) fp32", "grid_adamw fp32", "grid_adamw grid_sr", "adamw(ours) error_feedback")
 
 
 def make_model(size: str) -> torch.nn.Module:

@@ -1,5 +1,8 @@
 """Benchmark: throughput (Melem/s) of FloatFormat.quantize vs torch's native float8 cast, torchao's
-custom_fp_utils ExMy round trip, ml_dtypes casts and the allocate-and-write floor `x * 2.0`.
+custom_fp_utils ExMy round trip, ml_dtypes casts and the allocate-and-write floor `x * 2.0`; and block-scaled
+fake quantization (NVFP4 1x16, MXFP4 FLOOR: block_scaling.block_qdq) next to torchao's pure-PyTorch
+NVFP4Tensor.to_nvfp4(...).dequantize() and MXTensor.to_mx(...).dequantize() on the same (n/256, 256) tensor
+(eager only: torchao's tensor subclasses are not compiled here).
 
 Usage:  .venv/bin/python bench/quantize.py [--n-log2 24] [--reps 5] [--formats E4M3,E5M2,...] [--tcmalloc]
         python bench/quantize.py --device cuda --n-log2 28        # on a GPU box (ml_dtypes is CPU-only: skipped)
@@ -19,6 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq  # noqa: E402
 from altgrad_lib.numerics.formats import get_format  # noqa: E402
 
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
@@ -51,6 +55,7 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--tcmalloc", action="store_true", help="re-run under LD_PRELOAD of tcmalloc")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i>")
+    ap.add_argument("--blocks", default="nvfp4,mxfp4", help="block kinds to compare with torchao ('' = none)")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error(f"--device {args.device}: CUDA is not available on this machine; valid here: cpu")
@@ -88,8 +93,12 @@ def main() -> None:
             dt = getattr(ml_dtypes, MLD[name])
             cands[f"ml_dtypes {MLD[name]}"] = (
                 "ml_dtypes", lambda t, dt=dt: torch.from_numpy(np.asarray(t.numpy(), dtype=dt).astype(np.float32)))
+    blocks = [b for b in args.blocks.split(",") if b]
+    for b in blocks:
+        cands.update(_block_candidates(b))
     eager = {k: f for k, (_, f) in cands.items()}
-    compiled = {k: torch.compile(f, dynamic=False) for k, (kind, f) in cands.items() if comp and kind != "ml_dtypes"}
+    compiled = {k: torch.compile(f, dynamic=False) for k, (kind, f) in cands.items()
+                if comp and kind not in ("ml_dtypes", "block")}
     print(f"compiling {len(compiled)} callables and measuring best of {args.reps} rounds ...", flush=True)
     te = bench_all(eager, x, args.reps)
     tc = bench_all(compiled, x, args.reps) if comp else {}
@@ -118,6 +127,29 @@ def main() -> None:
             if "ml_dtypes " + MLD.get(name, "?") in me:
                 line += f"   ml_dtypes {me[k] / me['ml_dtypes ' + MLD[name]]:5.2f}x"
             print(line)
+    for b in blocks:
+        print(f"altgrad {b} / torchao {b} (eager): {me[f'altgrad {b}'] / me[f'torchao {b}']:5.2f}x")
+
+
+def _block_candidates(kind: str) -> dict[str, tuple[str, object]]:
+    """Same numerics both sides (tests/test_block_scaling.py checks bit equality); rows of 256."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchao.prototype.mx_formats.mx_tensor import MXTensor
+        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
+    e2m1 = get_format("E2M1")
+    if kind == "nvfp4":
+        cfg = BlockScaling("nvfp4")
+        ref = lambda t: NVFP4Tensor.to_nvfp4(  # noqa: E731
+            t.view(-1, 256), per_tensor_scale=per_tensor_amax_to_scale(t.abs().amax())).dequantize(torch.float32)
+    elif kind == "mxfp4":
+        cfg = BlockScaling("mx")
+        ref = lambda t: MXTensor.to_mx(t.view(-1, 256), torch.float4_e2m1fn_x2, 32).dequantize(torch.float32)  # noqa: E731
+    else:
+        raise SystemExit(f"--blocks: unknown kind {kind!r}; valid: nvfp4, mxfp4")
+    return {f"altgrad {kind}": ("block", lambda t: block_qdq(t.view(-1, 256), e2m1, cfg)[0]),
+            f"torchao {kind}": ("block", ref)}
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
 
 def tiny_study_dict(tmp_path, max_steps: int = 6, **changes) -> dict:
     """params/studies/ci_formats.yaml as a dict, shortened to `max_steps`, runs and index under tmp_path, without
-    its frozen-blocks control points (pass `points=` to add some) and without diagnostics."""
+    its frozen-blocks control points (pass `points=` to add some; without them its comparisons state a `delta`,
+    which a study without a control needs) and without diagnostics."""
     from pathlib import Path
 
     import yaml
@@ -100,6 +101,7 @@ def tiny_study_dict(tmp_path, max_steps: int = 6, **changes) -> dict:
     d["config"] = {**d["config"], "max_steps": max_steps, "eval_interval": 0, "ckpt_interval": 2,
                    "out_dir": str(tmp_path / "runs"), "diagnostics": "off"}   # the study logic, not the monitors
     d.pop("points", None)
+    d["comparisons"] = [{**c, "delta": 0.05} for c in d.get("comparisons") or ()]
     return {**d, **changes}
 
 

@@ -1,6 +1,7 @@
 """Tests for altgrad_lib.cli: `altgrad train -f x.yaml -p k=v` end to end in a subprocess, help, errors."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -230,3 +231,55 @@ def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path):
     assert run.diverged and run.final_val_loss is None and len(run.metric("val/loss"))   # step-0 loss exists...
     s = analysis.run_summary({"div": run})
     assert s.final_val_loss.isna().all() and s.diverged.all()                          # ...but is no result
+
+
+OPTIM_CASES = [   # issue 17, findings 3 and 5: each passed --print-config and --dry-run, then raised in train()
+    (["-p", "optimizer=grid_adamw", "-p", "optim={storage: grid_sr}"], ["no trainable weight has a format", "'hp'"]),
+    (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E4M33}"], ["E4M33", "valid built-ins"]),
+    (["-p", "optimizer=grid_adamw", "-p", "optim={state_m: E9M9}"], ["E9M9", "valid built-ins"]),
+    (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E8M0FNU}"],
+     ["optim.weight_fmt='E8M0FNU'", "no sign bit"]),
+    (["-p", "recipe=fmt:E8M0FNU"], ["LayerSpec.input", "E8M0FNU", "no sign bit"]),
+]
+
+
+def test_optimizer_and_format_mistakes_fail_print_config_and_train_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    out = tmp_path / "runs"
+    for extra, needles in OPTIM_CASES:
+        for mode in (["--print-config"], []):
+            rc = main(["train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=r", *extra, *mode])
+            err = capsys.readouterr().err
+            assert rc == 2 and err.count("\n") == 1 and err.startswith("altgrad: error: "), (extra, err)
+            assert all(n in err for n in needles), err
+            assert not (out / "r").exists(), extra
+    # end to end in a real process: exit 2, one stderr line, no run directory
+    _assert_user_error(_cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=r", *OPTIM_CASES[0][0]),
+                       *OPTIM_CASES[0][1])
+    assert not out.exists()
+
+
+def test_study_dry_run_checks_every_point_in_a_real_process(tmp_path):
+    study = tmp_path / "s.yaml"
+    config = {"out_dir": str(tmp_path / "runs"), "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}}
+    study.write_text(yaml.safe_dump({"name": "s", "config": config,
+                                     "axes": {"recipe": ["fp8_hybrid", "hp"], "seed": [0]}}))
+    p = _cli("study", "-f", str(study), "--dry-run", "--out", str(tmp_path / "study"))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("altgrad study: error: study point {'recipe': 'hp', 'seed': 0}: ") and \
+        "no trainable weight has a format" in p.stderr, p.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "study").exists()
+
+
+def test_study_workers_range_names_auto(tmp_path, capsys):
+    # issue 17, finding 11: "--workers -1" said ">= 1" although 0 (auto) is valid
+    assert main(["study", "-f", str(REPO / "params" / "studies" / "ci_formats.yaml"), "--workers", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("altgrad study: error: --workers=-1 is invalid; valid: 0 (auto") and "N >= 1" in err
+    assert err.count("\n") == 1
+
+
+def test_diagnostics_off_through_the_cli(capsys):
+    # issue 15, defect 8: `-p diagnostics=off` was a type error (YAML reads off as False)
+    assert main(["train", "-p", "diagnostics=off", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"] == "off"

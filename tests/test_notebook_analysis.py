@@ -37,7 +37,7 @@ def test_analysis_defines_nothing_itself():
 
 @pytest.mark.parametrize("name, module", [("binade_counts", "numerics.anatomy"), ("oracle_agreement", "numerics.oracles"),
                                           ("layer_sqnr", "quantize.layer_sqnr"), ("run_summary", "notebook.tables"),
-                                          ("run_frame", "studies.results"), ("claims_table", "studies.stats"),
+                                          ("run_frame", "studies.results"), ("claims_table", "studies.claims"),
                                           ("sqnr_db", "numerics.quant")])
 def test_names_are_the_topic_modules_objects(name, module):
     import importlib

@@ -39,11 +39,59 @@ def test_dashboard_callbacks_redraw():
     assert d.fig.axes[0].get_ylabel() == "val/loss"
     d.metric.value = "train/grad_norm"                                   # widget callback -> redraw
     assert d.fig.axes[0].get_ylabel() == "train/grad_norm"
-    d.hue.value = "seed"
-    assert [ln.get_label() for ln in d.fig.axes[0].get_lines()] == ["seed=0 (n=2)", "seed=1 (n=2)"]
+    d.hue.value = "seed"    # colour by seed: still one line per configuration (recipe), never two recipes pooled
+    assert [ln.get_label() for ln in d.fig.axes[0].get_lines()] == [
+        "seed=0 | bf16 (n=1)", "seed=0 | fp8 (n=1)", "seed=1 | bf16 (n=1)", "seed=1 | fp8 (n=1)"]
     d.filters["recipe"].value = "fp8"
     assert set(d.selection().recipe) == {"fp8"}
     assert [ln.get_label() for ln in d.fig.axes[0].get_lines()] == ["seed=0 (n=1)", "seed=1 (n=1)"]
+
+
+def _study_with_control():
+    """A study frame as 06 builds it: hp and fp8 over 2 seeds, plus hp's frozen-blocks control (much worse), and an
+    optimizer axis on top: 4 configurations, none of which may be pooled with another."""
+    rows = []
+    for recipe, fb, opt, off in (("hp", False, "adamw", 0.0), ("hp", True, "adamw", 2.0), ("fp8", False, "adamw", 0.1),
+                                 ("fp8", False, "madam", 0.3)):
+        for seed in (0, 1):
+            run = f"{recipe}-{fb}-{opt}-s{seed}"
+            for step in (0, 10):
+                rows.append((run, recipe, fb, opt, seed, step, "val/loss", 5 - step / 10 + off + 0.01 * seed))
+    return pd.DataFrame(rows, columns=["run", "recipe", "freeze_blocks", "optimizer", "seed", "step", "name", "value"])
+
+
+def test_every_grouping_keeps_the_control_apart():
+    m = _study_with_control()
+    keys = ["recipe", "freeze_blocks", "optimizer", "seed"]
+    configs = m.groupby(["recipe", "freeze_blocks", "optimizer"]).run.unique().map(frozenset)
+    for hue in keys:
+        assert dashboard.group_keys(m, hue, keys)[0] == hue
+        fig = dashboard.curves(m, "val/loss", hue, keys=keys)
+        lines = fig.axes[0].get_lines()
+        n_lines = m.groupby(dashboard.group_keys(m, hue, keys)).ngroups
+        assert len(lines) == n_lines >= 4, hue
+        hp = [ln for ln in lines if ln.get_label().startswith("recipe=hp (")]
+        assert not hp or len(hp) == 1 and np.allclose(hp[0].get_ydata(), [5.005, 4.005])   # the control not in it
+    # each group of group_keys holds runs of exactly one configuration
+    for hue in keys:
+        for _, g in m.groupby(dashboard.group_keys(m, hue, keys)):
+            assert any(set(g.run.unique()) <= c for c in configs)
+    labels = dashboard.config_label(m.drop_duplicates("run"), ["recipe", "freeze_blocks", "optimizer"])
+    assert sorted(set(labels)) == ["fp8 adamw", "fp8 madam", "hp adamw", "hp freeze_blocks adamw"]
+    table = dashboard.next_gpu_hour(m.drop_duplicates("run").assign(status="completed", diverged_at_step=np.nan,
+                                                                    final_val_loss=1.0),
+                                    ["recipe", "freeze_blocks", "optimizer"])
+    assert len(table) == 4 and (table.runs == 2).all()
+    fig = dashboard.Dashboard(m, keys).fig if _has_widgets() else dashboard.curves(m, "val/loss", "recipe", keys=keys)
+    assert len(fig.axes[0].get_lines()) == 4   # the dashboard's default view: colour by recipe, 4 configurations
+
+
+def _has_widgets():
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_parallel_coordinates_scale_and_name_missing_columns():

@@ -25,7 +25,7 @@ from altgrad_lib.notebook.params import check_value, closest_name
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-SETUP = "from typing import Optional\nfrom altgrad_lib import notebook_params\nguard = notebook_params.watch(globals())\n"
+SETUP = "from typing import Optional\nfrom altgrad_lib.notebook import params as notebook_params\nguard = notebook_params.watch(globals())\n"
 PARAMS = ("lr: float = 1e-3             # learning rate\n"
           "max_docs: Optional[int] = None\n"
           "backends: list[str] = ['sim']\n"
@@ -251,9 +251,9 @@ def test_papermill_rejects_a_bad_comparison_before_the_study_trains(tmp_path, mo
     monkeypatch.setenv("ALTGRAD_OUTPUTS", str(outputs))
     src = _first_cells(ROOT / "notebooks" / "06_analysis.ipynb", tmp_path / "06.ipynb")
     for params, message in (({"comparison_axis": "recipes", "baseline": "hp"},
-                             "comparison_axis='recipes': 'recipes' invalid; valid choices: ('recipe', 'freeze_blocks')"),
-                            ({"comparison_axis": "recipe", "baseline": "fp8"},
-                             "baseline='fp8': 'fp8' invalid; valid choices: ('hp', 'fp8_hybrid')"),
+                             "'recipes' is not an axis of study 'ci_formats'; axes: ['recipe', 'freeze_blocks']"),
+                            ({"comparison_axis": "recipe", "baseline": "fp8"},   # Study.level names the levels
+                             "'fp8' is not a level of recipe in study 'ci_formats'; levels: ['hp', 'fp8_hybrid']"),
                             ({"value": "val_loss"}, "value='val_loss': 'val_loss' invalid")):
         with pytest.raises(pm.PapermillExecutionError) as ei:
             pm.execute_notebook(str(src), str(tmp_path / "bad.ipynb"), parameters=params, kernel_name="python3",

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.notebook import tables as run_tables
-from altgrad_lib.studies import results
+from altgrad_lib.studies import results, study
 
 
 def _fake_run(losses: list[float], name: str) -> SimpleNamespace:
@@ -88,7 +88,9 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     cfg = TrainConfig.from_dict(tiny_study_dict(tmp_path, max_steps=3)["config"])
     first = train(cfg.replace(seed=0))                        # trained before: reused, not retrained
     variants = {"hp": {}, "same": {}, "control": {"freeze_blocks": True}}   # "same" is hp's config: trained once
-    runs = run_tables.train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
+    from altgrad_lib.studies.study import train_variants
+
+    runs = train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
                                      progress=False, verbose=False)
     assert list(runs) == ["hp s0", "same s0", "control s0", "hp s1", "same s1", "control s1"]
     assert runs["hp s0"].dir == first.dir and runs["hp s0"].reused and not runs["hp s1"].reused
@@ -99,3 +101,7 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     assert (index.status == "completed").all()
     assert index.final_val_loss.tolist() == [runs[f"{l} s{s}"].final_val_loss
                                              for l, s in zip(index.label, index.seed)]
+    frame = runs.frame()                                      # seeds travel as ints, labels from train_variants
+    assert frame.label.tolist() == ["hp", "same", "control"] * 2 and frame.seed.tolist() == [0, 0, 0, 1, 1, 1]
+    assert frame.seed.dtype.kind == "i" and frame.freeze_blocks.tolist() == [False, False, True] * 2
+    assert runs.run("control", 1) is runs["control s1"] and list(runs.of_seed(1)) == ["hp", "same", "control"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import pytest
 import torch
 from helpers import grid_ordinal_bruteforce
 
@@ -69,3 +70,42 @@ def test_step_stats_accumulate_and_reset():
     assert math.isclose(out["optim/frac_moved"], 1 - float(hist[4] / hist.sum()))
     assert math.isclose(out["optim/frac_dcode_1"], float((hist[3] + hist[5]) / hist.sum()))
     assert st.pop() == {}
+
+
+def test_oscillation_ratio_against_a_hand_computation():
+    """Two coordinates over 4 steps (3 deltas).  Coordinate 0 dithers around the boundary 0.5 of a unit grid:
+    latent 0.49, 0.51, 0.49, 0.52 -> grid 0, 1, 0, 1: sum|ΔQ| = 3, sum|Δw| = 0.02 + 0.02 + 0.03 = 0.07.
+    Coordinate 1 walks 1.0, 1.4, 1.8, 2.2 -> grid 1, 1, 2, 2: sum|ΔQ| = 1, sum|Δw| = 1.2.
+    Ratio = (3 + 1) / (0.07 + 1.2) = 4 / 1.27."""
+    from altgrad_lib.optim.diagnostics import StepStats, oscillation_ratio
+
+    ws = [torch.tensor([0.49, 1.0]), torch.tensor([0.51, 1.4]), torch.tensor([0.49, 1.8]), torch.tensor([0.52, 2.2])]
+    qs = [torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), torch.tensor([0.0, 2.0]), torch.tensor([1.0, 2.0])]
+    assert oscillation_ratio(qs, ws) == pytest.approx(4 / 1.27, rel=1e-6)
+    assert oscillation_ratio(qs[:2], ws[:2]) == pytest.approx(1 / 0.42, rel=1e-6)      # (1 + 0) / (0.02 + 0.4)
+    # StepStats: windows of 3 measured steps; the ratio is reported once its window closes
+    st = StepStats(osc_window=3)
+    fmt = get_format("E4M3")
+    for t in range(3):
+        st.record(qs[t], qs[t + 1], ws[t + 1] - ws[t], fmt, torch.tensor(1.0))
+        if t < 2:
+            st.end_step()
+            assert "optim/osc_ratio" not in st.pop()
+    st.end_step()
+    out = st.pop()
+    assert out["optim/osc_ratio"] == pytest.approx(4 / 1.27, rel=1e-6)
+    assert out["optim/update_visibility"] == pytest.approx(0.5)           # the last step: 0 -> 1 moved, 2 -> 2 did not
+
+
+def test_update_visibility_is_one_minus_the_fraction_bit_identical():
+    """PULSE's S1 on a step where 3 of 8 stored values change: visibility 3/8 (stall rate over asked coordinates:
+    6 asked, 3 of them unmoved -> 1/2)."""
+    from altgrad_lib.optim.diagnostics import StepStats
+
+    q0 = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    q1 = torch.tensor([0.0, 1.5, 2.0, 3.0, 4.5, 5.0, 6.5, 7.0])
+    delta = torch.tensor([0.1, 0.6, 0.1, 0.1, 0.6, 0.0, 0.6, 0.0])
+    st = StepStats()
+    st.record(q0, q1, delta, get_format("E4M3"), torch.tensor(1.0))
+    out = st.pop()
+    assert out["optim/update_visibility"] == pytest.approx(3 / 8) and out["optim/stall_rate"] == pytest.approx(1 / 2)

@@ -83,3 +83,11 @@ def test_resume_after_crash_is_bit_exact(tmp_path, optimizer, optim):
     assert_same_state(sa["optimizer"], sb["optimizer"], "optimizer")     # incl. SR generator, codes, scales
     if optim.get("track_stats"):
         assert any("optim/stall_rate" in ln for ln in _lines(ref.dir))
+
+
+def test_an_unsigned_weight_grid_is_refused():
+    # issue 17, finding 5: E8M0FNU (FloatFormat.signed=False) cannot hold a negative weight
+    cfg = TrainConfig.from_dict({**TINY, "optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}})
+    with pytest.raises(ValueError, match=r"optim.weight_fmt='E8M0FNU': E8M0FNU has no sign bit, so it cannot be a "
+                                         r"weight grid; use a signed format"):
+        build_optimizer(_model(cfg), cfg)

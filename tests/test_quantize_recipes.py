@@ -324,3 +324,32 @@ def test_bf16_autocast_does_not_round_the_quantized_operands_again():
     cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven, sat=True))
     ref = (cx @ cw.t()) / (sx * sw)
     assert float(((y32.double() - ref).norm() / ref.norm())) < 1e-5
+
+
+@pytest.mark.parametrize("make, role", [
+    (lambda: LayerSpec(input="E8M0FNU"), "input"),
+    (lambda: LayerSpec(weight=QuantSpec(fmt="E8M0FNU")), "weight"),
+    (lambda: get_policy("fmt:E4M3:E8M0FNU"), "grad_output"),
+    (lambda: get_policy("fmt:E8M0"), "input"),                                    # the alias: same format
+    (lambda: QuantPolicy.from_dict({"name": "u", "layers": {"mlp_up": {"weight": {"fmt": "e8m0fnu"}}}}), "weight"),
+])
+def test_unsigned_formats_are_refused_for_signed_operands(make, role):
+    # issue 17, finding 5: E8M0FNU has no sign bit (FloatFormat.signed=False); as an operand format every negative
+    # X / W / dY value became NaN at step 0, recorded as a "diverged" result
+    with pytest.raises(ValueError, match=rf"LayerSpec.{role}: format E8M0FNU has no sign bit, but the {role} tensor "
+                                         r"holds negative values; use a signed format") as ei:
+        make()
+    assert "\n" not in str(ei.value)
+
+
+def test_unsigned_e8m0_stays_what_it_is_for():
+    # the MX block scale (numerics/scaling.py per_block) and the format itself (notebook 01) still work
+    f = get_format("E8M0FNU")
+    assert not f.signed and f.quantize(torch.tensor([0.25, 4.0])).tolist() == [0.25, 4.0]   # powers of two
+    spec = LayerSpec(input=QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "block_size": 32}))
+    assert spec.input.scaling.kind == "per_block"
+
+
+def test_recipe_typo_suggests_the_near_name():
+    with pytest.raises(ValueError, match=r"unknown recipe 'fp8_hybird'; did you mean 'fp8_hybrid'\?; valid choices"):
+        get_policy("fp8_hybird")

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from altgrad_lib.studies.stats import assert_beats_control, control_table, control_verdict, with_seed_gaps
+from altgrad_lib.studies.stats import assert_beats_control, control_table, control_verdict
 
 
 def _summary(base, ctrl):
@@ -43,9 +43,9 @@ def test_unknown_variant_names_the_labels():
         control_table(_summary([3.0], [3.5]), "bf16", "hp control")
 
 
-def test_seed_gaps_use_each_seeds_own_baseline():
-    df = pd.DataFrame({"run": ["hp s0", "hp s1", "fp8 s0", "fp8 s1"], "final_val_loss": [4.0, 5.0, 4.2, 4.5]})
-    gaps = with_seed_gaps(df, "hp").set_index("run").val_gap_pct
-    assert gaps.to_dict() == pytest.approx({"hp s0": 0.0, "hp s1": 0.0, "fp8 s0": 5.0, "fp8 s1": -10.0})
-    with pytest.raises(ValueError, match=r"seed\(s\) \[2\]"):
-        with_seed_gaps(pd.concat([df, pd.DataFrame({"run": ["fp8 s2"], "final_val_loss": [1.0]})]), "hp")
+def test_control_above_the_unigram_entropy_is_not_clear():
+    t = control_table(_summary([6.8, 6.85, 6.9], [7.4, 7.45, 7.5]), "hp", "hp control")
+    assert control_verdict(t)[0]                                     # a clear margin of 0.6 nats ...
+    clear, sentence = control_verdict(t, entropy=6.11)               # ... above the unigram entropy of the val tokens
+    assert not clear and "NOT below the unigram entropy 6.110" in sentence
+    assert control_verdict(t, entropy=7.0)[0]

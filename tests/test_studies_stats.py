@@ -1,11 +1,9 @@
 """Tests for altgrad_lib.studies.stats: Welch's test against a hand computation (t, Welch–Satterthwaite df, p from the
-t distribution's CDF by numerical integration), Student-t CIs, Hedges' g, verdicts and the claims table."""
+t distribution's CDF by numerical integration), Student-t CIs and Hedges' g (the claims tables: test_studies_claims)."""
 from __future__ import annotations
 
 import math
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from altgrad_lib.studies import stats
@@ -67,62 +65,3 @@ def test_hedges_g_hand_computed():
     sp = math.sqrt((2 * _var(a) + 2 * _var(b)) / 4)
     assert stats.hedges_g(a, b) == pytest.approx((4 - 2) / sp * (1 - 3 / (4 * 6 - 9)))
     assert stats.hedges_g(b, a) == pytest.approx(-stats.hedges_g(a, b))
-
-
-def _frame(rng_seed=0):
-    rng = np.random.default_rng(rng_seed)
-    rows = []
-    for seed in range(4):
-        rows.append({"recipe": "bf16", "lr": 1e-3, "seed": seed, "final_val_loss": 3.0 + 0.01 * rng.standard_normal()})
-        rows.append({"recipe": "fp8", "lr": 1e-3, "seed": seed, "final_val_loss": 3.5 + 0.01 * rng.standard_normal()})
-        rows.append({"recipe": "e3m4", "lr": 1e-3, "seed": seed, "final_val_loss": 3.0 + 0.01 * rng.standard_normal()})
-        rows.append({"recipe": "e2m1", "lr": 1e-3, "seed": seed,
-                     "final_val_loss": math.nan if seed == 0 else 2.5 + 0.01 * rng.standard_normal()})
-    return pd.DataFrame(rows)
-
-
-def test_claims_table_verdicts():
-    t = stats.claims_table(_frame(), "recipe", "bf16", by=["lr"]).set_index("recipe")
-    assert set(t.index) == {"fp8", "e3m4", "e2m1"}
-    assert t.loc["fp8", "verdict"] == "worse" and t.loc["fp8", "p"] < 1e-6 and t.loc["fp8", "hedges_g"] > 10
-    assert t.loc["e2m1", "verdict"] == "better" and t.loc["e2m1", "n"] == 3 and t.loc["e2m1", "n_nonfinite"] == 1
-    # same distribution as the baseline: a difference of pure noise must not be called a result
-    assert t.loc["e3m4", "verdict"] == stats.NOISE
-    assert (t.lr == 1e-3).all()
-    up = stats.claims_table(_frame(), "recipe", "bf16", lower_is_better=False).set_index("recipe")
-    assert up.loc["fp8", "verdict"] == "better"
-
-
-def test_verdict_noise_when_cis_overlap_even_if_p_small():
-    row = {"n": 3, "n_baseline": 3, "p": 0.01, "mean": 1.0, "ci95": 0.3, "mean_baseline": 1.5, "ci95_baseline": 0.3,
-           "diff": -0.5}
-    assert stats.verdict(row) == stats.NOISE
-    assert stats.verdict({**row, "ci95": 0.1, "ci95_baseline": 0.1}) == "better"
-    assert stats.verdict({**row, "ci95": 0.1, "ci95_baseline": 0.1, "p": 0.2}) == stats.NOISE
-    assert stats.verdict({**row, "n": 1}).startswith("too few seeds")
-
-
-def test_claims_table_names_missing_columns_and_baseline():
-    with pytest.raises(ValueError, match=r"\['optimizer'\]"):
-        stats.claims_table(_frame(), "optimizer", "adamw")
-    with pytest.raises(ValueError, match="baseline recipe='bf8'.*levels"):
-        stats.claims_table(_frame(), "recipe", "bf8")
-
-
-def test_control_check_reuses_comparisons_rule():
-    f = pd.DataFrame({"recipe": ["bf16"] * 3 + ["bf16"] * 3, "freeze_blocks": [False] * 3 + [True] * 3,
-                      "seed": [0, 1, 2] * 2, "final_val_loss": [3.0, 3.1, 3.2, 3.31, 3.41, 3.51]})
-    table, clear, sentence = stats.control_check(f, ["recipe", "freeze_blocks"], "bf16 False", "bf16 True")
-    assert clear and list(table.index) == [0, 1, 2] and table.margin.tolist() == pytest.approx([0.31] * 3)
-    f.loc[5, "final_val_loss"] = 3.4   # margin 0.2 < 3 sd = 0.3
-    assert not stats.control_check(f, ["recipe", "freeze_blocks"], "bf16 False", "bf16 True")[1]
-
-
-def test_gap_pct_rescales_the_welch_interval_by_the_baseline_mean():
-    # baseline (4, 4.2, 4.4): mean 4.2; variant (4.4, 4.6, 4.8): diff 0.4 nats = 9.5238 % of 4.2
-    f = pd.DataFrame({"v": ["hp"] * 3 + ["x"] * 3, "seed": [0, 1, 2] * 2,
-                      "final_val_loss": [4.0, 4.2, 4.4, 4.4, 4.6, 4.8]})
-    t = stats.gap_pct(stats.claims_table(f, "v", "hp")).iloc[0]
-    half = 2.7764451051977987 * math.sqrt(2 * 0.04 / 3)   # Welch df = 4 for equal variances and n
-    assert t.gap_pct == pytest.approx(100 * 0.4 / 4.2)
-    assert t.gap_pct_lo == pytest.approx(100 * (0.4 - half) / 4.2) and t.gap_pct_hi == pytest.approx(100 * (0.4 + half) / 4.2)

@@ -83,16 +83,86 @@ def test_bad_study_files_fail_with_one_line(d, match):
         Study.from_dict(d)
 
 
+@pytest.mark.parametrize("axes, match", [
+    ({"recipe": ["hp", "fp8_hybird"]}, r"TrainConfig.recipe='fp8_hybird'.*did you mean 'fp8_hybrid'\?; valid choices"),
+    ({"recipe": ["hp", "fmt:E9M9"]}, r"TrainConfig.recipe='fmt:E9M9': format 'E9M9'.*valid built-ins: E4M3"),
+    ({"recipe": ["hp", {"name": "x", "layers": {"mlp": {"input": "E4M3"}}}]},
+     r"unknown layer class 'mlp'; valid: \('\*', 'attn_qkv'"),
+])
+def test_a_bad_recipe_fails_when_the_study_expands(tmp_path, axes, match):
+    # issue 15, defect 2: the recipe was the one setting TrainConfig did not check; a typo became a failed row
+    d = tiny_study_dict(tmp_path, axes={**axes, "seed": [0]})
+    with pytest.raises(ValueError, match=match) as ei:
+        Study.from_dict(d).expand()
+    assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("comparison, match", [
+    ({"axis": "recipe", "baseline": "fp8_hybird"},
+     r"baseline 'fp8_hybird' is not a level of 'recipe'; did you mean 'fp8_hybrid'\?; valid levels: \['hp', 'fp8"),
+    ({"axis": "lr", "baseline": 1e-3},
+     r"'lr' is not an axis this study compares \(seeds are the replicates\); valid axes: \['recipe'\]"),
+    ({"axis": "seed", "baseline": 0}, r"'seed' is not an axis this study compares"),
+    ({"axis": "recipe", "baseline": "hp", "by": ["lr"]}, r"'by' \['lr'\] not index column"),
+])
+def test_comparisons_are_checked_when_the_study_loads(tmp_path, comparison, match):
+    # issue 17, finding 4: a bad baseline gave a traceback after every run trained; a foreign axis was accepted
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict(tiny_study_dict(tmp_path, comparisons=[comparison]))
+    ok = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16", "delta": 0.05}]))
+    assert ok.level("recipe", "bf16") == "hp"        # an alias names the canonical level, as claims() reads it
+
+
+@pytest.mark.parametrize("axes, match", [
+    ({"recipe": ["hp", "fp8_hybrid", "hp"]}, r"study axis 'recipe' lists 'hp' twice; list each value once"),
+    ({"seed": [0, 1, 0]}, r"study axis 'seed' lists 0 twice"),
+    ({"recipe": ["bf16", "hp"]}, r"'recipe': 'bf16'\} and \{.*'recipe': 'hp'\} are the same run hp-s0-"),
+    ({"recipe": ["fmt:E4M3", "fmt:e4m3fn"]}, r"are the same run fmt_E4M3-s0-"),
+])
+def test_duplicate_axis_values_are_an_error(tmp_path, axes, match):
+    # issue 17, finding 11: they were silently deduplicated
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict(tiny_study_dict(tmp_path, axes={"seed": [0], **axes}, comparisons=[])).expand()
+
+
+def test_every_point_is_checked_before_any_run_trains(tmp_path):
+    # issue 17, finding 3: bad optimizer settings passed --dry-run and left a run directory behind a traceback
+    d = tiny_study_dict(tmp_path, axes={"recipe": ["hp", "fp8_hybrid"], "seed": [0]})
+    d["config"] = {**d["config"], "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}}   # hp: no weight grid
+    s = Study.from_dict(d, out_dir=str(tmp_path / "study"))
+    with pytest.raises(ValueError, match=r"study point \{'recipe': 'hp', 'seed': 0\}: .*no trainable weight has a "
+                                         r"format \(recipe 'hp' quantizes no weight\)"):
+        run_study(s, log=lambda *a: None)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "study").exists()
+
+
+def test_train_variants_checks_every_variant_before_any_trains(tmp_path, monkeypatch):
+    # the notebooks' path (study.train_variants -> run_points) gets the same check as a study
+    from altgrad_lib.studies.study import train_variants
+
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outputs"))
+    cfg = TrainConfig.from_dict({**tiny_study_dict(tmp_path)["config"], "max_steps": 2})
+    bad = {"optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}}
+    with pytest.raises(ValueError, match=r"study point \{'label': 'bad', 'seed': 0\}: .*optim.weight_fmt='E8M0FNU'.*"
+                                         r"no sign bit"):
+        train_variants(cfg, {"ok": {}, "bad": bad}, seeds=[0], study="variants_check")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "outputs").exists()
+
+
 # ------------------------------------------------------------------------------------------ running
 
 def test_failing_and_diverging_runs_do_not_stop_the_others(tmp_path):
-    d = tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16", "no_such_recipe"], "seed": [0]},
-                        points=[{"lr": 1e30, "min_lr": 0.0, "seed": 0}])   # lr 1e30: overflows at step 2
+    # a corpus path is found missing only where the run builds its corpus (in the worker): a failed row, not a stop
+    missing = str(tmp_path / "no_such_corpus.txt")
+    d = tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16"], "seed": [0]},
+                        points=[{"lr": 1e30, "min_lr": 0.0, "seed": 0},    # lr 1e30: overflows at step 2
+                                {"corpus": missing, "seed": 0}])
     s = Study.from_dict(d, out_dir=str(tmp_path / "study"))
     logs = []
-    idx = run_study(s, log=logs.append).set_index("recipe")
-    assert idx.loc["no_such_recipe", "status"] == "failed"
-    assert "unknown recipe 'no_such_recipe'" in idx.loc["no_such_recipe", "error"]   # one-line ConfigError
+    idx = run_study(s, log=logs.append)
+    bad = idx[idx.status == "failed"]
+    assert len(bad) == 1 and bad.corpus.iloc[0] == missing
+    assert "TrainConfig.corpus" in bad.error.iloc[0] and missing in bad.error.iloc[0]   # one-line ConfigError
     ok = idx[idx.status == "completed"]
     assert len(ok) == 1 and math.isfinite(ok.final_val_loss.iloc[0]) and ok.lr.iloc[0] == pytest.approx(3e-3)
     div = idx[idx.status == "diverged"]
@@ -132,23 +202,74 @@ def test_killed_study_resumes_and_completes_the_index(tmp_path):
     assert after.final_val_loss.notna().all()
 
 
+def _index(s, loss):
+    return pd.DataFrame([{"run": p.name, "recipe": p.config.recipe_name, "freeze_blocks": p.config.freeze_blocks,
+                          "seed": p.config.seed, "status": "completed", "final_val_loss": loss(p.config)}
+                         for p in s.expand()])
+
+
 def test_claims_from_the_study_index(tmp_path):
     s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))
-    rows = [{"run": p.name, "recipe": p.axes["recipe"], "seed": p.axes["seed"], "status": "completed",
-             "final_val_loss": 3.0 + (p.axes["recipe"] == "fp8_hybrid") + 0.01 * p.axes["seed"]} for p in s.expand()]
-    t = s.claims(pd.DataFrame(rows))
+    t = s.claims(_index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") * (1 + 0.01 * c.seed) + 0.01 * c.seed))
     assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
-    assert t["diff"].iloc[0] == pytest.approx(1.0)
+    assert t.gap_nats.iloc[0] == pytest.approx(1.005) and t.verdict.iloc[0] == "worse"
+    assert t.delta_nats.iloc[0] == 0.05    # no control in this study: the comparison states its delta
 
 
 def test_claims_accept_a_recipe_alias_for_the_baseline(tmp_path):
     # the index records canonical names (TrainConfig turns "bf16" into "hp"); a study file may still say bf16
-    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16"}]))
-    rows = [{"run": f"{r}{k}", "recipe": r, "seed": k, "final_val_loss": 3.0 + (r == "fp8_hybrid") + 0.01 * k}
-            for r in ("hp", "fp8_hybrid") for k in (0, 1)]
-    t = s.claims(pd.DataFrame(rows))
+    s = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16", "delta": 0.1}]))
+    t = s.claims(_index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") + 0.01 * c.seed))
     assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
-    assert t["diff"].iloc[0] == pytest.approx(1.0)
+    assert t.gap_nats.iloc[0] == pytest.approx(1.0)
+
+
+def test_report_with_control_and_positive_control_writes_claims_csv(tmp_path):
+    """The ci study (with its control) plus a positive control: the window comes from the control, the report's first
+    line says the runs are a smoke test when hp sits above the unigram entropy, and claims.csv has every column."""
+    from altgrad_lib.studies.claims import COLUMNS
+
+    d = yaml.safe_load(CI_STUDY.read_text())
+    d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
+    s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
+    loss = {"hp": 5.0, "fp8_hybrid": 5.001, "E2M1-XWdY": 5.1}
+    idx = _index(s, lambda c: loss[c.recipe_name] + 0.3 * c.freeze_blocks + 0.05 * c.seed
+                 + 0.002 * c.seed * (c.recipe_name == "E2M1-XWdY"))
+    table, lines = s.report(idx, entropy=4.0)
+    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "unigram entropy 4.000" in lines[0]
+    assert lines[1].startswith("positive control E2M1-XWdY: resolved")
+    t = table.set_index("level")
+    assert t.window_nats.tolist() == pytest.approx([0.3, 0.3]) and t.delta_nats.tolist() == pytest.approx([0.03] * 2)
+    back = pd.read_csv(s.claims_path)
+    assert set(COLUMNS) <= set(back.columns) and sorted(back.level) == ["E2M1-XWdY", "fp8_hybrid"]
+    assert s.report(idx, entropy=9.0)[1][0].startswith("positive control E2M1-XWdY: resolved")   # below entropy
+
+
+E2M1 = {"name": "E2M1-XWdY", "layers": {"*": {"input": "E2M1", "weight": "E2M1", "grad_output": "E2M1"},
+                                         "lm_head": None}}
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"axes": {"recipe": [E2M1, {**E2M1, "layers": {"*": {"input": "E4M3"}}}], "seed": [0]}},
+     r"two different recipes are both named 'E2M1-XWdY': .*E2M1.* and .*E4M3"),
+    ({"axes": {"recipe": ["hp", {"name": "hp", "layers": {"*": {"input": "E4M3"}}}], "seed": [0]}},
+     "two different recipes are both named 'hp'"),
+    ({"positive_controls": ["E2M1"]}, r"positive_controls \['E2M1'\] are not recipe levels of the study"),
+    ({"points": []}, "needs `delta` \\(nats\\): the study has no frozen-blocks control"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "delta": -1}]}, "delta=-1 must be a positive number"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "dleta": 1}]}, r"unknown key\(s\) \['dleta'\]"),
+])
+def test_study_refusals_of_the_claims_keys(change, match):
+    with pytest.raises(ValueError, match=match):
+        Study.from_dict({**yaml.safe_load(CI_STUDY.read_text()), **change})
+
+
+def test_same_recipe_twice_is_one_level():
+    d = yaml.safe_load(CI_STUDY.read_text())
+    # the same spec under the same name in an axis and in a point is one level (listing it twice in one axis is a
+    # duplicate, refused by test_duplicate_axis_values_are_an_error)
+    Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]},
+                     "points": [*d.get("points", []), {"recipe": dict(E2M1), "seed": 1}]})
 
 
 def test_cli_dry_run_and_bad_file(tmp_path, capsys):
@@ -180,3 +301,28 @@ def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(t
     assert run_study(s, Counting(), resume=False, log=lambda m: None).reused.tolist() == [False, False]
     names = [p.name for p in s.expand()]
     assert seen == [names, [], names]
+
+
+def test_levels_resolve_aliases_and_types():
+    s = Study.from_dict({"name": "t", "axes": {"recipe": ["bf16", "fp8_hybrid"], "lr": [1e-3, 2e-3], "seed": [0]}})
+    assert s.level("recipe", "bf16") == "hp" and s.level("lr", 0.001) == 1e-3 and s.level("lr", "0.002") == 2e-3
+    with pytest.raises(ValueError, match=r"'E4M3' is not a level of recipe in study 't'; levels: \['hp', 'fp8_hybrid'\]"):
+        s.level("recipe", "E4M3")
+    with pytest.raises(ValueError, match=r"'optimizer' is not an axis of study 't'; axes: \['recipe', 'lr'\]"):
+        s.levels("optimizer")
+
+
+def test_cli_claims_output_starts_with_an_unresolved_positive_control(tmp_path, capsys):
+    from altgrad_lib.studies.claims import COLUMNS
+    from altgrad_lib.studies.cli import print_claims
+
+    d = yaml.safe_load(CI_STUDY.read_text())
+    d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
+    s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
+    noise = {0: 0.01, 1: -0.01}   # E2M1 no worse than hp: the positive control is not resolved
+    idx = _index(s, lambda c: 3.0 + 0.3 * c.freeze_blocks + 0.05 * c.seed + (c.recipe_name == "E2M1-XWdY") * noise[c.seed])
+    print_claims(s, idx)
+    out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert out[0].startswith("positive control E2M1-XWdY NOT resolved")
+    assert any(ln.startswith("claims: recipe vs hp (paired by seed, gaps in nats") for ln in out)
+    assert out[-1] == f"-> {s.claims_path}" and set(COLUMNS) <= set(pd.read_csv(s.claims_path).columns)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from altgrad_lib import io, state
 from altgrad_lib.training import checkpoint as ckpt
 
 
@@ -38,10 +39,10 @@ def test_save_load_roundtrip(tmp_path):
 
 
 def test_rng_state_roundtrip():
-    st = ckpt.capture_rng_state()
+    st = state.capture_rng_state()
     a = (torch.rand(3), np.random.rand(3), random.random())
     torch.rand(10), np.random.rand(10), random.random()  # move every generator on
-    ckpt.restore_rng_state(st)
+    state.restore_rng_state(st)
     b = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
 
@@ -56,7 +57,7 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
         fh.write(data[: len(data) // 2])
         raise KeyboardInterrupt("simulated crash mid-write")
 
-    monkeypatch.setattr(ckpt, "_write_payload", half_then_die)
+    monkeypatch.setattr(io, "_write_payload", half_then_die)
     with pytest.raises(KeyboardInterrupt):
         ckpt.save_checkpoint(p, model=m, optimizer=opt, step=2, config_hash="h")
     assert p.read_bytes() == before
@@ -66,7 +67,7 @@ def test_crash_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
 def test_remove_stale_tmp(tmp_path):
     (tmp_path / ".last.pt.tmp.123").write_bytes(b"partial")
     (tmp_path / "last.pt").write_bytes(b"keep")
-    removed = ckpt.remove_stale_tmp(tmp_path)
+    removed = io.remove_stale_tmp(tmp_path)
     assert [r.name for r in removed] == [".last.pt.tmp.123"] and (tmp_path / "last.pt").exists()
 
 
@@ -116,13 +117,13 @@ def test_shape_mismatch_on_restore_is_a_checkpoint_error(tmp_path):
 
 def test_snapshot_restores_buffers_and_rng_not_params():
     m, _ = _model_opt()
-    snap = ckpt.snapshot_state(m)
+    snap = state.snapshot_state(m)
     w_before = m[0].weight.detach().clone()
     r1 = torch.rand(4)
     m.amax_history.fill_(5.0)
     with torch.no_grad():
         m[0].weight.add_(1.0)
-    ckpt.restore_snapshot(m, snap)
+    state.restore_snapshot(m, snap)
     assert torch.equal(m.amax_history, torch.zeros(3))       # buffer rolled back
     assert torch.equal(torch.rand(4), r1)                    # RNG rolled back
     assert torch.equal(m[0].weight, w_before + 1.0)          # parameters untouched

@@ -150,3 +150,70 @@ def test_every_key_has_a_meaning_and_the_validators_choices():
     assert docs["precision"][2] is choices.PRECISIONS and docs["recipe"][2] is surgery.RECIPES
     assert docs["corpus"][2] is data.CORPORA and set(tokenizers.TOKENIZER_ALIASES) <= set(docs["tokenizer"][2])
     assert set(choices.DEVICES) <= set(docs["device"][2])
+
+
+@pytest.mark.parametrize("recipe, match", [
+    ("fp8_hybird", r"^TrainConfig.recipe='fp8_hybird': unknown recipe 'fp8_hybird'; did you mean 'fp8_hybrid'\?; "
+                   r"valid choices: \('hp', 'fp8_hybrid'"),
+    ("fmt:E9M9", r"^TrainConfig.recipe='fmt:E9M9': format 'E9M9': need 1 \+ x \+ y <= 8 bits.*valid built-ins: E4M3"),
+    ("fmt:", r"expected 'fmt:<FMT>' or 'fmt:<FMT>:<GRAD_FMT>'"),
+    ({"name": "x", "layers": {"attn": {"input": "E4M3"}}}, r"unknown layer class 'attn'; valid: \('\*', 'attn_qkv'"),
+    ({"name": "x", "layers": {"*": {"inputs": "E4M3"}}}, r"LayerSpec: unknown key\(s\) \['inputs'\]; valid keys"),
+    ({"layers": {"*": None}}, r"'name' \(or 'recipe'\) is required"),
+])
+def test_recipe_is_validated_by_train_config(recipe, match):
+    # issue 15, defect 2: the recipe was the only setting TrainConfig did not check
+    with pytest.raises(ConfigError, match=match) as ei:
+        TrainConfig(recipe=recipe)
+    assert "\n" not in str(ei.value)
+
+
+def test_format_aliases_are_one_run_identity():
+    # issue 17, finding 6. The canonical spellings' names and hashes were computed on the code before this change
+    # (commit c11fe59), so runs recorded under them are still found and reused.
+    canon = TrainConfig(recipe="fmt:E4M3")
+    assert (canon.auto_run_name(), canon.config_hash()[:16]) == ("fmt_E4M3-s0-2dda0a57", "2dda0a579050553b")
+    for alias in ("fmt:e4m3", "fmt:e4m3fn", "FMT:float8_e4m3fn", " fmt:E4M3"):
+        c = TrainConfig(recipe=alias)
+        assert c.recipe == "fmt:E4M3" and c.auto_run_name() == canon.auto_run_name(), alias
+        assert c.config_hash() == canon.config_hash(), alias
+    assert TrainConfig(recipe="fmt:e3m4:e4m3fn").auto_run_name() == "fmt_E3M4_E4M3-s0-7df8ae54"
+    mix = {"name": "mix", "layers": {"*": {"input": "E4M3", "weight": {"fmt": "E4M3", "rounding": "nearest"},
+                                           "grad_output": "E5M2"}}}
+    assert TrainConfig(recipe=mix).config_hash()[:16] == "8d5332ac02fa5e3f"
+    aliased = {"name": "mix", "layers": {"*": {"input": "e4m3fn", "weight": {"fmt": "float8_e4m3fn",
+                                                                               "rounding": "nearest"},
+                                               "grad_output": "fp8_e5m2"}}}
+    assert TrainConfig(recipe=aliased).recipe == mix
+    assert TrainConfig(recipe=aliased).config_hash()[:16] == "8d5332ac02fa5e3f"
+    grid = dict(optimizer="grid_adamw", optim={"storage": "grid_sr", "weight_fmt": "E4M3"})
+    assert TrainConfig(**grid).auto_run_name() == "hp-grid_adamw-grid_sr-s0-a1aa5f12"
+    assert TrainConfig(**{**grid, "optim": {"storage": "grid_sr", "weight_fmt": "e4m3fn"}}).optim == grid["optim"]
+    # E8M0 and E8M0FNU: one format, refused under either name as an operand format (no sign bit)
+    for name in ("fmt:E8M0", "fmt:E8M0FNU", "fmt:e8m0fnu"):
+        with pytest.raises(ConfigError, match="format E8M0FNU has no sign bit"):
+            TrainConfig(recipe=name)
+
+
+def test_diagnostics_off_survives_yaml(tmp_path):
+    # issue 15, defect 8: YAML 1.1 reads `off` as False
+    assert TrainConfig.from_yaml(None, ["diagnostics=off"]).diagnostics == "off"
+    p = tmp_path / "x.yaml"
+    p.write_text("diagnostics: off\n")
+    assert TrainConfig.from_yaml(p).diagnostics == "off"
+    assert TrainConfig.from_yaml(None, ["diagnostics=cheap"]).diagnostics == "cheap"
+    dotted = TrainConfig.from_yaml(None, ["diagnostics.preset=off", "diagnostics.interval=5"])
+    assert dotted.diagnostics["preset"] == "off"
+    assert TrainConfig.from_yaml(p, ["diagnostics.interval=5"]).diagnostics == \
+        TrainConfig.from_yaml(None, ["diagnostics.interval=5"]).diagnostics        # `off` in the file, then a field
+    assert TrainConfig.from_yaml(None, ["diagnostics=off"]) == TrainConfig(diagnostics="off")
+
+
+def test_train_config_import_and_named_recipes_stay_torch_free():
+    import subprocess
+    import sys
+
+    code = ("import sys; from altgrad_lib.training.config import TrainConfig; "
+            "[TrainConfig(recipe=r) for r in ('hp', 'bf16', 'fp8_hybrid', 'fp8_e4m3')]; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)

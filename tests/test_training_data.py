@@ -266,3 +266,17 @@ def test_local_text_token_corpus(tmp_path):
     assert t.cache_dir.name.startswith("tiny.txt-gpt2-4096-")
     x, y = t.get_batch("train", 2, 16, seed=0, step=0)
     assert x.shape == (2, 16) and (x[:, 1:] == y[:, :-1]).all()
+
+
+def test_unigram_entropy_against_a_hand_count():
+    # tokens 7, 7, 7, 3 -> p = (3/4, 1/4): H = -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.5623351446188083 nats
+    assert D.unigram_entropy(np.array([7, 3, 7, 7])) == pytest.approx(0.5623351446188083, rel=1e-12)
+    assert D.unigram_entropy(np.array([5, 5])) == 0.0
+
+
+def test_eval_unigram_entropy_is_the_val_split_entropy():
+    h = D.eval_unigram_entropy("licenses", "gpt2-512", max_docs=50)
+    val = D.TokenCorpus.build("licenses", "gpt2-512", max_docs=50, progress=False).val
+    cnt = Counter(val.tolist())
+    n = sum(cnt.values())
+    assert h == pytest.approx(-sum(c / n * math.log(c / n) for c in cnt.values()), rel=1e-9)

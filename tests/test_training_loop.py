@@ -110,7 +110,7 @@ def test_resume_in_process_is_bit_exact(reference, tmp_path):
 
 CHILD = r"""
 import json, os, signal, sys
-from altgrad_lib.training import checkpoint as ckpt
+from altgrad_lib import io as agio
 from altgrad_lib.training.loop import TrainConfig, train
 cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
 mode, k = sys.argv[2], int(sys.argv[3])
@@ -120,14 +120,14 @@ if mode == "step":          # SIGKILL right after step k (its metrics are flushe
         if step == k:
             os.kill(os.getpid(), signal.SIGKILL)
 else:                       # SIGKILL halfway through writing the k-th checkpoint file
-    calls, orig = [0], ckpt._write_payload
+    calls, orig = [0], agio._write_payload
     def payload(fh, data):
         calls[0] += 1
         if calls[0] == k:
             fh.write(data[: len(data) // 2]); fh.flush(); os.fsync(fh.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
         orig(fh, data)
-    ckpt._write_payload = payload
+    agio._write_payload = payload
 train(cfg, progress=False, verbose=False, on_step=on_step)
 print("NOT KILLED")
 """

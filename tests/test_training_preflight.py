@@ -88,9 +88,8 @@ def test_size_is_refused_when_it_cannot_fit_and_warned_when_huge():
 ])
 def test_mistakes_are_one_line_config_errors_before_any_directory(tmp_path, change, needles, monkeypatch):
     monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
-    cfg = TrainConfig(**{**TINY, "out_dir": str(tmp_path / "runs"), "run_name": "x", **change})
-    with pytest.raises(ConfigError) as ei:
-        pf.preflight(cfg)
+    with pytest.raises(ConfigError) as ei:   # a recipe mistake already fails in TrainConfig, the rest in preflight
+        pf.preflight(TrainConfig(**{**TINY, "out_dir": str(tmp_path / "runs"), "run_name": "x", **change}))
     msg = str(ei.value)
     assert "\n" not in msg and all(n in msg for n in needles), msg
     assert not (tmp_path / "runs" / "x").exists()
@@ -127,3 +126,55 @@ def test_model_check_leaves_the_global_rng_alone():
     after = torch.rand(3)
     torch.manual_seed(123)
     assert torch.equal(after, torch.rand(3))
+
+
+@pytest.mark.parametrize("change, needles", [
+    (dict(optim={"storage": "grid_sr"}),
+     ["optim.storage='grid_sr'", "no trainable weight has a format", "recipe 'hp'"]),
+    (dict(optim={"storage": "grid_sr"}, recipe="fp8_hybrid", freeze_blocks=True),
+     ["no trainable weight has a format", "freeze_blocks=True"]),
+    (dict(optim={"state_m": "E9M9"}), ["TrainConfig.optimizer='grid_adamw'", "format 'E9M9'", "valid built-ins"]),
+    (dict(optim={"weight_fmt": "E8M0FNU"}), ["optim.weight_fmt='E8M0FNU'", "no sign bit"]),
+])
+def test_optimizer_settings_fail_in_preflight_before_any_directory(tmp_path, change, needles):
+    # issue 17, finding 3: these passed preflight / --print-config, then train() raised a traceback after
+    # creating the run directory
+    cfg = TrainConfig(**{**TINY, "out_dir": str(tmp_path / "runs"), "run_name": "x", "optimizer": "grid_adamw",
+                         **change})
+    for check in (pf.check_config, pf.preflight):
+        with pytest.raises(ConfigError) as ei:
+            check(cfg)
+        assert "\n" not in str(ei.value) and all(n in str(ei.value) for n in needles), str(ei.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_bad_weight_format_fails_in_train_config():
+    with pytest.raises(ConfigError, match=r"TrainConfig.optimizer/optim: format 'E4M33': need .*valid built-ins"):
+        TrainConfig(**TINY, optimizer="grid_adamw", optim={"weight_fmt": "E4M33"})
+
+
+def test_preflight_builds_the_optimizer_with_the_factory(monkeypatch):
+    # one copy of the optimizer's rules: preflight calls optim.factory.build_optimizer itself (on a tiny model)
+    import altgrad_lib.optim.factory as factory
+
+    seen = []
+
+    def spy(model, cfg, device=None):
+        seen.append(sorted({type(m).__name__ for m in model.modules()}))
+        raise ValueError("refused by the factory")
+
+    monkeypatch.setattr(factory, "build_optimizer", spy)
+    cfg = TrainConfig(**TINY, recipe="fp8_hybrid", optimizer="grid_sgd")
+    with pytest.raises(ConfigError, match="TrainConfig.optimizer='grid_sgd' with optim={}: refused by the factory"):
+        pf.check_config(cfg)
+    assert "QuantizedLinear" in seen[0]                               # the recipe's quantized modules
+    pf.check_config(TrainConfig(**TINY))                              # torch AdamW: nothing to build
+    assert len(seen) == 1
+
+
+def test_a_valid_optimizer_passes_and_leaves_the_rng_alone():
+    cfg = TrainConfig(**TINY, recipe="fp8_hybrid", optimizer="grid_adamw",
+                      optim={"storage": "grid_sr", "state_m": "E4M3", "state_v": "E5M2"})
+    before = torch.random.get_rng_state()
+    pf.check_config(cfg)
+    assert torch.equal(torch.random.get_rng_state(), before)        # the real build draws the same init

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from helpers import spawn_lock_holder
 
+from altgrad_lib import io, paths
 from altgrad_lib.training import run_dir as runs
 from altgrad_lib.errors import ConfigError
 
@@ -21,17 +22,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_project_root_from_subdir_and_env_override(tmp_path, monkeypatch):
     monkeypatch.delenv("ALTGRAD_OUTPUTS", raising=False)
-    assert runs.project_root(REPO / "notebooks") == REPO
-    assert runs.project_root(REPO / "altgrad_lib") == REPO
+    assert paths.project_root(REPO / "notebooks") == REPO
+    assert paths.project_root(REPO / "altgrad_lib") == REPO
     monkeypatch.chdir(REPO / "notebooks")  # notebooks run with cwd=notebooks/
-    assert runs.runs_dir() == REPO / "outputs" / "runs"
+    assert paths.runs_dir() == REPO / "outputs" / "runs"
     # a different project's pyproject.toml is not ours
     other = tmp_path / "other"
     (other / "sub").mkdir(parents=True)
     (other / "pyproject.toml").write_text('[project]\nname = "not-altgrad"\n')
-    assert runs.project_root(other / "sub") is None
+    assert paths.project_root(other / "sub") is None
     monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outs"))
-    assert runs.runs_dir() == (tmp_path / "outs" / "runs").resolve()
+    assert paths.runs_dir() == (tmp_path / "outs" / "runs").resolve()
 
 
 def test_git_info_outside_git_is_unknown(tmp_path):
@@ -95,17 +96,17 @@ def test_truncate_drops_later_steps_and_torn_line(tmp_path):
             w.log(s, {"train/loss": s / 3, "perf/tokens_per_s": 1e3})
     with open(p, "a") as fh:
         fh.write("8,train/lo")  # what a SIGKILL mid-write can leave behind
-    dropped = runs.truncate_metrics(p, 4)
+    dropped = io.truncate_csv(p, 4, runs.METRICS_HEADER)
     df = runs.read_metrics(p)
     assert df["step"].max() == 4 and len(df) == 8 and dropped == 7
     assert p.read_text().endswith("\n")
-    assert runs.truncate_metrics(tmp_path / "missing.csv", 3) == 0
+    assert io.truncate_csv(tmp_path / "missing.csv", 3, runs.METRICS_HEADER) == 0
 
 
 def test_write_json_is_atomic_and_readable(tmp_path):
     p = tmp_path / "x.json"
-    runs.write_json(p, {"a": 1, "b": math.inf, "p": tmp_path})
-    d = runs.read_json(p)
+    io.write_json(p, {"a": 1, "b": math.inf, "p": tmp_path})
+    d = io.read_json(p)
     assert d["a"] == 1 and d["b"] == math.inf and d["p"] == str(tmp_path)
     assert not list(tmp_path.glob(".*tmp*"))
 
@@ -171,9 +172,9 @@ def test_run_of_a_diverged_run_has_no_final_loss(tmp_path):
         w.log(0, {"val/loss": 8.28})
         w.log(1, {"train/loss": 7.0})
         w.log(2, {"train/loss": math.inf})
-    runs.write_json(d / "divergence.json", {"step": 2, "first_nonfinite": {"kind": "param_grad", "name": "wte"}})
+    io.write_json(d / "divergence.json", {"step": 2, "first_nonfinite": {"kind": "param_grad", "name": "wte"}})
     r = runs.Run.load(d)                                               # crashed before summary.json was written
     assert r.diverged and r.status == "diverged" and r.final_val_loss is None
     assert "8.28" not in r.short_str() and "diverged at step 2" in r.short_str() and "wte" in r.short_str()
-    runs.write_json(d / "summary.json", {"status": "diverged", "final_step": 2, "final_val_loss": None})
+    io.write_json(d / "summary.json", {"status": "diverged", "final_step": 2, "final_val_loss": None})
     assert runs.Run.load(d).final_val_loss is None

@@ -17,6 +17,9 @@ from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_name
 def weight_scale(q: Any, w: torch.Tensor) -> torch.Tensor:
     """The scale the weight quantizer q applies to w this step (delayed: its scale buffer)."""
     from altgrad_lib.numerics.scaling import stateless_scale
+    if q.is_block:    # nvfp4 / mx: the per-element block scale
+        from altgrad_lib.numerics.block_scaling import elementwise_scale
+        return elementwise_scale(w.detach(), q.spec.fmt, q.spec.scaling)
     if q.spec.scaling.kind == "delayed":
         return q.scaler.scale.detach().clone()
     return stateless_scale(w.detach(), q.spec.fmt, q.spec.scaling)[0]

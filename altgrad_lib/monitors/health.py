@@ -10,6 +10,8 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     scale            the scale s in use (per_row / per_block: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
+Block-scaled operands (nvfp4 / mx, probe.py): s is the per-element block scale, the row-wise copy is measured,
+and blk_log2s_mean / _std / _min / _max describe log2 of the block scales (block_scaling.block_scale_stats).
 
 Two monitors use it:
     NumericsMonitor  every metric above, from an eager replay of the diagnostic step (probe.py); under
@@ -78,6 +80,10 @@ class NumericsMonitor(Monitor):
 _COUNTERS = ("n_elements", "n_saturated", "n_underflow")
 
 
+def _or_nan(q: Any, t: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(t, math.nan) if getattr(q, "is_block", False) else t
+
+
 class CountersMonitor(Monitor):
     def __init__(self, att) -> None:
         super().__init__(att)
@@ -113,8 +119,9 @@ class CountersMonitor(Monitor):
             d = (torch.stack([now[i] for i in live]) - torch.stack([last[i] for i in live])).to(torch.float64)
             n = d[:, 0].clamp_min(1)
             qs = [self.points[i][2] for i in live]
-            scale = torch.stack([q.scaler.scale.reshape(()) for q in qs]).to(torch.float64)
-            amax = torch.stack([q.scaler.amax_history[0].reshape(()) for q in qs]).to(torch.float64)
+            # block kinds (nvfp4 / mx) have no per-tensor scale or amax: NaN (unavailable), never their unused 1 / 0
+            scale = torch.stack([_or_nan(q, q.scaler.scale.reshape(())) for q in qs]).to(torch.float64)
+            amax = torch.stack([_or_nan(q, q.scaler.amax_history[0].reshape(())) for q in qs]).to(torch.float64)
             keys = [(self.points[i][0], self.points[i][1], f"ctr.{m}")
                     for m in ("sat_frac", "flush_frac", "eps_hits", "scale", "amax") for i in live]
             ctx.emit_many(keys, torch.cat([d[:, 1] / n, d[:, 2] / n, d[:, 3], scale, amax]))

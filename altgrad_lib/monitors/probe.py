@@ -75,9 +75,13 @@ class Probe:
         if numerics:
             for fqn, mod in _quantized_sim(self.copy).items():
                 for role, q in (("X", mod.x_quant), ("W", mod.w_quant)):
-                    if q is not None:
+                    if q is not None and not q.is_block:
                         handles += _health_hooks(q, fqn, role, out["health"])
-                if mod.g_quant is not None:
+                for role, q in (("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)):
+                    if q is not None and q.is_block:       # nvfp4 / mx: the GEMM-faithful path calls quantize()
+                        _patch_block_quantizer(q, fqn, role, out["health"])
+                        patched.append(q)
+                if mod.g_quant is not None and not mod.g_quant.is_block:
                     _patch_grad_quantizer(mod.g_quant, fqn, out["health"])
                     patched.append(mod.g_quant)
         if activations:
@@ -157,5 +161,22 @@ def _patch_grad_quantizer(q: nn.Module, fqn: str, sink: dict) -> None:
         eps0 = q.scaler.eps_hits.clone()
         out = orig(g)
         sink[(fqn, "dY")] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        return out
+    q.quantize = quantize
+
+
+def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
+    """Health of the first (row-wise) copy of a block-scaled operand in the step, with the per-element block
+    scale as tensor_health's s, plus the spread of the block scales (log2)."""
+    from altgrad_lib.numerics.block_scaling import block_scale_stats, elementwise_scale
+    orig = q.quantize
+
+    def quantize(t: torch.Tensor) -> torch.Tensor:
+        out = orig(t)
+        if (fqn, role) not in sink:
+            fmt, cfg = q.spec.fmt, q.spec.scaling
+            h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
+            h.update(block_scale_stats(t.detach(), fmt, cfg))
+            sink[(fqn, role)] = h
         return out
     q.quantize = quantize

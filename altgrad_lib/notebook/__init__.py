@@ -5,5 +5,6 @@
     tables.py             provenance banner, loss / summary / model tables, trained-model loading
     plots.py              figures of formats and training curves
     plots_diagnostics.py  figures of the monitors' diagnostics.csv
-    dashboard.py          the ipywidgets dashboard of notebook 06 (claims, heatmaps, drill-down)
+    dashboard.py          the ipywidgets dashboard of notebook 06 (heatmaps, drill-down); groups runs by configuration
+    claims_view.py        the claims table in readable columns, the status banner filled in from the claims
 """

@@ -5,7 +5,7 @@ No logic lives here. Every name is imported from the module that owns it, so the
   - notebook/tables     : provenance banner, loss / summary / model tables, trained-model loading
   - studies/results     : tidy run frames (one row per run), final metrics, metric-name lookup
   - studies/study       : train_variants (a notebook's variants x seeds through the study layer)
-  - studies/stats       : seed statistics, the claims table, the frozen-blocks control
+  - studies/claims      : the paired claims table, the frozen-blocks control check, own-seed gaps
   - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance
   - numerics/oracles    : our rounding vs torch float8 dtypes, ml_dtypes and gfloat (shared with the tests)
   - quantize/layer_sqnr : per-Linear SQNR of a quantized copy vs FP32 (`sqnr_db` itself is numerics.quant.sqnr_db)
@@ -27,5 +27,5 @@ from altgrad_lib.numerics.quant import sqnr_db
 from altgrad_lib.quantize.layer_sqnr import layer_sqnr, quantized_copy_sqnr, sqnr_by_backend
 from altgrad_lib.studies.results import (THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final_metrics, find_metric, load_metrics,
                                          metrics_wide, run_frame)
-from altgrad_lib.studies.stats import claims_table, control_check, seed_table
+from altgrad_lib.studies.claims import claims_table, control_check, seed_gaps
 from altgrad_lib.studies.study import train_variants

@@ -24,20 +24,49 @@ from matplotlib.figure import Figure
 ALL = "(all)"
 
 
-def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "") -> Figure:
-    """One line per level of `hue`: mean over the runs of that level at each step, band = min..max (seeds)."""
+def config_label(frame: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
+    """One readable name per configuration: the values of `keys` joined by spaces; a bool key shows its name when
+    True ("hp freeze_blocks") and nothing when False; "all" without keys. Two configurations get one name only if
+    their keys agree (the study refuses two recipes under one name at load)."""
+    if not keys:
+        return pd.Series("all", index=frame.index)
+
+    def part(v: Any, k: str) -> str:
+        return k if v is True or v == "True" else "" if v is False or v == "False" else str(v)
+
+    parts = [frame[k].map(lambda v, k=k: part(v, k)) for k in keys]
+    return pd.concat(parts, axis=1).agg(lambda r: " ".join(x for x in r if x), axis=1)
+
+
+def group_keys(frame: pd.DataFrame, hue: str, keys: Sequence[str] = ()) -> list[str]:
+    """The columns that aggregate runs: `hue` plus every other configuration key (`keys`, seeds excluded) that takes
+    more than one value in `frame`, so runs of different configurations (a frozen-blocks control and its baseline,
+    two optimizers under one recipe) are never pooled into one line or row."""
+    rest = [k for k in keys if k not in (hue, "seed") and k in frame and frame[k].astype(str).nunique() > 1]
+    return [hue, *rest]
+
+
+def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "", keys: Sequence[str] = ()) -> Figure:
+    """One line per configuration: mean over the runs (seeds) of that configuration at each step, band = min..max.
+
+    Lines are keyed by `hue` and by every other configuration key in `keys` that varies (group_keys): a figure "by
+    recipe" of a study with a frozen-blocks control draws `hp` and `hp freeze_blocks` as two lines."""
     fig, ax = plt.subplots(figsize=(8, 4))
     m = metrics[metrics.name == metric]
-    for i, (level, g) in enumerate(m.groupby(hue, sort=True)):
+    cols = group_keys(m, hue, keys)
+    for i, (level, g) in enumerate(m.groupby(cols, sort=True, dropna=False)):
+        level = level if isinstance(level, tuple) else (level,)
+        rest = config_label(pd.DataFrame([level[1:]], columns=cols[1:]), cols[1:]).iloc[0] if len(cols) > 1 else ""
         stat = g.groupby("step").value.agg(["mean", "min", "max", "count"])
-        ax.plot(stat.index, stat["mean"], color=f"C{i}", label=f"{hue}={level} (n={int(stat['count'].max())})")
+        label = f"{hue}={level[0]}{' | ' + rest if rest else ''} (n={int(stat['count'].max())})"
+        ax.plot(stat.index, stat["mean"], color=f"C{i % 10}", label=label)
         if (stat["count"] > 1).any():
-            ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i}", alpha=0.2, lw=0)
+            ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i % 10}", alpha=0.2, lw=0)
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
-    ax.set_title(title or f"{metric} by {hue} (mean over seeds, band = min..max)")
+    ax.set_title(title or f"{metric} by {hue}, per configuration (mean over seeds, band = min..max)", fontsize=9)
     if len(m):
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, f"no '{metric}' rows for this selection", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
@@ -171,7 +200,8 @@ def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
 
 
 class Dashboard:
-    """Dropdowns (metric, colour by, one filter per axis) that redraw `curves` into an Output widget."""
+    """Dropdowns (metric, colour by, one filter per axis) that redraw `curves` into an Output widget; every line is
+    one configuration (all of `axes` but the seed), whatever the colour-by choice."""
 
     def __init__(self, metrics: pd.DataFrame, axes: Sequence[str], metric: str = "val/loss"):
         import ipywidgets as w
@@ -196,7 +226,7 @@ class Dashboard:
         return m
 
     def redraw(self) -> Figure:
-        self.fig = curves(self.selection(), self.metric.value, self.hue.value)
+        self.fig = curves(self.selection(), self.metric.value, self.hue.value, keys=self.axes)
         plt.close(self.fig)  # shown only where we display it (the inline backend would add a stale copy)
         self.out.clear_output(wait=True)
         with self.out:

@@ -1,4 +1,5 @@
 """Small float formats (8 bits and below): definitions, registry, grids, encode/decode, ULP, tables.
+(16-bit IEEE-style BF16 / FP16 grids for weight storage: formats_wide.py, resolved by get_format, not registered.)
 
 `get_format("E4M3").quantize(x)` is the one numerics primitive the rest of AltGrad builds on; the rounding
 itself lives in `rounding.py`.  Every convention is an explicit field of the frozen `FloatFormat`:
@@ -91,8 +92,9 @@ class FloatFormat:
                 raise ValueError(f"{f}={getattr(self, f)!r} must be an int")
         if self.ebits < 0 or self.mbits < 0 or self.ebits + self.mbits < 1:
             raise ValueError(f"ebits={self.ebits}, mbits={self.mbits}: need ebits >= 0, mbits >= 0, ebits + mbits >= 1")
-        if self.bits > 8:
-            raise ValueError(f"{self.name}: {self.bits} bits; need sign + ebits + mbits <= 8 "
+        if self.bits > 8 and not (self.bits == 16 and self.specials == "ieee" and self.signed):
+            raise ValueError(f"{self.name}: {self.bits} bits; need sign + ebits + mbits <= 8, or a signed 16-bit "
+                             f"specials='ieee' format (BF16, FP16: formats_wide.py) "
                              f"(valid built-ins: {', '.join(BUILTIN_FORMATS) or 'E4M3, E5M2, ...'})")
         if self.specials not in SPECIALS:
             raise ValueError(f"specials={self.specials!r} is not one of {SPECIALS}")
@@ -127,6 +129,8 @@ class FloatFormat:
         s(self, "_finite", tuple(finite))
         s(self, "_max", float(mx))
         s(self, "_emin", emin)
+        s(self, "_rank_codes", tuple(self._codes_by_rank()))     # encode's tables, built once (BF16: 65536 codes)
+        s(self, "_specials", self._special_codes())
         kp = KernelParams(self.mbits, emin, float(mx), 2.0**emin, self.subnormals, self.specials,
                           self.signed, self.has_zero, needs_f64, self.bias, self.native)
         s(self, "_kernel_key", repr(kp))
@@ -260,16 +264,17 @@ class FloatFormat:
         """Quantize x and return the uint8 codes (NaN -> the canonical NaN code; "none" formats raise on NaN)."""
         q = self.quantize(x, rounding, saturate, generator).to(torch.float64)
         fin = torch.tensor(self._finite, dtype=torch.float64, device=q.device)
-        codes_by_rank = torch.tensor(self._codes_by_rank(), dtype=torch.uint8, device=q.device)
+        cdt = torch.uint8 if self.bits <= 8 else torch.int32     # 16-bit grids (formats_wide.py): int32 codes
+        codes_by_rank = torch.tensor(self._rank_codes, dtype=cdt, device=q.device)
         idx = torch.searchsorted(fin, torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0)).clamp_max(len(fin) - 1)
         out = codes_by_rank[idx]
         if self.signed and self.specials != "fnuz":
             neg_zero = (q == 0) & torch.signbit(q)
-            out = torch.where(neg_zero, torch.tensor(1 << (self.bits - 1), dtype=torch.uint8, device=q.device), out)
-        for special, code in self._special_codes().items():
+            out = torch.where(neg_zero, torch.tensor(1 << (self.bits - 1), dtype=cdt, device=q.device), out)
+        for special, code in self._specials.items():
             mask = {"nan": torch.isnan(q), "+inf": q == math.inf, "-inf": q == -math.inf}[special]
-            out = torch.where(mask, torch.tensor(code, dtype=torch.uint8, device=q.device), out)
-        if "nan" not in self._special_codes() and bool(torch.isnan(q).any()):
+            out = torch.where(mask, torch.tensor(code, dtype=cdt, device=q.device), out)
+        if "nan" not in self._specials and bool(torch.isnan(q).any()):
             raise ValueError(f"{self.name} has no NaN code (specials={self.specials!r}); cannot encode NaN")
         return out
 
@@ -452,6 +457,23 @@ for _e, _m in ((2, 5), (1, 6), (6, 1), (7, 0), (0, 7)):
 _EXMY = re.compile(r"^e(\d+)m(\d+)$")
 
 
+_WIDE_CACHE: dict[str, FloatFormat] = {}
+
+
+def _wide_format(key: str) -> FloatFormat | None:
+    """The 16-bit format (formats_wide.py) for a lower-case name or alias, None if `key` names none."""
+    from altgrad_lib.numerics.formats_wide import _SPECS, WIDE_ALIASES
+
+    name = WIDE_ALIASES.get(key)
+    if name is None:
+        return None
+    if name not in _WIDE_CACHE:   # one object per name: identity-stable for torch.compile guards
+        e, m, ref, _ = _SPECS[name]
+        _WIDE_CACHE[name] = FloatFormat(name, e, m, 2 ** (e - 1) - 1, specials="ieee", reference=ref,
+                                        note=f"16-bit IEEE-style E{e}M{m} (storage grid)")
+    return _WIDE_CACHE[name]
+
+
 def get_format(name: "str | FloatFormat") -> FloatFormat:
     """Format by name (case-insensitive; aliases like "e4m3fn", "float8_e4m3fn"; any "E<x>M<y>")."""
     if isinstance(name, FloatFormat):
@@ -459,6 +481,9 @@ def get_format(name: "str | FloatFormat") -> FloatFormat:
     if not isinstance(name, str):
         raise ValueError(f"format must be a name or FloatFormat, got {type(name).__name__}")
     key = name.strip().lower()
+    wide = _wide_format(key)                   # BF16 / FP16 storage grids (kept out of BUILTIN_FORMATS)
+    if wide is not None:
+        return wide
     if key in _ALIASES:
         canonical = _ALIASES[key]
         if _EXMY.match(key) and canonical.lower() != key:   # "E8M0" reads like a generic ExMy but is not one

@@ -32,8 +32,13 @@ from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 
 def grid_exp(w: torch.Tensor, fmt: FloatFormat | str, headroom: int = 1) -> int:
-    """k such that amax(w) * 2^k lies in [max / 2^(headroom+1), max / 2^headroom]; 0 for an all-zero tensor."""
+    """k such that amax(w) * 2^k lies in [max / 2^(headroom+1), max / 2^headroom]; 0 for an all-zero tensor.
+
+    BF16 (16 bits, fp32's 8 exponent bits): always 0, the plain bf16 grid as torch's cast and torchao store it; a
+    power of two cannot widen fp32's own range, and k would exceed grid_scale's [-126, 126] for any |w| < 1."""
     fmt = get_format(fmt)
+    if fmt.bits > 8 and fmt.ebits >= 8:
+        return 0
     amax = float(w.detach().abs().max()) if w.numel() else 0.0
     if amax == 0 or not math.isfinite(amax):
         return 0

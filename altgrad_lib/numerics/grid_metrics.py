@@ -21,6 +21,7 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     grad_stiffness_corr(g, w, fmt, s)   Pearson correlation of log2|g| and log2 S over g ≠ 0
 
     unmoved_counts(q0, q1, asked)       (asked, asked and not moved): the realized stall the optimizer reports
+    oscillation_sums(q0, q1, dw)        (sum|ΔQ|, sum|Δw|) of one step: TetraJet-v2's oscillation ratio over a window
     value_usage(w, fmt, s)              counts per finite grid value (ascending; ±0 one value)
     used_fraction(counts, available)    bins used / bins available (capacity_use per code or per value)
 
@@ -115,6 +116,14 @@ def hist_entropy_bits(counts: torch.Tensor) -> torch.Tensor:
 def unmoved_counts(q0: torch.Tensor, q1: torch.Tensor, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(number asked, number asked whose value did not change) as 0-d int64 tensors (no host sync)."""
     return asked.sum(), ((q1 == q0) & asked).sum()
+
+
+def oscillation_sums(q0: torch.Tensor, q1: torch.Tensor, dw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum |q1 - q0|, sum |dw|) as 0-d float64 tensors: the quantized weight's and the latent weight's travel in
+    one step.  Their sums over a window of steps give TetraJet-v2's oscillation ratio sum|ΔQ(w)| / sum|Δw|: 1 when
+    every grid move was earned by the latent update, >> 1 when the grid value flips back and forth around a
+    rounding boundary while the latent weight barely moves."""
+    return (q1.double() - q0.double()).abs().sum(), dw.double().abs().sum()
 
 
 def value_usage(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:

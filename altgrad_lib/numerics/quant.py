@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, is_block_kind
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.numerics.rounding import random_bits
 from altgrad_lib.numerics.scaling import Scaler, ScalingConfig, _choice_error, stateless_scale
@@ -46,7 +47,7 @@ class QuantSpec:
     """What one fake-quantization point simulates: format, scaling, rounding, saturation and STE."""
 
     fmt: FloatFormat | str  # normalized to FloatFormat (a name or a dict of FloatFormat fields also work)
-    scaling: ScalingConfig = ScalingConfig()  # a dict or a kind string is normalized too
+    scaling: ScalingConfig | BlockScaling = ScalingConfig()  # a dict or a kind string is normalized too
     rounding: str = "nearest"  # formats.ROUNDING_MODES
     saturate: bool = True  # clamp to +-fmt.max (otherwise overflow follows the format's specials)
     ste: str = "identity"  # STE_MODES
@@ -57,7 +58,13 @@ class QuantSpec:
         if isinstance(fmt, dict):
             fmt = FloatFormat(**fmt)
         object.__setattr__(self, "fmt", get_format(fmt))
-        object.__setattr__(self, "scaling", ScalingConfig.from_dict(self.scaling))
+        if is_block_kind(self.scaling):   # "nvfp4" / "mx": block_scaling.py
+            object.__setattr__(self, "scaling", BlockScaling.from_dict(self.scaling))
+            if self.ste != "identity" or self.saturate is not True:
+                raise ValueError(f"scaling kind {self.scaling.kind!r} needs ste='identity' and saturate=True "
+                                 f"(got ste={self.ste!r}, saturate={self.saturate!r}): block formats saturate")
+        else:
+            object.__setattr__(self, "scaling", ScalingConfig.from_dict(self.scaling))
         if self.rounding not in ROUNDING_MODES:
             raise _choice_error("rounding", self.rounding, ROUNDING_MODES)
         if self.ste not in STE_MODES:
@@ -178,6 +185,18 @@ class _FakeQuantFn(torch.autograd.Function):
         return grad_x, None, None, None, None, None
 
 
+class _StraightThrough(torch.autograd.Function):
+    """Returns the precomputed y; the gradient reaches x unchanged (identity STE of block kinds)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return grad_y, None
+
+
 def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = None, generator=None) -> Tensor:
     """Differentiable fake quantization Q(x*s)/s with the STE of `spec`.
 
@@ -186,6 +205,10 @@ def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = 
     """
     if not isinstance(spec, QuantSpec):
         spec = QuantSpec.from_dict(spec)  # a format name or a YAML-style dict
+    if isinstance(spec.scaling, BlockScaling):
+        bits = None if generator is None else (lambda t: random_bits(t, spec.fmt.kernel, spec.sr_bits, generator))
+        y, _, _ = block_qdq(x, spec.fmt, spec.scaling, spec.rounding, bits, spec.sr_bits)
+        return _StraightThrough.apply(x, y)
     if scaler is None:
         s, _ = stateless_scale(x, spec.fmt, spec.scaling)
     else:
@@ -246,7 +269,8 @@ class Quantizer(nn.Module):
         self.spec = QuantSpec.from_dict(spec)
         self.seed = int(seed)
         self.count = count
-        self.scaler = Scaler(self.spec.scaling, self.spec.fmt)
+        self.scaler = Scaler(self.spec.scaling, self.spec.fmt)   # block kinds: unused (they are stateless)
+        self._block = isinstance(self.spec.scaling, BlockScaling)
         # eval mode: deterministic rounding, so evaluating never draws from the training SR stream
         self._eval_spec = replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic" else self.spec
         self._gen: torch.Generator | None = None
@@ -355,6 +379,8 @@ class Quantizer(nn.Module):
         counters and the stochastic-rounding stream stay as training left them (stochastic rounding becomes
         round-to-nearest there), so validation never changes what training does next.
         """
+        if self._block:
+            return _StraightThrough.apply(x, self._block_qdq(x, self.training))
         if not self.training:
             s = self.scaler.scale_peek(x)
             y, _, _ = _FakeQuantFn.apply(x, s, self._eval_spec, None, False, None)
@@ -368,6 +394,8 @@ class Quantizer(nn.Module):
     @torch.no_grad()
     def quantize(self, x: Tensor) -> Tensor:
         """Same numerics as forward, no autograd (e.g. for grad_output inside a custom backward)."""
+        if self._block:
+            return self._block_qdq(x, True)
         s = self.scaler.scale_for(x)
         y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
         if self.count:
@@ -382,8 +410,26 @@ class Quantizer(nn.Module):
         raises). Meant for compiled backward passes, where buffer updates would break the graph; the RNG op
         traces there too (no graph break), unlike fake_quant(..., generator=self.generator(x.device)).
         """
+        if self._block:
+            return self._block_qdq(x, True, count=False)
         s, _ = stateless_scale(x, self.spec.fmt, self.spec.scaling)
         y, _, _, _ = _qdq(x, s, self.spec, None, False, False, self.draw_bits(x))
+        return y
+
+    @property
+    def is_block(self) -> bool:
+        """A block kind (nvfp4 / mx): stateless, its Scaler is unused (scale stays 1, no amax history)."""
+        return self._block
+
+    def _block_qdq(self, x: Tensor, train: bool, count: bool = True) -> Tensor:
+        """Block kinds (nvfp4 / mx, stateless): training draws SR bits and counts; eval rounds to nearest."""
+        spec = self.spec if train else self._eval_spec
+        stochastic = spec.rounding == "stochastic"
+        count = count and train and self.count
+        y, n_sat, n_under = block_qdq(x, spec.fmt, spec.scaling, spec.rounding,
+                                      self.draw_bits if stochastic else None, spec.sr_bits, want_stats=count)
+        if count:
+            self._count(x, n_sat, n_under)
         return y
 
     # -- bookkeeping -------------------------------------------------------------------------------------

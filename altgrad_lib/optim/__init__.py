@@ -2,7 +2,8 @@
 
 Files (one job each; the grid maths they step on, ULP in a step's direction, stiffness and code ordinals, is
 numerics/grid.py):
-  storage.py      weight storage modes: fp32 master, grid_rne, grid_sr (seeded stochastic rounding), kahan
+  storage.py      weight storage modes: fp32 master, grid_rne, grid_sr (seeded stochastic rounding), kahan,
+                  error_feedback (the rounding residual into Adam's m: error_feedback.py, ECO)
   base.py         GridOptimizer: param groups with fmt/storage, the step loop (one flat update per group), LR as
                   a tensor, SR counter and diagnostic counters in state_dict (bit-exact resume)
   counter_rng.py  SR random bits as a hash of (seed, element index): fused into the compiled update, resumable
@@ -13,7 +14,7 @@ numerics/grid.py):
   sgd.py          GridSGD: w - lr · S(w) · g (what geoopt's RiemannianSGD does on FP8Manifold)
   lowp_state.py   StateFormat: m / v as 8-bit codes + per-tensor or per-block fp32 scales; state_bytes
   manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
-  diagnostics.py  stall rate, Δcode histogram, code usage / entropy (plain functions) and StepStats
+  diagnostics.py  stall rate, update visibility, oscillation ratio, Δcode histogram, code usage / entropy, StepStats
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
   factory.py      build_optimizer(model, cfg): what training/loop.py calls
 

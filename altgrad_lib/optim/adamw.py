@@ -24,9 +24,12 @@ from typing import Any
 
 import torch
 
+from altgrad_lib.choices import EF_MODES
 from altgrad_lib.optim.base import GridOptimizer, _check
 from altgrad_lib.numerics.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
+from altgrad_lib.optim.error_feedback import inject
 from altgrad_lib.optim.lowp_state import StateFormat
+from altgrad_lib.optim.state_codec import state_format
 
 
 def _state_format(v: Any) -> StateFormat | None:
@@ -60,8 +63,14 @@ class AdamW(GridOptimizer):
             raise ValueError(f"betas={group['betas']!r} must be in [0, 1) and eps={group['eps']!r} >= 0")
         for k in ("state_m", "state_v"):   # kept as plain dicts so state_dict()["param_groups"] stays data
             sf = _state_format(group[k])
+            if k == "state_m" and sf is not None and not state_format(sf.fmt).signed:
+                raise ValueError(f"state_m format {sf.fmt!r} is unsigned but m is signed; valid: a signed format "
+                                 f"such as 'E4M3' (unsigned 'UE<x>M<y>' only for state_v)")
             group[k] = None if sf is None else {"fmt": sf.fmt, "block": sf.block, "rounding": sf.rounding,
-                                                "min_numel": sf.min_numel}
+                                                "min_numel": sf.min_numel, "transform": sf.transform, "scale": sf.scale}
+        if group["storage"] in EF_MODES and (b1 == 0 or group["state_m"] is not None):
+            raise ValueError(f"storage={group['storage']!r} needs betas[0] > 0 (got {b1!r}) and an fp32 first moment "
+                             f"(state_m=None, got {group['state_m']!r}): the residual is kept in m (error_feedback.py)")
         if "stiffness" in group:
             _check("stiffness", group["stiffness"], STIFFNESS_KINDS)
             if group["damping"] < 0:
@@ -105,6 +114,18 @@ class AdamW(GridOptimizer):
         u = self._direction(w, g, st, group)
         return w * (1 - lr_t * group["weight_decay"]) - lr_t * u
 
+    # ---- error_feedback storage (error_feedback.py): the residual goes into m in units of this step's dw/dm
+    def _feedback(self, w, r, st, group, fmt, s, lr_t):
+        b1, b2 = group["betas"]
+        t = st["step"]
+        v = self._load(st, "v", group, w)        # an 8-bit v (state_v) is decoded: D of the stored v, not the fp32 one
+        D = v.sqrt() / (1 - b2**t).sqrt() + group["eps"]                # as in _direction
+        inject(st["m"], r, self._dw_dm(w, st, group, fmt, s, lr_t) / ((1 - b1**t) * D), b1)
+
+    def _dw_dm(self, w, st, group, fmt, s, lr_t):
+        """dw/dm of this step times (1 - b1^t) D: lr for AdamW (and StiffnessAdamW: its m is in units of g S)."""
+        return lr_t
+
 
 class StiffnessAdamW(AdamW):
     """AdamW on g * S(w) (the naive recipe; a group without a format is plain AdamW)."""
@@ -141,6 +162,11 @@ class GridAdamW(AdamW):
         toward_zero = (u * w) > 0                                     # the step -n_ulp*S shrinks |w|
         S = stiffness(w, fmt, s, group["stiffness"], group["damping"], toward_zero, group["ulp_mode"])
         return w * (1 - lr_t * group["weight_decay"]) - n_ulp * S
+
+    def _dw_dm(self, w, st, group, fmt, s, lr_t):
+        """lr_ulp S(w), S as in _update (the step's direction is sign(m): m̂ / D has m's sign)."""
+        toward_zero = (st["m"] * w) > 0
+        return lr_t * stiffness(w, fmt, s, group["stiffness"], group["damping"], toward_zero, group["ulp_mode"])
 
     def _group_tag(self, group: dict[str, Any]) -> str:
         tag = f"/{group['ulp_mode']}" + ("" if group["stiffness"] == "ulp" else f"/S={group['stiffness']}")

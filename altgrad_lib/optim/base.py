@@ -30,15 +30,18 @@ from typing import Any, Callable
 
 import torch
 
+from altgrad_lib.choices import EF_MODES
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim import diagnostics as diag
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
+from altgrad_lib.optim.error_feedback import round_with_residual
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
 from altgrad_lib.numerics.rounding import default_sr_bits
 from altgrad_lib.numerics.scaling import _choice_error
 
 CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
+_SR_MODES = ("grid_sr", "error_feedback_sr")     # stored with stochastic rounding (counter_rng bits)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
 
@@ -87,6 +90,9 @@ class GridOptimizer(torch.optim.Optimizer):
             g["fmt"] = get_format(g["fmt"]).name      # a name, so state_dict()["param_groups"] stays plain data
         elif on_grid(g["storage"]):
             raise ValueError(f"storage={g['storage']!r} needs a weight format (fmt=None only allows 'fp32')")
+        if g["storage"] in EF_MODES and type(self)._feedback is GridOptimizer._feedback:
+            raise ValueError(f"storage={g['storage']!r} is not implemented for {type(self).__name__}; valid for the "
+                             f"Adam family (AdamW, StiffnessAdamW, GridAdamW)")
         if g["lr"] < 0 or g.get("weight_decay", 0.0) < 0:
             raise ValueError(f"lr={g['lr']!r} and weight_decay={g.get('weight_decay')!r} must be >= 0")
         self._check_group(g)
@@ -158,10 +164,12 @@ class GridOptimizer(torch.optim.Optimizer):
                 rbits = self._sr_bits(w_new, group, fmt, self._offset_t)
                 self._advance(group, fmt, p.numel())
                 q_old = w_old if on_grid(group["storage"]) else to_grid(w_old, fmt, s)
-                write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+                self._write(p, w_new, st, group, fmt, s, lr_t, rbits)
                 pf = p.detach().float()
                 q_new = pf if on_grid(group["storage"]) else to_grid(pf, fmt, s)
                 self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
+        if due:
+            self.stats.end_step()
         return loss
 
     def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,
@@ -191,20 +199,36 @@ class GridOptimizer(torch.optim.Optimizer):
 
     def _sr_bits(self, w: torch.Tensor, group: dict[str, Any], fmt, offset_t: torch.Tensor) -> torch.Tensor | None:
         """The stochastic-rounding integers of w's elements (None unless the group stores with grid_sr)."""
-        if group["storage"] != "grid_sr" or fmt is None:
+        if group["storage"] not in _SR_MODES or fmt is None:
             return None
         k = default_sr_bits(torch.float32, fmt.kernel) if group["sr_bits"] is None else int(group["sr_bits"])
         return hash_bits(offset_t, w.numel(), self._sr_keys, k, w.device).view(w.shape)
 
     def _advance(self, group: dict[str, Any], fmt, n: int) -> None:
-        if group["storage"] == "grid_sr" and fmt is not None:
+        if group["storage"] in _SR_MODES and fmt is not None:
             self.sr_offset += n
 
     def _update_and_write(self, p: torch.Tensor, grad: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
                           s: torch.Tensor | None, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
         w_new = self._update(p.detach().float(), grad.float(), st, group, fmt, s, lr_t)
         rbits = self._sr_bits(w_new, group, fmt, offset_t)
-        write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+        self._write(p, w_new, st, group, fmt, s, lr_t, rbits)
+
+    def _write(self, p: torch.Tensor, w_new: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
+               s: torch.Tensor | None, lr_t: torch.Tensor, rbits: torch.Tensor | None) -> None:
+        """Round w_new into p per the group's storage; error_feedback first puts the residual into the optimizer's
+        state (`_feedback`, while p still holds the old weight; error_feedback.py)."""
+        if group["storage"] in EF_MODES and fmt is not None:
+            q, r = round_with_residual(w_new, fmt, s, rbits, group["sr_bits"])
+            self._feedback(p.detach().float(), r, st, group, fmt, s, lr_t)
+            p.copy_(q)
+        else:
+            write(p, w_new.to(p.dtype), group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+
+    def _feedback(self, w: torch.Tensor, r: torch.Tensor, st: dict[str, Any], group: dict[str, Any], fmt,
+                  s: torch.Tensor | None, lr_t: torch.Tensor) -> None:
+        """Put the rounding residual r into the state (override: optimizers that support error_feedback)."""
+        raise NotImplementedError
 
     def _group_update_and_write(self, ps: list[torch.Tensor], grads: list[torch.Tensor], sts: list[dict[str, Any]],
                                 group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
@@ -214,7 +238,7 @@ class GridOptimizer(torch.optim.Optimizer):
             s = st.get("grid_scale")
             w_new = self._update(p, g, st, group, fmt, s, lr_t)
             rbits = self._sr_bits(w_new, group, fmt, offset_t + off)
-            write(p, w_new, group["storage"], fmt, s, st.get("comp"), rbits, group["sr_bits"])
+            self._write(p, w_new, st, group, fmt, s, lr_t, rbits)
             off += p.numel()
 
     # ---- flat buffers

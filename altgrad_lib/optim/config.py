@@ -8,10 +8,17 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   lr            peak LR in the optimizer's own units, following TrainConfig's warmup + cosine shape;
                 None = TrainConfig.lr (adamw, stiffness_adamw, grid_sgd), 1.0 ULP (grid_adamw), 0.01 (madam)
   storage       storage.STORAGE_MODES: fp32 (master weight; the forward fake-quantizes it) | grid_rne | grid_sr | kahan
-  weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes
+                | error_feedback (ECO: RNE, residual into m; Adam family with fp32 m only, optim/error_feedback.py)
+                | error_feedback_sr (the same with stochastic rounding, as ECO's main results)
+  weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes; any
+                8-bit-or-less format name, E2M1 (4 bits), or bf16 / E8M7 and fp16 / E5M10 (formats_wide.py)
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
+  state_m / state_v  low-precision Adam moments: a format name (v also "UE<x>M<y>", unsigned), with state_block,
+                state_rounding, state_min_numel, state_m_transform / state_v_transform (none | sqrt | expand;
+                optim/state_codec.py), state_scale (pow2 | amax: the block scale, optim/lowp_state.py)
   track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
-                compile: torch.compile the update
+                (with update_visibility = PULSE's 1 - S1 and osc_ratio, optim/diagnostics.py); compile: torch.compile
+  osc_window    measured steps per oscillation-ratio window (TetraJet-v2's sum|ΔQ| / sum|Δw|; default 50)
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
 """
@@ -20,11 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from altgrad_lib.choices import OPTIMIZERS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES
+from altgrad_lib.choices import (EF_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
+                                 ULP_MODES)
 
 ROUNDINGS = ("nearest", "stochastic")
-SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile")
-_ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel")
+SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
+               "osc_window")
+_ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel", "state_m_transform",
+         "state_v_transform", "state_scale")
 OWN_KEYS = {
     "adamw": _ADAM,
     "stiffness_adamw": _ADAM + ("stiffness", "damping"),
@@ -33,6 +43,7 @@ OWN_KEYS = {
     "grid_sgd": ("momentum", "stiffness", "damping", "ulp_mode"),
 }
 DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01}
+_EF_OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw")     # those with a first moment to hold the residual
 
 
 @dataclass(frozen=True)
@@ -46,12 +57,16 @@ class OptimConfig:
     sr_bits: int | None = None
     track_stats: bool | int = False
     compile: bool = False
+    osc_window: int = 50
     eps: float = 1e-8
     state_m: str | None = None
     state_v: str | None = None
     state_block: int = 256
     state_rounding: str = "nearest"
     state_min_numel: int = 4096
+    state_m_transform: str = "none"
+    state_v_transform: str = "none"
+    state_scale: str = "pow2"
     stiffness: str = "ulp"
     damping: float = 0.0
     ulp_mode: str = "step"
@@ -67,7 +82,10 @@ class OptimConfig:
                                      ("optim.kahan_dtype", self.kahan_dtype, ("bf16", "fp32")),
                                      ("optim.stiffness", self.stiffness, STIFFNESS_KINDS),
                                      ("optim.ulp_mode", self.ulp_mode, ULP_MODES),
-                                     ("optim.state_rounding", self.state_rounding, ROUNDINGS)):
+                                     ("optim.state_rounding", self.state_rounding, ROUNDINGS),
+                                     ("optim.state_m_transform", self.state_m_transform, STATE_TRANSFORMS),
+                                     ("optim.state_v_transform", self.state_v_transform, STATE_TRANSFORMS),
+                                     ("optim.state_scale", self.state_scale, STATE_SCALES)):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
         for name in ("lr", "clip_ulp"):
@@ -78,6 +96,8 @@ class OptimConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: a number >= 0")
+        if isinstance(self.osc_window, bool) or not isinstance(self.osc_window, int) or self.osc_window < 1:
+            raise ValueError(f"optim.osc_window={self.osc_window!r} is invalid; valid: an int >= 1 (steps)")
         for name in ("grid_headroom", "state_block", "state_min_numel"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -86,6 +106,9 @@ class OptimConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v):
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: None or a format name such as 'E4M3'")
+        if self.storage in EF_MODES and (self.name not in _EF_OPTIMIZERS or self.state_m is not None):
+            raise ValueError(f"optim.storage={self.storage!r} needs optimizer in {_EF_OPTIMIZERS} (got {self.name!r}) "
+                             f"and optim.state_m=None (got {self.state_m!r}): the residual is kept in an fp32 m")
         if not isinstance(self.compile, bool):
             raise ValueError(f"optim.compile={self.compile!r} is invalid; valid choices: True, False")
         if not isinstance(self.track_stats, (bool, int)) or self.track_stats < 0:
@@ -123,3 +146,14 @@ class OptimConfig:
             bits.append(f"m{self.state_m or 'fp32'}v{self.state_v or 'fp32'}")
         return "/".join(bits)
 
+
+def canonical_optim(optim: Mapping[str, Any]) -> dict[str, Any]:
+    """`optim` with weight_fmt under its canonical format name ('e4m3fn' -> 'E4M3'; an unknown name raises
+    get_format's error), so aliases of one format give one run identity; a canonical spelling is unchanged.
+    state_m / state_v are left as written."""
+    out = dict(optim)
+    if isinstance(out.get("weight_fmt"), str):
+        from altgrad_lib.numerics.formats import get_format   # imports torch: only when a format is named
+
+        out["weight_fmt"] = get_format(out["weight_fmt"]).name
+    return out

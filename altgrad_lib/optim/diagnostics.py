@@ -10,6 +10,14 @@ same functions); this module only adapts it to the optimizer's view (grid-stored
   one value); `code_entropy_bits` turns it into the entropy in bits (grid.hist_entropy_bits), the capacity use =
   values used / finite values (grid.used_fraction, the monitors' capacity_use counted per value instead of per
   code) and entropy_frac = entropy / log2(number of finite values).
+- update visibility (PULSE, arXiv 2602.03839): the fraction of coordinates whose stored (grid) value changed in a
+  step = 1 - S1, S1 = the fraction bit-identical after the update.  Over all coordinates (the stall rate is over
+  those with a non-zero proposed update), so it is the Δcode histogram's frac_moved, reported under this name too.
+- `oscillation_ratio(qs, ws)`: TetraJet-v2's sum|ΔQ(w)| / sum|Δw| over a sequence of steps (ΔQ on the grid value,
+  Δw on the latent weight: the master weight under fp32 storage, the proposed fp32 value w_new under grid storage).
+  StepStats reports it over windows of `osc_window` measured steps (default 50, as TetraJet-v2): the ratio of the
+  last completed window, summed over all the optimizer's grid weights.  Under fp32 storage both statistics are
+  taken on the optimizer's grid (fmt / grid_scale), as the stall rate is, not on the forward quantizer's own scale.
 q tensors are grid values (grid(fmt) / s, see optim/grid.py); s = 1 for an unscaled grid.
 """
 from __future__ import annotations
@@ -57,11 +65,25 @@ def code_entropy_bits(counts: torch.Tensor, fmt: FloatFormat | str | None = None
     return out
 
 
+def oscillation_ratio(qs: list[torch.Tensor], ws: list[torch.Tensor]) -> float:
+    """sum_t sum_i |q_{t+1} - q_t| / sum_t sum_i |w_{t+1} - w_t| over the sequences qs (grid values) and ws (latent
+    weights), one tensor per step (nan when the latent weights never moved)."""
+    dq = dw = 0.0
+    for t in range(len(qs) - 1):
+        a, b = grid.oscillation_sums(qs[t], qs[t + 1], ws[t + 1] - ws[t])
+        dq, dw = dq + float(a), dw + float(b)
+    return dq / dw if dw else math.nan
+
+
 class StepStats:
     """Running sums (tensors, no host sync) of stall and Δcode counts over the steps since the last `pop`."""
 
-    def __init__(self, device: torch.device | str = "cpu", max_codes: int = MAX_CODES) -> None:
-        self.max_codes = max_codes
+    def __init__(self, device: torch.device | str = "cpu", max_codes: int = MAX_CODES, osc_window: int = 50) -> None:
+        self.max_codes, self.osc_window = max_codes, int(osc_window)
+        f64 = dict(dtype=torch.float64, device=device)
+        self.osc_dq, self.osc_dw = torch.zeros((), **f64), torch.zeros((), **f64)      # sums of the open window
+        self.osc_last = torch.full((), -1.0, **f64)         # the last completed window; -1: none / latent never moved
+        self.osc_steps, self.osc_done = 0, False
         self.asked = torch.zeros((), dtype=torch.int64, device=device)
         self.stalled = torch.zeros((), dtype=torch.int64, device=device)
         self.hist = torch.zeros(2 * max_codes + 1, dtype=torch.int64, device=device)
@@ -72,6 +94,17 @@ class StepStats:
         self.asked += asked
         self.stalled += stalled
         self.hist += delta_code_hist(q_old, q_new, fmt, s, self.max_codes)
+        dq, dw = grid.oscillation_sums(q_old, q_new, delta)
+        self.osc_dq += dq
+        self.osc_dw += dw
+
+    def end_step(self) -> None:
+        """One measured step is complete (the optimizer calls it); closes an oscillation window every osc_window."""
+        self.osc_steps += 1
+        if self.osc_steps >= self.osc_window:
+            self.osc_last = torch.where(self.osc_dw > 0, self.osc_dq / self.osc_dw.clamp_min(1e-300), -1.0)
+            self.osc_dq.zero_(), self.osc_dw.zero_()
+            self.osc_steps, self.osc_done = 0, True
 
     def pop(self) -> dict[str, float]:
         """Metrics since the last pop ({} if nothing was recorded), then reset."""
@@ -86,11 +119,21 @@ class StepStats:
         c = self.max_codes
         out["optim/frac_dcode_1"] = float(h[c - 1] + h[c + 1])
         out["optim/frac_dcode_ge2"] = float(h[: c - 1].sum() + h[c + 2:].sum())
+        out["optim/update_visibility"] = out["optim/frac_moved"]       # PULSE's 1 - S1 (module docstring)
+        if self.osc_done and float(self.osc_last) >= 0:
+            out["optim/osc_ratio"] = float(self.osc_last)
+        self.osc_done = False
         self.asked.zero_(), self.stalled.zero_(), self.hist.zero_()
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"asked": self.asked.clone(), "stalled": self.stalled.clone(), "hist": self.hist.clone()}
+        return {"asked": self.asked.clone(), "stalled": self.stalled.clone(), "hist": self.hist.clone(),
+                "osc": {"dq": self.osc_dq.clone(), "dw": self.osc_dw.clone(), "last": self.osc_last.clone(),
+                        "steps": self.osc_steps, "done": self.osc_done, "window": self.osc_window}}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.asked.copy_(sd["asked"]), self.stalled.copy_(sd["stalled"]), self.hist.copy_(sd["hist"])
+        if "osc" in sd:                                  # (checkpoints before the oscillation ratio: a fresh window)
+            o = sd["osc"]
+            self.osc_dq.copy_(o["dq"]), self.osc_dw.copy_(o["dw"]), self.osc_last.copy_(o["last"])
+            self.osc_steps, self.osc_done, self.osc_window = int(o["steps"]), bool(o["done"]), int(o["window"])

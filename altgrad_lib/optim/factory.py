@@ -31,6 +31,9 @@ def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, 
     from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
     from altgrad_lib.quantize.linear import QuantizedLinear
 
+    if weight_fmt is not None and not get_format(weight_fmt).signed:   # weights hold negative values
+        raise ValueError(f"optim.weight_fmt={weight_fmt!r}: {get_format(weight_fmt).name} has no sign bit, so it "
+                         f"cannot be a weight grid; use a signed format (e.g. E4M3, E5M2)")
     out: dict[int, tuple[str, str]] = {}
     for fqn, mod in model.named_modules():
         if not isinstance(mod, torch.nn.Linear) or not mod.weight.requires_grad:
@@ -56,8 +59,10 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
                          f"for hardware backends: 'fp32'")
     fmts = weight_formats(model, oc.weight_fmt)
     if on_grid(oc.storage) and not fmts:
-        raise ValueError(f"optim.storage={oc.storage!r} but no weight has a format (recipe {cfg.recipe_name!r} "
-                         f"quantizes no weight): set optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
+        why = ("freeze_blocks=True freezes every block weight" if getattr(cfg, "freeze_blocks", False) else
+               f"recipe {cfg.recipe_name!r} quantizes no weight")
+        raise ValueError(f"optim.storage={oc.storage!r} but no trainable weight has a format ({why}): set "
+                         f"optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
     peak = oc.peak_lr(cfg.lr)
     own_units = oc.name in ("grid_adamw", "madam")       # lr not in weight units: convert the decay
     groups: dict[tuple, dict[str, Any]] = {}
@@ -89,16 +94,18 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
         opt = Madam(glist, lr=peak, beta2=oc.beta2, p_scale=oc.p_scale, g_bound=oc.g_bound, **common)
     else:
         opt = GridSGD(glist, lr=peak, momentum=oc.momentum, **stiff, ulp_mode=oc.ulp_mode, **common)
+    opt.stats.osc_window = oc.osc_window
     if on_grid(oc.storage):
         _drop_weight_quantizers(model, fmts)
     return opt
 
 
 def _state_formats(oc: OptimConfig) -> dict[str, Any]:
-    def one(fmt: str | None):
+    def one(fmt: str | None, transform: str):
         return None if fmt is None else {"fmt": fmt, "block": oc.state_block, "rounding": oc.state_rounding,
-                                         "min_numel": oc.state_min_numel}
-    return {"state_m": one(oc.state_m), "state_v": one(oc.state_v)}
+                                         "min_numel": oc.state_min_numel, "transform": transform,
+                                         "scale": oc.state_scale}
+    return {"state_m": one(oc.state_m, oc.state_m_transform), "state_v": one(oc.state_v, oc.state_v_transform)}
 
 
 def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:

@@ -10,6 +10,9 @@ ULP is not silently lost before the update is added) and then calls `write`, whi
             update survives in expectation (E[Q_sr(x)] = x).
   kahan     compensated storage: param.data = Q_rne(w_new + c), c = (w_new + c) - param.data keeps what the
             rounding dropped, in bf16 (the BF16-training recipe: a 16-bit buffer) or fp32 (`kahan_dtype`).
+  error_feedback  param.data = Q_rne(w_new) and the residual w_new - Q goes into the first moment (ECO; the update
+            and its derivation: error_feedback.py); the optimizer does it (GridOptimizer._write), not `write`.
+  error_feedback_sr  the same with Q_sr (grid_sr's counter bits) instead of Q_rne.
 
 Grid modes need a format: a parameter without one (embeddings, LayerNorm, high-precision layers) is always
 stored in fp32.  The grid is fmt scaled by the per-tensor power of two of grid.py, fixed at the first step.
@@ -40,6 +43,8 @@ def write(p: torch.Tensor, w_new: torch.Tensor, mode: str, fmt: FloatFormat | No
         p.copy_(to_grid(w_new, fmt, s))
     elif mode == "grid_sr":
         p.copy_(to_grid(w_new, fmt, s, rbits, sr_bits))
+    elif mode in ("error_feedback", "error_feedback_sr"):
+        raise ValueError(f"storage={mode!r} needs the optimizer's first moment: GridOptimizer._write stores it")
     elif mode == "kahan":
         target = w_new + comp.float()                   # fp32: the value the weight should have had
         q = to_grid(target, fmt, s)

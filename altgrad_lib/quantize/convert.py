@@ -1,6 +1,7 @@
 """Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names."""
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import torch.nn as nn
@@ -17,9 +18,12 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbos
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
     rows = []
+    hp_from = _first_hp_block(linears, policy.hp_last_blocks)
     for fqn, lin in linears:
         cls = layer_class_of(fqn)
         spec = policy.spec_for(cls) if cls is not None else None
+        if hp_from is not None and (_block_index(fqn) if _block_index(fqn) is not None else -1) >= hp_from:
+            spec = None
         if type(lin) is not nn.Linear and spec is not None:
             raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
         if spec is not None:
@@ -56,6 +60,20 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy, verbos
             print(table.to_string(index=False))
         print(summary)
     return table
+
+
+def _block_index(fqn: str) -> int | None:
+    """Transformer block of a module name ('transformer.h.3.mlp.c_fc' -> 3), None outside the blocks."""
+    m = re.search(r"(?:^|\.)h\.(\d+)\.", fqn)
+    return int(m.group(1)) if m else None
+
+
+def _first_hp_block(linears, n_last: int) -> int | None:
+    """First block index kept in high precision by QuantPolicy.hp_last_blocks (None: none kept)."""
+    idx = [i for i in (_block_index(f) for f, _ in linears) if i is not None]
+    if not n_last or not idx:
+        return None
+    return max(idx) + 1 - n_last
 
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:

@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.quantize.gemm_quant import gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec
 
 class _QuantizeGradOutput(torch.autograd.Function):
@@ -61,6 +62,9 @@ class QuantizedLinear(nn.Linear):
                  if getattr(layer_spec, r) is not None else None) for r in ROLES}
         # names carry the role: x (input), w (weight), g (grad_output)
         self.x_quant, self.w_quant, self.g_quant = q["input"], q["weight"], q["grad_output"]
+        self.gemm = layer_spec.gemm_options     # None: the classic path; else GEMM-faithful (gemm_quant.py)
+        if self.gemm is not None:               # RHT sign vector: a buffer, so checkpoints carry it
+            self.register_buffer("rht_signs", rht_signs(self.gemm.rht_dim, module_seed(seed, fqn, "rht")))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, layer_spec: LayerSpec, layer_class: str = "", fqn: str = "",
@@ -73,6 +77,8 @@ class QuantizedLinear(nn.Linear):
         for q in (new.x_quant, new.w_quant, new.g_quant):
             if q is not None:
                 q.to(dev)
+        if new.gemm is not None:
+            new.rht_signs = new.rht_signs.to(dev)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -89,6 +95,8 @@ class QuantizedLinear(nn.Linear):
         return self._bias(self._quantized_gemm(x, self.weight))
 
     def _quantized_gemm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.gemm is not None:
+            return gemm_faithful_linear(x, w, self)
         x_q = self.x_quant(x) if self.x_quant is not None else x                      # (..., in)
         w_q = self.w_quant(w) if self.w_quant is not None else w                      # (out, in)
         y = F.linear(x_q, w_q)                                                         # (..., out)

@@ -10,15 +10,22 @@ E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
-from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported
+from altgrad_lib.numerics.block_scaling import BlockScaling
+from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
+from altgrad_lib.quantize.block_recipes import block_recipe, is_block_recipe
+from altgrad_lib.quantize.gemm_quant import GemmOptions
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-from altgrad_lib.choices import BACKENDS, RECIPE_ALIASES, RECIPES  # noqa: E402,F401  (RECIPES re-exported)
+from altgrad_lib.choices import (BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES,  # noqa: E402,F401
+                                 did_you_mean)                                          # (RECIPES re-exported)
+from altgrad_lib.numerics.formats import get_format  # noqa: E402
 ROLES = ("input", "weight", "grad_output")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
@@ -74,10 +81,29 @@ class LayerSpec:
     input: QuantSpec | None = None        # X, forward (and saved for dW)
     weight: QuantSpec | None = None       # W, forward (and reused for dX)
     grad_output: QuantSpec | None = None  # dY, quantized once before dX = dY·W and dW = dYᵀ·X
+    # GEMM-faithful path (gemm_quant.py): per-GEMM switches; None = the classic path above, unless a role uses
+    # a block kind (nvfp4 / mx), which always takes the GEMM-faithful path with default GemmOptions
+    gemm: GemmOptions | None = None
 
     def __post_init__(self) -> None:
         for role in ROLES:
-            object.__setattr__(self, role, _spec_from(getattr(self, role), f"LayerSpec.{role}"))
+            spec = _spec_from(getattr(self, role), f"LayerSpec.{role}")
+            if spec is not None and not spec.fmt.signed:
+                # X, W and dY hold negative values: an unsigned format turns them into NaN (formats.py) at step 0.
+                # Unsigned E8M0FNU is the MX *block-scale* format (numerics/scaling.py), never an operand's.
+                raise ValueError(f"LayerSpec.{role}: format {spec.fmt.name} has no sign bit, but the {role} tensor "
+                                 f"holds negative values; use a signed format (e.g. E4M3, E5M2)")
+            object.__setattr__(self, role, spec)
+        object.__setattr__(self, "gemm", GemmOptions.from_dict(self.gemm))
+
+    @property
+    def gemm_options(self) -> GemmOptions | None:
+        """The GemmOptions this layer runs with, None for the classic path."""
+        if self.gemm is not None:
+            return self.gemm
+        block = any(s is not None and isinstance(s.scaling, BlockScaling) for s in (self.input, self.weight,
+                                                                                     self.grad_output))
+        return GemmOptions() if block else None
 
     @property
     def is_quantized(self) -> bool:
@@ -89,16 +115,20 @@ class LayerSpec:
             return None
         if not isinstance(d, Mapping):
             raise TypeError(f"LayerSpec: expected a dict with keys {ROLES} or null, got {d!r}")
-        bad = set(d) - set(ROLES)
+        bad = set(d) - set(ROLES) - {"gemm"}
         if bad:
-            raise ValueError(f"LayerSpec: unknown key(s) {sorted(bad)}; valid keys: {ROLES}")
-        return cls(**{r: _spec_from(d.get(r), f"LayerSpec.{r}") for r in ROLES})
+            raise ValueError(f"LayerSpec: unknown key(s) {sorted(bad)}; valid keys: {ROLES + ('gemm',)}")
+        return cls(**{r: _spec_from(d.get(r), f"LayerSpec.{r}") for r in ROLES}, gemm=d.get("gemm"))
 
     def to_dict(self) -> dict:
-        return {r: _spec_to_dict(getattr(self, r)) for r in ROLES}
+        out = {r: _spec_to_dict(getattr(self, r)) for r in ROLES}
+        if self.gemm is not None:     # only when set: classic specs keep their old dict (and run hashes)
+            out["gemm"] = self.gemm.to_dict()
+        return out
 
     def short_str(self) -> str:
-        return " ".join(f"{r[0]}:{_s(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
+        s = " ".join(f"{r[0]}:{_s(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
+        return s + (f" gemm:{self.gemm_options.short_str()}" if self.gemm_options is not None else "")
 
 
 def _s(spec: QuantSpec | None) -> str:
@@ -112,8 +142,12 @@ class QuantPolicy:
     layers: Mapping[str, LayerSpec | None] = field(default_factory=dict)  # layer class or "*" -> spec
     backend: str = "sim"   # "sim" | "torchao" | "scaled_mm"
     seed: int = 0          # base seed of the stochastic-rounding generators (per module: seed + hash(name))
+    hp_last_blocks: int = 0  # the last N transformer blocks (transformer.h.<i>) stay high precision
 
     def __post_init__(self) -> None:
+        n = self.hp_last_blocks
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"QuantPolicy.hp_last_blocks={n!r} is invalid; valid: an int >= 0")
         if self.backend not in BACKENDS:
             raise ValueError(f"QuantPolicy.backend={self.backend!r} unknown; valid choices: {BACKENDS}")
         layers = {}
@@ -137,24 +171,30 @@ class QuantPolicy:
     def from_dict(cls, d: Mapping) -> "QuantPolicy":
         """From YAML: {"name", "backend", "seed", "layers": {class: {input, weight, grad_output} | null}}.
         `"recipe": "<name>"` starts from a named recipe and overrides its layers."""
-        valid = ("name", "backend", "seed", "layers", "recipe")
+        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks")
         bad = set(d) - set(valid)
         if bad:
             raise ValueError(f"QuantPolicy: unknown key(s) {sorted(bad)}; valid keys: {valid}")
         layers: dict[str, Any] = {}
         name = d.get("name")
+        hp_last = 0
         if d.get("recipe") is not None:
             base = get_policy(d["recipe"])
             layers.update(base.layers)
             name = name or base.name
+            hp_last = base.hp_last_blocks
         layers.update(d.get("layers") or {})
         if name is None:
             raise ValueError("QuantPolicy.from_dict: 'name' (or 'recipe') is required")
-        return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0))
+        return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0),
+                   hp_last_blocks=d.get("hp_last_blocks", hp_last))
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "backend": self.backend, "seed": self.seed,
-                "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
+        out = {"name": self.name, "backend": self.backend, "seed": self.seed,
+               "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
+        if self.hp_last_blocks:
+            out["hp_last_blocks"] = self.hp_last_blocks
+        return out
 
     def short_str(self) -> str:
         parts = [f"{k}={v.short_str() if v else 'hp'}" for k, v in self.layers.items()]
@@ -178,6 +218,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
     fp8_hybrid_all as fp8_hybrid, lm_head included
     fp8_e4m3       E4M3 for X, W and dY (lm_head high precision, so it differs from fp8_hybrid only in dY)
     fmt:E3M4       that format for X and W, E5M2 for dY (lm_head high precision); fmt:E3M4:E4M3 sets dY's format
+    nvfp4, mxfp4, mxfp8, mxfp6 [:switch...]  block-scaled recipes on the GEMM-faithful path (block_recipes.py),
+                   e.g. "nvfp4:disable_rht:hp_last=1"
     """
     if isinstance(name_or_dict, QuantPolicy):
         policy = name_or_dict
@@ -194,20 +236,57 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             layers = _hybrid("E4M3", "E5M2", lm_head=True)
         elif name == "fp8_e4m3":
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
+        elif is_block_recipe(name):
+            layers, hp_last = block_recipe(name)
+            policy = QuantPolicy(name=name, layers=layers, hp_last_blocks=hp_last)
         elif name.lower().startswith("fmt:"):
-            parts = name.split(":")
-            if len(parts) not in (2, 3) or not parts[1]:
-                raise ValueError(f"recipe {name!r}: expected 'fmt:<FMT>' or 'fmt:<FMT>:<GRAD_FMT>', e.g. 'fmt:E3M4'")
-            layers = _hybrid(parts[1], parts[2] if len(parts) == 3 else "E5M2", lm_head=False)
+            xw, grad = _fmt_recipe_parts(name)
+            layers = _hybrid(xw, grad or "E5M2", lm_head=False)
         else:
-            raise ValueError(f"unknown recipe {name!r}; valid choices: {RECIPES} or a per-layer dict")
-        policy = QuantPolicy(name=name, layers=layers)
+            raise ValueError(f"unknown recipe {name!r}{did_you_mean(name, NAMED_RECIPES + BLOCK_RECIPES)}; valid choices: {RECIPES} "
+                             f"or a per-layer dict")
+        if not is_block_recipe(name):
+            policy = QuantPolicy(name=name, layers=layers)
     else:
         raise TypeError(f"get_policy: expected a recipe name, dict or QuantPolicy, got {name_or_dict!r}")
     if backend is not None or seed is not None:
         policy = dataclasses.replace(policy, backend=backend or policy.backend,
                                      seed=policy.seed if seed is None else seed)
     return policy
+
+
+def _fmt_recipe_parts(name: str) -> tuple[str, str | None]:
+    """'fmt:E3M4' -> ('E3M4', None); 'fmt:E3M4:E4M3' -> ('E3M4', 'E4M3')."""
+    parts = name.split(":")
+    if len(parts) not in (2, 3) or not all(parts[1:]):
+        raise ValueError(f"recipe {name!r}: expected 'fmt:<FMT>' or 'fmt:<FMT>:<GRAD_FMT>', e.g. 'fmt:E3M4'")
+    return parts[1], parts[2] if len(parts) == 3 else None
+
+
+def canonical_recipe(recipe: str | Mapping) -> str | dict:
+    """The recipe checked by `get_policy` (so a typo or a bad format fails here, with get_policy's message) and
+    spelled canonically, so that aliases of one format give one run identity: 'fmt:e4m3fn' -> 'fmt:E4M3', 'bf16'
+    -> 'hp', and in a dict every format name (and a base 'recipe') likewise. A spelling already canonical is
+    returned unchanged, so existing config hashes stay."""
+    with warnings.catch_warnings():     # get_format's "E8M0 resolves to E8M0FNU" note: the canonical name says it
+        warnings.simplefilter("ignore", UserWarning)
+        get_policy(recipe)
+        if isinstance(recipe, str):
+            name = RECIPE_ALIASES.get(recipe.strip(), recipe.strip())
+            if not name.lower().startswith("fmt:"):
+                return name
+            return ":".join(["fmt", *(get_format(f).name for f in _fmt_recipe_parts(name) if f is not None)])
+        out = copy.deepcopy(dict(recipe))
+        if isinstance(out.get("recipe"), str):
+            out["recipe"] = canonical_recipe(out["recipe"])
+        for spec in (out.get("layers") or {}).values():
+            for role in ROLES if isinstance(spec, dict) else ():
+                v = spec.get(role)
+                if isinstance(v, str):
+                    spec[role] = get_format(v).name
+                elif isinstance(v, dict) and isinstance(v.get("fmt"), str):
+                    v["fmt"] = get_format(v["fmt"]).name
+        return out
 
 
 # ----------------------------------------------------------------------------- simulated quantized linear

@@ -3,8 +3,11 @@
     study.py       Study (base config x axes x points), run_points / run_study / train_variants, study.csv
     results.py     one tidy row per run (its config keys and final metrics): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
-    stats.py       claims over seeds (the verdicts) and the frozen-blocks control
+    claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
+    stats.py       Welch / Student-t primitives and the frozen-blocks control rule
     envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity
     diagnosis.py   per-format mechanism verdicts from the monitors (notebook 04)
+    variants.py    notebook 05's optimizer / storage variants and the labelled runs of a format list
+    budget.py      the dry run's estimate: wall time per run and per study, MDE at the study's seeds
     cli.py         `altgrad study`
 """

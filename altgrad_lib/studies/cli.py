@@ -30,16 +30,24 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    from altgrad_lib.errors import one_line
     from altgrad_lib.studies.executors import ExecutorError, get_executor
     from altgrad_lib.studies.study import Study, run_study
 
     try:
+        if args.workers < 0:
+            raise ValueError(f"--workers={args.workers} is invalid; valid: 0 (auto: on CPU one worker per core for "
+                             f"the runs still to train, on a GPU one) or N >= 1")
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads={args.threads} is invalid; valid: N >= 1 (default: cores // workers)")
         study = Study.from_yaml(args.file, out_dir=args.out)
-        points = study.expand()
+        points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains
         if args.dry_run:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
+            for line in _budget(points, args.workers):
+                print(line)
             return 0
         if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
             executor = None if args.threads is None else get_executor("local", workers=1, threads=args.threads)
@@ -48,18 +56,57 @@ def cmd_study(args: argparse.Namespace) -> int:
                                     cpus_per_job=args.cpus_per_run, gpus_per_job=args.gpus_per_run)
         index = run_study(study, executor, resume=not args.no_resume)
     except (ValueError, TypeError, FileNotFoundError, ExecutorError) as e:
-        print(f"altgrad study: error: {e}", file=sys.stderr)
+        print(f"altgrad study: error: {one_line(e)}", file=sys.stderr)
         return 2
     counts = index.status.value_counts().to_dict()
     print("status: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     if study.comparisons:
-        import pandas as pd
-
-        claims = study.claims(index)
-        keep = [c for c in claims.columns if c not in ("baseline", "diff_lo", "diff_hi", "t", "df", "n_nonfinite",
-                                                       "n_nonfinite_baseline", "comparison")]
-        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 4):
-            for name, t in claims.groupby("comparison", sort=False):
-                print(f"\nclaims: {name} (mean ± 95 % CI over seeds, Welch p, Hedges' g)")
-                print(t[keep].to_string(index=False))
+        print_claims(study, index)
     return 1 if counts.get("failed") else 0
+
+
+CLAIM_COLUMNS = ("level", "n", "gap_nats", "gap_lo", "gap_hi", "gap_window", "p_paired", "p_holm", "p_perm", "signs",
+                 "p_welch", "delta_nats", "p_tost", "mde_nats", "control", "verdict")
+
+
+def print_claims(study, index) -> None:
+    """The claims output of a study: its first lines (an unresolved positive control, a smoke-test warning), the rules
+    with δ and the MDE, then one table per comparison; claims.csv is written next to study.csv."""
+    import pandas as pd
+
+    from altgrad_lib.studies.claims import ALPHA
+
+    try:
+        entropy = study.eval_entropy()
+    except (OSError, ValueError, RuntimeError) as e:   # the corpus could not be read: the check says so
+        print(f"note: unigram entropy of the evaluation tokens unavailable ({e})")
+        entropy = None
+    claims, lines = study.report(index, entropy)
+    print()
+    for line in lines:
+        print(line)
+    by = [c for c in claims.columns if c not in (*CLAIM_COLUMNS, "comparison", "baseline", "seeds", "mean",
+                                                 "mean_baseline", "window_nats", "sd_nats", "n_nonfinite",
+                                                 "positive_control", study.comparisons[0]["axis"])]
+    with pd.option_context("display.width", 250, "display.max_columns", 40, "display.precision", 4):
+        for name, t in claims.groupby("comparison", sort=False):
+            print(f"\nclaims: {name} (paired by seed, gaps in nats; α = {ALPHA}; window "
+                  f"{t.window_nats.iloc[0]:.4f} nats)")
+            print(t[[*by, *CLAIM_COLUMNS]].to_string(index=False))
+    print(f"\n-> {study.claims_path}")
+
+
+def _budget(points: list, workers: int) -> list[str]:
+    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers as the study would)."""
+    from altgrad_lib.studies.budget import study_budget
+    from altgrad_lib.studies.executors import auto_workers
+    from altgrad_lib.training.tokenizers import get_tokenizer
+
+    cfg = points[0].config
+    n = workers or auto_workers(len(points), "cpu" if cfg.device in ("cpu", "auto") else cfg.device)
+
+    class _Points:           # the budget reads the points the dry run already checked
+        def expand(self):
+            return points
+
+    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n)

@@ -215,6 +215,33 @@ class LocalExecutor:
             yield item, out
 
 
+def map_jobs(executor: Any, fn: Callable[[Any], Any], items: list[Any], stop: Callable[[], bool]) -> Any:
+    """executor.map(fn, items, stop=stop); an executor of one's own whose map takes no `stop` gets none."""
+    import inspect
+
+    takes_stop = "stop" in inspect.signature(executor.map).parameters
+    return executor.map(fn, items, stop=stop) if takes_stop else executor.map(fn, items)
+
+
+def stop_workers(signum: int = signal.SIGTERM) -> None:
+    """A driver's first SIGTERM / SIGINT: one SIGTERM to each local worker process (a run checkpoints and stops).
+    Workers are in their own process group, so a terminal's Ctrl-C did not reach them (module note)."""
+    import multiprocessing as mp
+
+    for child in mp.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGTERM)
+
+
+def kill_workers(signum: int = signal.SIGKILL) -> None:
+    """A driver's second signal: abort now; each run's last checkpoint is intact (written atomically)."""
+    import multiprocessing as mp
+
+    for child in mp.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+
+
 def import_ray() -> Any:
     try:
         import ray

@@ -10,8 +10,9 @@ A study file (`params/studies/*.yaml`):
       seed: [0, 1]
     points:                               # optional extra runs (axis values of their own), e.g. a control
       - {recipe: bf16, freeze_blocks: true, seed: 0}
-    comparisons:                          # optional: what the claims table compares (stats.claims_table)
-      - {axis: recipe, baseline: bf16}
+    comparisons:                          # optional: what the claims table compares (claims.claims_table)
+      - {axis: recipe, baseline: bf16}    # + optional by, value, delta (equivalence margin, nats)
+    positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
 Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
 optimizer and storage when set, `frozen` for the control, `s<seed>`, the first 8 hex digits of the config hash)
@@ -32,10 +33,8 @@ errors.Interrupted is raised (`altgrad study`: one line, exit 75). Re-running re
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -45,11 +44,14 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import yaml
 
-from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
+from altgrad_lib.errors import ConfigError, one_line
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
-STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "description")
+STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
+COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
 INDEX_FILE = "study.csv"
+CLAIMS_FILE = "claims.csv"
 STATUSES = ("pending", "completed", "diverged", "failed", "interrupted")
 RESULT_COLUMNS = ("status", "reused", "error", "final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s",
                   "diverged_at_step", "seconds", "run_dir")
@@ -61,6 +63,11 @@ class StudyPoint:
     name: str
     axes: dict[str, Any]
     config: TrainConfig
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type (so 1 and True, both YAML values, are different axis values)."""
+    return type(a) is type(b) and a == b
 
 
 def _slug(v: Any) -> str:
@@ -100,6 +107,7 @@ class Study:
     axes: dict[str, tuple] = field(default_factory=dict)
     points: tuple[dict[str, Any], ...] = ()
     comparisons: tuple[dict[str, Any], ...] = ()
+    positive_controls: tuple[str, ...] = ()                         # recipe levels that must come out worse
     description: str = ""
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
 
@@ -112,16 +120,71 @@ class Study:
                 raise ValueError(f"study axis {k!r} is not a TrainConfig key; valid keys: {valid}")
             if not isinstance(vals, (list, tuple)) or not vals:
                 raise ValueError(f"study axis {k!r} needs a non-empty list of values, got {vals!r}")
+            twice = [v for i, v in enumerate(vals) if any(_same(v, w) for w in vals[:i])]
+            if twice:
+                raise ValueError(f"study axis {k!r} lists {twice[0]!r} twice; list each value once")
         for p in self.points:
             bad = sorted(set(p) - set(valid)) if isinstance(p, Mapping) else [repr(p)]
             if bad:
                 raise ValueError(f"study point {p!r}: {bad} not TrainConfig key(s); valid keys: {valid}")
         for c in self.comparisons:
             if not isinstance(c, Mapping) or "axis" not in c or "baseline" not in c:
-                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' (optional 'by', 'value')")
+                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' (optional 'by', 'value', 'delta')")
+            bad = sorted(set(c) - set(COMPARISON_KEYS))
+            if bad:
+                raise ValueError(f"study comparison {dict(c)!r}: unknown key(s) {bad}; valid keys: {COMPARISON_KEYS}")
+            if "delta" in c and not (isinstance(c["delta"], (int, float)) and not isinstance(c["delta"], bool)
+                                     and c["delta"] > 0):
+                raise ValueError(f"study comparison {dict(c)!r}: delta={c['delta']!r} must be a positive number (nats)")
         if not self.axes and not self.points:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
+        if self.comparisons:              # checked now, not after every run trained
+            self._check_comparisons()
+        names = _recipe_names(self.axes.get("recipe", ()), [p.get("recipe") for p in self.points if "recipe" in p],
+                              self.base.get("recipe", "hp"))
+        unknown = [pc for pc in self.positive_controls if pc not in names]
+        if unknown:
+            raise ValueError(f"study positive_controls {unknown} are not recipe levels of the study; levels: {names}")
+        if self.positive_controls and not any(c["axis"] == "recipe" for c in self.comparisons):
+            raise ValueError("study positive_controls need a comparison on the recipe axis, e.g. "
+                             "{axis: recipe, baseline: hp}")
+        controls = any(p.get("freeze_blocks") is True for p in self.points) or True in self.axes.get("freeze_blocks", ())
+        for c in self.comparisons:   # an equivalence claim needs a margin: the control's window or a stated delta
+            if "delta" not in c and not controls:
+                raise ValueError(f"study comparison {dict(c)!r} needs `delta` (nats): the study has no frozen-blocks "
+                                 "control (a point with freeze_blocks: true) to derive it from (10 % of the window)")
+
+    def _check_comparisons(self) -> None:
+        """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
+        index will record them: canonical recipe names); its `by` columns are index columns."""
+        cols = [c for c in self.axis_columns() if c != "seed"]
+        points = self.expand()
+        for c in self.comparisons:
+            axis = c["axis"]
+            if axis not in cols:
+                raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
+                                 f"are the replicates); valid axes: {cols}")
+            levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
+                                        for p in points))    # as run_points writes the index
+            if self._as_recorded(axis, c["baseline"]) not in levels:
+                raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
+                                 f"{axis!r}{did_you_mean(c['baseline'], [str(v) for v in levels])}; valid levels: "
+                                 f"{levels}")
+            bad = [b for b in (c.get("by") or ()) if b not in self.axis_columns()]
+            if bad:
+                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: "
+                                 f"{self.axis_columns()}")
+
+    def _as_recorded(self, axis: str, value: Any) -> Any:
+        """A value of `axis` as the index records it (a recipe under its canonical name: 'bf16' -> 'hp'), or the
+        value itself when it is not valid (then it matches no level and the caller says so; `level` raises)."""
+        if axis not in TrainConfig.keys():
+            return value
+        try:
+            return _axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
+        except ValueError:
+            return value   # not a valid value: it matches no level, and the caller says so
 
     # -- construction
     @classmethod
@@ -139,9 +202,12 @@ class Study:
             base.update(yaml.safe_load(bp.read_text()) or {})
         base.update(d.get("config") or {})
         axes = {k: tuple(v) if isinstance(v, list) else v for k, v in (d.get("axes") or {}).items()}
+        pcs = d.get("positive_controls") or ()
+        if isinstance(pcs, str) or not all(isinstance(x, str) for x in pcs):
+            raise ValueError(f"study positive_controls must be a list of recipe names, got {pcs!r}")
         return cls(name=str(d.get("name", "")), base=base, axes=axes, points=tuple(d.get("points") or ()),
-                   comparisons=tuple(d.get("comparisons") or ()), description=str(d.get("description", "")),
-                   out_dir=out_dir)
+                   comparisons=tuple(d.get("comparisons") or ()), positive_controls=tuple(pcs),
+                   description=str(d.get("description", "")), out_dir=out_dir)
 
     @classmethod
     def from_yaml(cls, path: str | Path, out_dir: str = "") -> "Study":
@@ -172,14 +238,22 @@ class Study:
         return cols if "seed" in cols else [*cols, "seed"]
 
     def expand(self) -> list[StudyPoint]:
-        """Product points (axes order), then explicit points; duplicates (same run name) kept once."""
+        """Product points (axes order), then explicit points; an explicit point that repeats a run (same run name)
+        is kept once, two axis values that are one config (aliases: 'bf16' and 'hp') are an error."""
         combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
         out: dict[str, StudyPoint] = {}
-        for axes in [*combos, *[dict(p) for p in self.points]]:
+        for i, axes in enumerate([*combos, *[dict(p) for p in self.points]]):
             cfg = TrainConfig.from_dict({**self.base, **axes})
             name = run_name(axes, cfg)
+            if i < len(combos) and name in out:
+                raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name} (one value under "
+                                 f"two spellings, or a key that does not change the run); list each value once")
             out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
         return list(out.values())
+
+    def check(self) -> list[StudyPoint]:
+        """The expanded points, each checked by `check_points` (what `--dry-run` prints)."""
+        return check_points(self.expand())
 
     def short_str(self) -> str:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
@@ -191,20 +265,94 @@ class Study:
             raise FileNotFoundError(f"{self.index_path} does not exist yet: run the study first")
         return pd.read_csv(self.index_path, float_precision="round_trip")
 
-    def claims(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
-        """stats.claims_table for every comparison of the study file, stacked (column `comparison`)."""
-        from altgrad_lib.studies.stats import claims_table
+    def levels(self, axis: str) -> dict[str, Any]:
+        """Text -> the index's own value (a float for lr, a bool, the canonical recipe name) of each level of `axis`."""
+        if axis not in self.axis_columns() or axis == "seed":
+            raise ValueError(f"{axis!r} is not an axis of study {self.name!r}; axes: "
+                             f"{[a for a in self.axis_columns() if a != 'seed']}")
+        return {str(_axis_value(p.config, axis)): _axis_value(p.config, axis) for p in self.expand()}
 
-        frame = self.results() if frame is None else frame
-        if "recipe" in frame:   # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
-            frame = frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES))
+    def level(self, axis: str, value: Any) -> Any:
+        """The index's value of the level `value` names (papermill passes 0.001 as a float, "bf16" means "hp");
+        a value that is no level raises one line naming the levels."""
+        levels = self.levels(axis)
+        key = str(value)
+        key = RECIPE_ALIASES.get(key, key) if axis == "recipe" else key
+        if key not in levels:
+            raise ValueError(f"{value!r} is not a level of {axis} in study {self.name!r}; levels: {list(levels)}")
+        return levels[key]
+
+    @property
+    def claims_path(self) -> Path:
+        return self.dir / CLAIMS_FILE
+
+    def eval_entropy(self) -> float:
+        """Unigram entropy (nats) of the evaluation split of the base config's corpus (training.data)."""
+        from altgrad_lib.training.data import eval_unigram_entropy
+
+        cfg = TrainConfig.from_dict(self.base)
+        return eval_unigram_entropy(cfg.corpus, cfg.tokenizer, cfg.max_docs)
+
+    def claims(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+        """claims.claims_table for every comparison of the study file, stacked (column `comparison`)."""
+        from altgrad_lib.studies.claims import claims_table
+
+        frame = self._canonical(self.results() if frame is None else frame)
         tables = []
         for c in self.comparisons:
             by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-            base = RECIPE_ALIASES.get(c["baseline"], c["baseline"]) if c["axis"] == "recipe" else c["baseline"]
-            t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"))
-            tables.append(t.assign(comparison=f"{c['axis']} vs {base}"))
+            base = self.level(c["axis"], c["baseline"])
+            t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"),
+                             delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
+                             else (), comparison=f"{c['axis']} vs {base}")
+            tables.append(t)
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+    def control(self, frame: pd.DataFrame | None = None, entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
+        """claims.control_check of the first comparison's baseline (seeds as ints); (empty, False, why) without one."""
+        from altgrad_lib.studies.claims import control_check
+
+        if not self.comparisons:
+            return pd.DataFrame(), False, "the study has no comparisons"
+        c = self.comparisons[0]
+        frame = self._canonical(self.results() if frame is None else frame)
+        return control_check(frame, c["axis"], self.level(c["axis"], c["baseline"]), c.get("value", "final_val_loss"), entropy=entropy)
+
+    def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
+               write: bool = True) -> tuple[pd.DataFrame, list[str]]:
+        """(claims table, the lines that come before it: claims.headline + the rules it was judged by); writes
+        claims.csv next to study.csv when `write`."""
+        from altgrad_lib.studies.claims import report_lines, write_claims
+
+        frame = self.results() if frame is None else frame
+        table = self.claims(frame)
+        ctl, clear, sentence = self.control(frame, entropy)
+        lines = report_lines(table, clear if len(ctl) else None, sentence)
+        if write:
+            write_claims(table, self.claims_path)
+        return table, lines
+
+    def _canonical(self, frame: pd.DataFrame) -> pd.DataFrame:
+        # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
+        return frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES)) if "recipe" in frame else frame
+
+
+def _recipe_names(*groups: Any) -> list[str]:
+    """The recipe names a study's levels will have (TrainConfig.recipe_name), refusing two different recipes under
+    one name: the index, the claims and every figure key a level by its name, so they would pool into one."""
+    import json
+
+    seen: dict[str, Any] = {}
+    flat = [v for g in groups for v in (g if isinstance(g, (list, tuple)) else [g])]
+    for v in flat:
+        name = RECIPE_ALIASES.get(v, v) if isinstance(v, str) else str(v.get("name", "custom")) \
+            if isinstance(v, Mapping) else str(v)
+        key = json.dumps(v, sort_keys=True, default=str) if isinstance(v, Mapping) else name
+        if name in seen and seen[name][0] != key:
+            raise ValueError(f"study: two different recipes are both named {name!r}: {seen[name][1]} and {v}; "
+                             "give each its own `name:`")
+        seen.setdefault(name, (key, v))
+    return list(seen)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,10 +377,22 @@ def _axis_value(cfg: TrainConfig, key: str) -> Any:
 
 
 def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    os.replace(tmp, path)  # readers (a notebook, a second shell) never see half an index
+    from altgrad_lib.io import write_csv
+
+    write_csv(path, pd.DataFrame(rows))  # atomic: readers (a notebook, a second shell) never see half an index
+
+
+def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
+    """Each point's settings checked by training.preflight.check_settings (recipe x backend, tokenizer, the
+    optimizer built as the run builds it): a bad point fails here in one line, before any run trains."""
+    from altgrad_lib.training.preflight import check_settings
+
+    for p in points:
+        try:
+            check_settings(p.config)
+        except ValueError as e:
+            raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
+    return points
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
@@ -253,9 +413,10 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     `executor` (default: executors.auto_executor for the points still to train), rewriting the index
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
     from altgrad_lib.errors import Interrupted
-    from altgrad_lib.studies.executors import LocalExecutor, auto_executor
+    from altgrad_lib.studies.executors import LocalExecutor, auto_executor, kill_workers, map_jobs, stop_workers
     from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 
+    check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
     rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
@@ -272,10 +433,10 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     t0 = time.perf_counter()
     jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
     stopped: list[str] = []   # runs that came back interrupted (also in-process, where train() saw the signal)
-    with InterruptScope(on_signal=_forward_to_workers, on_abort=_kill_workers) as sig:
+    with InterruptScope(on_signal=stop_workers, on_abort=kill_workers) as sig:   # see executors.py
         stop = lambda: bool(sig) or bool(stopped)  # noqa: E731
         outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo], stop),  # read
-                                   _map(executor, [j for j in jobs if j[0] in todo], stop))
+                                   map_jobs(executor, _job, [j for j in jobs if j[0] in todo], stop))
         for i, ((pname, config, _), out) in enumerate(outcomes, 1):
             row = rows[pname]
             if out.ok:
@@ -300,35 +461,6 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
         + (f" -> {index_path}" if index_path else ""))
     return [rows[n] for n in order]
-
-
-def _map(executor: Any, jobs: list[Any], stop: Any) -> Any:
-    """executor.map(_job, jobs, stop=...); an executor of one's own whose map takes no `stop` gets none."""
-    import inspect
-
-    takes_stop = "stop" in inspect.signature(executor.map).parameters
-    return executor.map(_job, jobs, stop=stop) if takes_stop else executor.map(_job, jobs)
-
-
-def _forward_to_workers(signum: int) -> None:
-    """Driver's first SIGTERM / SIGINT: one SIGTERM to each local worker (they checkpoint and stop; they are in
-    their own process group, so a terminal's Ctrl-C did not reach them: see executors.py)."""
-    import multiprocessing as mp
-    import signal
-
-    for child in mp.active_children():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGTERM)
-
-
-def _kill_workers(signum: int) -> None:
-    """Driver's second signal: abort now; each worker's last checkpoint is intact (written atomically)."""
-    import multiprocessing as mp
-    import signal
-
-    for child in mp.active_children():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGKILL)
 
 
 def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
@@ -367,8 +499,35 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
         verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)
         run_points(points, ["label", "seed"], index, executor, log=print if verbose or todo else (lambda *a: None),
                    name=study or "variants")
-    runs = {}
+    runs = VariantRuns()
     for key, p in keyed:
         run = train(p.config, **train_kwargs)   # finished by now: loaded, not retrained
         runs[key] = dataclasses.replace(run, reused=p.name not in todo) if dataclasses.is_dataclass(run) else run
+        runs.labels[key] = (p.axes["label"], p.axes["seed"])
     return runs
+
+
+class VariantRuns(dict):
+    """train_variants' result: "<label> s<seed>" -> Run, with `labels`: key -> (label, seed as an int), so nothing
+    parses a key back. `frame()` is the tidy frame the claims work on; `run(label, seed)` one run."""
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, **kw)
+        self.labels: dict[str, tuple[str, int]] = {}
+
+    def run(self, label: str, seed: int) -> Any:
+        return self[next(k for k, v in self.labels.items() if v == (label, int(seed)))]
+
+    def of_seed(self, seed: int) -> dict[str, Any]:
+        """label -> run of one seed (e.g. the curves of the first seed)."""
+        return {lab: self[k] for k, (lab, s) in self.labels.items() if s == int(seed)}
+
+    def frame(self, keys: Iterable[str] = ("recipe", "backend", "freeze_blocks", "optimizer")) -> pd.DataFrame:
+        """results.run_frame plus `label`, int `seed`, `key` and `run_dir`, one row per run (results.run_frame's
+        `run` is the run directory's name)."""
+        from altgrad_lib.studies.results import run_frame
+
+        keys = [k for k in keys if k != "seed"]
+        f = run_frame(list(self.values()), keys=[*keys, "seed"])
+        return f.assign(label=[self.labels[k][0] for k in self], seed=[self.labels[k][1] for k in self],
+                        key=list(self), run_dir=[str(r.dir) for r in self.values()])

@@ -1,6 +1,7 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
-Kept free of torch so `altgrad train --help` and config parsing are instant; `altgrad_lib.training.loop` re-exports it.
+Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
+format, is checked by the torch-based parsers, imported only then); `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
 """
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -20,8 +20,8 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import (BACKENDS, CORPORA, DEVICES, LOGGERS, OPTIMIZERS, PRECISIONS, RECIPE_ALIASES,
-                                 RECIPES, TOKENIZERS)
+from altgrad_lib.choices import (BACKENDS, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS, PRECISIONS,
+                                 RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
 
@@ -82,7 +82,9 @@ class TrainConfig:
     # quantization
     recipe: str | dict = _key("hp", "quantization recipe name ('bf16' is an alias of 'hp': high precision, nothing "
                                     "quantized), or a per-layer policy dict "
-                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}",
+                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}; "
+                                      "block recipes take ':'-switches disable_rht, disable_sr, disable_2d, rceil, "
+                                      "wgrad_hp, hp_attn, hp_last=<N> (block_recipes.py)",
                               RECIPES)
     backend: str = _key("sim", "sim = simulated formats (any ExMy); torchao / scaled_mm = real FP8 GEMMs "
                                "(E4M3/E5M2 only)", BACKENDS)
@@ -120,6 +122,10 @@ class TrainConfig:
                                           "without 'preset' means 'full')", ("off", "cheap", "full", "{field: value}"))
 
     def __post_init__(self) -> None:
+        if self.diagnostics is False:   # YAML 1.1 reads `-p diagnostics=off` as False
+            object.__setattr__(self, "diagnostics", "off")
+        elif isinstance(self.diagnostics, Mapping) and self.diagnostics.get("preset") is False:   # .preset=off
+            object.__setattr__(self, "diagnostics", {**self.diagnostics, "preset": "off"})
         hints = _field_types()
         for f in fields(self):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
@@ -131,10 +137,17 @@ class TrainConfig:
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
         elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
             object.__setattr__(self, "recipe", RECIPE_ALIASES[self.recipe])
+        if self.recipe not in NAMED_RECIPES:  # fmt:<FMT>, a dict or a typo: get_policy's parser (imports torch)
+            from altgrad_lib.quantize.recipes import canonical_recipe
+            try:   # canonical format names: aliases of one format are one run identity
+                object.__setattr__(self, "recipe", canonical_recipe(self.recipe))
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"TrainConfig.recipe={self.recipe!r}: {one_line(e)}") from e
         object.__setattr__(self, "optim", copy.deepcopy(self.optim))
-        from altgrad_lib.optim.config import OptimConfig   # torch-free
+        from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
         try:
             OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
+            object.__setattr__(self, "optim", canonical_optim(self.optim))
         except (ValueError, TypeError) as e:
             raise ConfigError(f"TrainConfig.optimizer/optim: {one_line(e)}") from e
         _check_choice("precision", self.precision, PRECISIONS)
@@ -192,8 +205,7 @@ class TrainConfig:
         d = {KEY_ALIASES.get(k, k): v for k, v in d.items()}
         unknown = sorted(set(d) - set(cls.keys()))
         if unknown:
-            near = {k: difflib.get_close_matches(str(k), cls.keys(), n=1) for k in unknown}
-            hint = "".join(f"; did you mean {m[0]!r} for {k!r}?" for k, m in near.items() if m)
+            hint = "".join(f"{h[:-1]} for {k!r}?" for k in unknown if (h := did_you_mean(k, cls.keys())))
             raise ConfigError(f"unknown TrainConfig key(s) {unknown}{hint}; valid keys: {cls.keys()}")
         return cls(**dict(d))
 
@@ -302,7 +314,7 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
 
 
 # dict-valued fields that accept dotted keys ("diagnostics.interval": 25); how a string value becomes a dict
-_DOTTED_BASE = {"diagnostics": lambda v: {} if v == "off" else {"preset": v},
+_DOTTED_BASE = {"diagnostics": lambda v: {} if v == "off" or v is False else {"preset": v},
                 "recipe": lambda v: {"recipe": v}}
 
 
@@ -326,7 +338,8 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ConfigError(f"TrainConfig.{name}={value!r} invalid; valid choices: {choices}")
+        raise ConfigError(f"TrainConfig.{name}={value!r} invalid{did_you_mean(value, choices)}; valid choices: "
+                          f"{choices}")
 
 
 def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:

@@ -337,6 +337,21 @@ def _cache_valid(d: Path) -> dict | None:
         return None
 
 
+def unigram_entropy(tokens: np.ndarray) -> float:
+    """Plug-in entropy (nats/token) of the token ids' frequencies: the loss of the best no-context model of them."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64)).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def eval_unigram_entropy(corpus: str = DEFAULT_CORPUS, tokenizer: str = DEFAULT_TOKENIZER,
+                         max_docs: int | None = None) -> float:
+    """Unigram entropy of the evaluation split (val) of a config's corpus: a model whose val loss is not below it has
+    not learned more than token frequencies (the studies' control check refuses to call such a profile clear).
+    The whole split, not the few eval batches: their plug-in entropy would be biased low by the unseen tokens."""
+    return TokenCorpus.build(corpus, tokenizer, max_docs=max_docs, progress=False).unigram_entropy("val")
+
+
 @dataclass
 class TokenCorpus:
     """Token ids of one corpus under one tokenizer, memory-mapped per split (documents joined by EOT)."""
@@ -424,9 +439,7 @@ class TokenCorpus:
         """Entropy (nats/token) of the split's unigram token distribution: a no-context loss baseline."""
         key = _SPLIT_ALIASES.get(split, split)
         if key not in self._entropy:
-            counts = np.bincount(self.split_data(split), minlength=self.vocab_size).astype(np.float64)
-            p = counts[counts > 0] / counts.sum()
-            self._entropy[key] = float(-(p * np.log(p)).sum())
+            self._entropy[key] = unigram_entropy(self.split_data(split))
         return self._entropy[key]
 
     def summary(self) -> dict[str, Any]:

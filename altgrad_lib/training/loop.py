@@ -28,6 +28,7 @@ from altgrad_lib.optim.factory import step_metrics
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import Interrupted, UserError
+from altgrad_lib.model import freeze_blocks
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
@@ -54,15 +55,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
-
-
-def freeze_blocks(model: torch.nn.Module) -> int:
-    """The frozen-blocks control: no transformer-block parameter trains (embeddings, ln_f, lm_head still do).
-    A format's loss gap means something only if the full model clearly beats this control. Returns the count."""
-    frozen = [p for n, p in model.named_parameters() if n.startswith("transformer.h.")]
-    for p in frozen:
-        p.requires_grad_(False)
-    return len(frozen)
 
 
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:

@@ -30,6 +30,7 @@ WARN_FRACTION = 0.5               # warn above this share of the available memor
 # optimistic sustained FLOP/s: the time estimate is a lower bound ("at least"), never a promise
 FLOPS_PER_S = {"cpu": 1e11, "cuda": 2e14}
 WARN_HOURS = 1.0
+TINY_VOCAB = 64                   # check_optimizer's model: one padded vocab row block
 
 
 @contextlib.contextmanager
@@ -80,14 +81,47 @@ def vocab_size_of(tokenizer: str) -> int:
         return get_tokenizer(tokenizer).n_vocab
 
 
-def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
-    """The cheap checks (no corpus, no model): recipe x backend, tokenizer name, device. Used by --print-config."""
+def check_optimizer(cfg: TrainConfig, policy: Any = None) -> None:
+    """Build the optimizer `cfg` asks for with optim.factory.build_optimizer itself (the code path of the run) on a
+    tiny model of the run's modules, quantized by its recipe and frozen as the run's, then drop it: whatever the
+    factory or an optimizer refuses (a grid storage with no weight format, a bad or unsigned format) fails here
+    in one line, before any data or run directory. torch AdamW (the default) has no settings to check."""
+    if cfg.optimizer == "adamw" and not cfg.optim:
+        return
+    import dataclasses
+
+    from altgrad_lib.model import GPT, freeze_blocks
+    from altgrad_lib.optim.factory import build_optimizer
+    from altgrad_lib.quantize.convert import quantize_model
+
+    # the same module names (which weights the recipe quantizes and the factory puts on a grid) at any size;
+    # widths multiples of 16 as the FP8 GEMMs of the hardware backends need
+    gcfg = dataclasses.replace(_gpt_config(cfg, TINY_VOCAB), n_layer=1, n_head=1, n_embd=16, block_size=8)
+    with torch.random.fork_rng(devices=[]):
+        model = GPT(gcfg)
+        with as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
+            quantize_model(model, policy if policy is not None else check_policy(cfg), verbose=False)
+        if cfg.freeze_blocks:
+            freeze_blocks(model)
+        with as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
+            build_optimizer(model, cfg, torch.device("cpu"))
+
+
+def check_settings(cfg: TrainConfig) -> Any:
+    """Every setting of `cfg` that needs no data, device or directory: recipe x backend, tokenizer name,
+    optimizer. `altgrad study` checks each point with it before training any; returns the policy."""
     policy = check_policy(cfg)
     from altgrad_lib.training.tokenizers import parse_tokenizer_name
 
     with as_config_error("TrainConfig.tokenizer"):
         parse_tokenizer_name(cfg.tokenizer)
-    return policy, check_device(cfg.device)
+    check_optimizer(cfg, policy)
+    return policy
+
+
+def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
+    """The cheap checks (no corpus, no full-size model): check_settings and the device. Used by --print-config."""
+    return check_settings(cfg), check_device(cfg.device)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,81 @@
+"""How notebooks 03-06 show claims: a status line at the top that is filled in once the claims exist, and the claims
+table (studies/claims.py) in readable columns with its δ and MDE.
+
+`StatusBanner` displays a placeholder with a display id in the notebook's first code cell; `update(lines)` replaces
+it in place once the runs are trained and judged (Jupyter and papermill/nbclient both honour display updates), so
+the first lines of an executed notebook say whether its runs can carry claims, computed, never typed.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
+
+
+def status_markdown(lines: Sequence[str]) -> str:
+    """The banner's text: "SMOKE TEST" or "CLAIMS" in bold, then the headline lines (claims.headline)."""
+    smoke = any(ln.startswith("SMOKE TEST") or "NOT resolved" in ln for ln in lines)
+    head = ("**SMOKE TEST: no claims are drawn from these runs.**" if smoke else
+            "**Claims:** the control check is clear; the verdicts below are read at the stated α, δ and MDE.")
+    return "\n".join([head, "", *[f"- {ln}" for ln in lines]])
+
+
+class StatusBanner:
+    """A Markdown line shown where it is created and rewritten by `update` (IPython display ids)."""
+
+    def __init__(self, text: str = PENDING):
+        from IPython.display import Markdown, display
+
+        self.text = text
+        self.handle = display(Markdown(text), display_id=True)
+
+    def update(self, lines: Sequence[str]) -> str:
+        from IPython.display import Markdown
+
+        self.text = status_markdown(lines)
+        if self.handle is not None:
+            self.handle.update(Markdown(self.text))
+        return self.text
+
+
+def _p(v: float) -> str:
+    return "" if not np.isfinite(v) else f"{v:.2g}" if v < 0.001 else f"{v:.3f}"
+
+
+def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """One display row per claim: the `keys` columns, then the level, n, gap ± CI in nats, gap / window, the p-values,
+    δ, TOST p, MDE, the control check and the verdict (the numbers of claims.claims_table, formatted)."""
+    if table.empty:
+        return pd.DataFrame(columns=["level", "verdict"])
+    return pd.DataFrame({
+        **{k: table[k] for k in keys},
+        "level": table.level, "n": table.n,
+        "gap nats [95 % CI]": [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else f"{g:+.4f}"
+                               for g, lo, hi in zip(table.gap_nats, table.gap_lo, table.gap_hi)],
+        "gap / window": [f"{v:+.1%}" if np.isfinite(v) else "" for v in table.gap_window],
+        "p paired": table.p_paired.map(_p), "p Holm": table.p_holm.map(_p), "p sign-flip": table.p_perm.map(_p),
+        "signs": table.signs, "p Welch": table.p_welch.map(_p),
+        "δ nats": table.delta_nats.map(lambda v: f"{v:.4f}"), "p TOST": table.p_tost.map(_p),
+        "MDE nats": table.mde_nats.map(lambda v: f"{v:.4f}" if np.isfinite(v) else ""),
+        "control": table.control, "verdict": table.verdict,
+    }).reset_index(drop=True)
+
+
+def _nats(v: float) -> str:
+    return f"{v:.4f} nats" if np.isfinite(v) else "n/a"
+
+
+def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
+    """"<level>: <verdict> (gap +0.0123 nats, Holm p 0.01, worse in 3/3; MDE 0.0040)": prose from one claims row."""
+    r = table[table.level == level]
+    if r.empty:
+        return f"{level}: no claim (not compared)"
+    r = r.iloc[0]
+    return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
+            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)})")
+
+
+__all__ = ["PENDING", "StatusBanner", "status_markdown", "readable", "verdict_sentence"]

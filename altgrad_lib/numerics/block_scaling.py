@@ -1,0 +1,262 @@
+"""Block-scaled fake quantization as the hardware formats define it: NVFP4 (two-level scales) and OCP MX.
+
+Both quantize along the last dimension in blocks and return the dequantized tensor (same shape and dtype).
+
+- ``nvfp4``: one FP32 scale per tensor, s_global = amax / (448 · fmax) (fmax = 6 for E2M1), and per block
+  (1×16, or a 16×16 tile over the last two dims with ``tile_2d``) a decode scale
+  s_block = (block_amax / fmax) / s_global, clamped to [2^-6, 448] and rounded to E4M3 (RNE; E4M3 used as
+  an unsigned format, so only its normal range). Elements: x · ((1 / s_global) / s_block), saturated to
+  ±fmax and rounded by the element format (RNE or stochastic), then multiplied by s_global · s_block.
+  Every fp32 operation is in the order of torchao's ``nvfp4_quantize``/``NVFP4Tensor.dequantize`` (the
+  tests check bit equality). Where we differ from it, on purpose: an amax of 0 gives s_global = 1 instead
+  of 0 (torchao divides 0 by 0: NaN), and s_global is floored at 2^-126 so 1 / s_global stays finite.
+- ``mx``: a power-of-two scale X = 2^e per block of 32 (E8M0, e in [-127, 127]); elements
+  Q(x · 2^-e) · 2^e with saturation at the element format's max. ``mode``:
+  "floor" (OCP MX 1.0): e = floor(log2 block_amax) - emax_elem;
+  "rceil": e = ceil(log2(block_amax / fmax)) (the block amax then never exceeds fmax).
+  Exponents are computed exactly from the float bits. torchao's CPU fallback of RCEIL takes
+  ``ceil(torch.log2(.))`` in fp32, which rounds to the lower exponent when amax / fmax lies within about
+  one fp32 ulp of log2 above a power of two; and for FLOOR it quantizes with max(2^e, 2^-126) but
+  dequantizes with 2^e, so blocks with amax < 2^(emax_elem - 126) differ. Tests show both cases.
+
+Any element format from formats.py works (E2M1, E2M3, E3M2, E4M3, E5M2, exotic ExMy); rounding is always
+our kernel (``FloatFormat.quantize``), never a library cast.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+BLOCK_KINDS = ("nvfp4", "mx")
+MX_MODES = ("floor", "rceil")
+_DEFAULT_BLOCK = {"nvfp4": 16, "mx": 32}
+E4M3_MAX = 448.0
+E4M3_MIN_NORMAL = 2.0**-6     # smallest block scale (torchao clamps at finfo(float8_e4m3fn).tiny)
+_F32_MIN_NORMAL = 2.0**-126
+_E8M0_EMIN, _E8M0_EMAX = -127, 127
+
+
+@dataclass(frozen=True)
+class BlockScaling:
+    """Block scaling of one operand: "nvfp4" (E4M3 block scales + FP32 tensor scale) or "mx" (E8M0)."""
+
+    kind: str = "nvfp4"        # BLOCK_KINDS
+    block_size: int = 0        # 0 = the kind's standard (nvfp4 16, mx 32)
+    tile_2d: bool = False      # nvfp4: block_size x block_size tiles over the last two dims (TE's 2D weights)
+    mode: str = "floor"        # mx: MX_MODES
+    # multiply the scaled block by this before rounding and divide after (Tseng et al.'s 3/4 for stochastic
+    # rounding: an MX FLOOR block's |x|/X in [4, 8) lands in [3, 6), so SR never saturates at 6 and stays
+    # unbiased; the hardware would fold 1/headroom into the GEMM output scale)
+    headroom: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in BLOCK_KINDS:
+            raise ValueError(f"BlockScaling.kind={self.kind!r} is invalid; valid choices: {BLOCK_KINDS}")
+        b = self.block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+            raise ValueError(f"BlockScaling.block_size={b!r} is invalid; valid: an int >= 1 (0 = the default "
+                             f"{_DEFAULT_BLOCK[self.kind]})")
+        if b == 0:
+            object.__setattr__(self, "block_size", _DEFAULT_BLOCK[self.kind])
+        if self.mode not in MX_MODES:
+            raise ValueError(f"BlockScaling.mode={self.mode!r} is invalid; valid choices: {MX_MODES}")
+        if not isinstance(self.tile_2d, bool):
+            raise ValueError(f"BlockScaling.tile_2d={self.tile_2d!r} is invalid; valid choices: True, False")
+        h = self.headroom
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0.0 < h <= 1.0:
+            raise ValueError(f"BlockScaling.headroom={h!r} is invalid; valid: a float in (0, 1] (Tseng et al.: 0.75)")
+        if self.tile_2d and self.kind != "nvfp4":
+            raise ValueError("BlockScaling.tile_2d=True is only defined for kind 'nvfp4' (TE's 16x16 weights)")
+
+    def short_str(self) -> str:
+        """e.g. "nv16", "nv16x16", "mx32f", "mx32r"."""
+        h = f"-h{self.headroom:g}" if self.headroom != 1.0 else ""
+        if self.kind == "nvfp4":
+            return f"nv{self.block_size}" + (f"x{self.block_size}" if self.tile_2d else "") + h
+        return f"mx{self.block_size}{self.mode[0]}" + h
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: "dict | str | BlockScaling") -> "BlockScaling":
+        if isinstance(d, BlockScaling):
+            return d
+        if isinstance(d, str):
+            return cls(kind=d)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown BlockScaling key(s) {unknown}; valid keys: {', '.join(valid)}")
+        return cls(**d)
+
+
+def is_block_kind(scaling) -> bool:
+    """Does a scaling value (config, dict or kind string) name a block kind of this module?"""
+    if isinstance(scaling, BlockScaling):
+        return True
+    kind = scaling.get("kind") if isinstance(scaling, dict) else scaling if isinstance(scaling, str) else None
+    return kind in BLOCK_KINDS
+
+
+# ------------------------------------------------------------------------------------------ layout helpers
+
+def _blocks(x: Tensor, block: int) -> Tensor:
+    """(..., K) -> (..., nb, block), zero-padding the last block (zeros change no amax and quantize to 0)."""
+    k = x.shape[-1]
+    nb = -(-k // block)
+    if nb * block != k:
+        x = F.pad(x, (0, nb * block - k))
+    return x.reshape(*x.shape[:-1], nb, block)
+
+
+def _tiles(x: Tensor, block: int) -> Tensor:
+    """(..., R, C) -> (..., R/b, b, C/b, b) zero-padded 2D tiles."""
+    r, c = x.shape[-2], x.shape[-1]
+    pr, pc = -(-r // block) * block - r, -(-c // block) * block - c
+    if pr or pc:
+        x = F.pad(x, (0, pc, 0, pr))
+    return x.reshape(*x.shape[:-2], x.shape[-2] // block, block, x.shape[-1] // block, block)
+
+
+def _unblock(y: Tensor, shape: torch.Size, tile_2d: bool) -> Tensor:
+    """Inverse of _blocks/_tiles: back to `shape`, dropping the padding."""
+    if tile_2d:
+        y = y.reshape(*y.shape[:-4], y.shape[-4] * y.shape[-3], y.shape[-2] * y.shape[-1])
+        return y[..., : shape[-2], : shape[-1]]
+    y = y.reshape(*y.shape[:-2], y.shape[-2] * y.shape[-1])
+    return y[..., : shape[-1]]
+
+
+def _grouped(x: Tensor, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
+    """(blocked fp32 view, block amax broadcastable to it)."""
+    xf = x.detach().to(torch.float32)
+    if cfg.tile_2d:
+        if xf.dim() < 2:
+            raise ValueError(f"tile_2d needs a tensor with >= 2 dims, got shape {tuple(x.shape)}")
+        xb = _tiles(xf, cfg.block_size)
+        return xb, xb.abs().amax(dim=(-3, -1), keepdim=True)
+    xb = _blocks(xf.reshape(1) if xf.dim() == 0 else xf, cfg.block_size)
+    return xb, xb.abs().amax(dim=-1, keepdim=True)
+
+
+# ------------------------------------------------------------------------------------------ scales
+
+def nvfp4_global_scale(amax: Tensor, fmax: float = 6.0) -> Tensor:
+    """s_global = amax / (448 · fmax) in fp32; 1 for amax 0 and floored at 2^-126 (1/s stays finite)."""
+    pts = amax.to(torch.float32) / (E4M3_MAX * fmax)
+    pts = torch.where(amax == 0, torch.ones_like(pts), pts)
+    return torch.where(pts < _F32_MIN_NORMAL, torch.full_like(pts, _F32_MIN_NORMAL), pts)   # NaN stays NaN
+
+
+def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0) -> Tensor:
+    """E4M3-valued decode scales (fp32): RNE((block_amax / fmax) / s_global) clamped to [2^-6, 448]."""
+    from altgrad_lib.numerics.formats import get_format
+
+    s = (block_amax / fmax) / s_global
+    return get_format("E4M3").quantize(torch.clamp(s, min=E4M3_MIN_NORMAL, max=E4M3_MAX))
+
+
+def _f32_exponent(t: Tensor) -> tuple[Tensor, Tensor]:
+    """(floor(log2 t), t is not a power of two) exactly, for t >= 0 fp32 (0 -> (-127, False) as torchao's
+    bit extraction; fp32 subnormals too)."""
+    bits = t.view(torch.int32)
+    e = ((bits >> 23) & 0xFF) - 127
+    frac = bits & 0x7FFFFF
+    sub = (e == -127) & (frac != 0)
+    # subnormal: value = frac · 2^-149, floor(log2) = bit length(frac) - 150
+    _, e_sub = torch.frexp(t.to(torch.float64))
+    e = torch.where(sub, e_sub.to(torch.int32) - 1, e)
+    not_pow2 = torch.where(sub, (frac & (frac - 1)) != 0, frac != 0)
+    return e, not_pow2
+
+
+def mx_exponents(block_amax: Tensor, fmt, mode: str = "floor") -> Tensor:
+    """E8M0 exponents e (int32, in [-127, 127]) of the block scales X = 2^e (see the module docstring)."""
+    fmax = fmt.kernel.max
+    emax_elem = math.frexp(fmax)[1] - 1
+    if mode == "floor":
+        e, _ = _f32_exponent(block_amax.to(torch.float32))
+        e = e - emax_elem
+    elif mode == "rceil":
+        descale = block_amax.to(torch.float32) / fmax
+        e, up = _f32_exponent(descale)
+        e = e + up.to(torch.int32)
+    else:
+        raise ValueError(f"mode={mode!r} is invalid; valid choices: {MX_MODES}")
+    return e.clamp(_E8M0_EMIN, _E8M0_EMAX)
+
+
+# ------------------------------------------------------------------------------------------ fake quantization
+
+def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
+              draw_bits: Callable[[Tensor], Tensor] | None = None, sr_bits: int | None = None,
+              want_stats: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Block fake quantization of x along its last dim (last two for tile_2d): (y, n_saturated, n_underflow).
+
+    draw_bits(xs) -> uniform integers for stochastic rounding of the scaled fp32 tensor xs (its shape
+    includes the block padding); None with rounding="stochastic" uses torch's global RNG.
+    """
+    xb, amax = _grouped(x, cfg)
+    fmax = fmt.kernel.max
+    if cfg.kind == "nvfp4":
+        s_global = nvfp4_global_scale(xb.abs().amax(), fmax)
+        s_blk = nvfp4_block_scales(amax, s_global, fmax)
+        xs = xb * ((1.0 / s_global) / s_blk)        # torchao's order: x · (global_encode / block_decode)
+        dec = s_global * s_blk
+    else:
+        e = mx_exponents(amax, fmt, cfg.mode).to(torch.float32)
+        xs = xb * torch.exp2(-e)                     # exact: a power of two in [2^-127, 2^127]
+        dec = torch.exp2(e)
+    if cfg.headroom != 1.0:
+        xs = xs * cfg.headroom
+        dec = dec / cfg.headroom
+    if rounding == "stochastic":
+        if draw_bits is not None:
+            q = fmt.quantize_with_bits(xs, draw_bits(xs), sr_bits=sr_bits)
+        else:
+            q = fmt.quantize(xs, rounding="stochastic", sr_bits=sr_bits)
+    else:
+        q = fmt.quantize(xs, rounding=rounding)
+    y = _unblock(q * dec, x.shape, cfg.tile_2d).reshape(x.shape)
+    n_sat = n_under = None
+    if want_stats:
+        n_sat = (xs.abs() > fmax).sum()
+        n_under = ((xs != 0) & (q == 0)).sum()
+    return y.to(x.dtype), n_sat, n_under
+
+
+def block_scales(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
+    """Effective per-block multiplier (dequantized value = element · this), fp32, one per block/tile:
+    s_global · s_block (nvfp4) or 2^e (mx). For monitors (distribution of block scales)."""
+    xb, amax = _grouped(x, cfg)
+    if cfg.kind == "nvfp4":
+        s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
+        return (s_global * nvfp4_block_scales(amax, s_global, fmt.kernel.max)).flatten()
+    return torch.exp2(mx_exponents(amax, fmt, cfg.mode).to(torch.float32)).flatten()
+
+
+def elementwise_scale(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
+    """x-shaped encode multiplier s (fp32): the elements are Q(x · s) / s up to the fp32 rounding of the decode
+    product. For monitors written for per-tensor scales (grid position of the weights)."""
+    xb, amax = _grouped(x, cfg)
+    if cfg.kind == "nvfp4":
+        s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
+        s = (1.0 / s_global) / nvfp4_block_scales(amax, s_global, fmt.kernel.max)
+    else:
+        s = torch.exp2(-mx_exponents(amax, fmt, cfg.mode).to(torch.float32))
+    s = s * cfg.headroom if cfg.headroom != 1.0 else s
+    return _unblock(s.expand_as(xb), x.shape, cfg.tile_2d).reshape(x.shape)
+
+
+def block_scale_stats(x: Tensor, fmt, cfg: BlockScaling) -> dict[str, Tensor]:
+    """log2 of the per-block multipliers (block_scales): mean, std, min, max (0-d float64 tensors). The spread
+    of block scales is what TE's LogNvfp4TensorStats users ask for."""
+    ls = torch.log2(block_scales(x, fmt, cfg).double())
+    return {"blk_log2s_mean": ls.mean(), "blk_log2s_std": ls.std() if ls.numel() > 1 else torch.zeros_like(ls.mean()),
+            "blk_log2s_min": ls.min(), "blk_log2s_max": ls.max()}

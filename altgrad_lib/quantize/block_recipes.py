@@ -1,0 +1,73 @@
+"""Named block-scaled recipes (NVFP4, MX) with every technique a switch: "<recipe>[:<switch>[:<switch>...]]".
+
+    nvfp4   TE's NVFP4BlockScaling defaults: E2M1 elements everywhere; X 1x16 RNE, W 16x16 tiles RNE,
+            dY 1x16 stochastic rounding; random Hadamard transform on the wgrad operands (X and dY along the
+            tokens); lm_head high precision (the attention matmuls always are)
+    mxfp4   E2M1, MX blocks of 32 with E8M0 scales (FLOOR); X, W RNE; dY stochastic; RHT on wgrad (Tseng et
+            al.'s MXFP4 backward); lm_head high precision
+    mxfp8   E4M3 for X, W and dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
+    mxfp6   E2M3 for X and W, E3M2 for dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
+
+Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX
+scale mode RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in high precision), hp_attn (attention
+linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer blocks in high precision;
+the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g. "nvfp4:disable_rht:hp_last=1".
+"""
+from __future__ import annotations
+
+from altgrad_lib.choices import BLOCK_RECIPES  # noqa: E402  (one copy of the names)
+_SWITCHES = {
+    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+}
+
+
+def is_block_recipe(name: str) -> bool:
+    return name.split(":", 1)[0].strip().lower() in BLOCK_RECIPES
+
+
+def block_recipe(name: str) -> tuple[dict, int]:
+    """(layers: layer class -> LayerSpec dict or None, hp_last_blocks) of a recipe string (see module doc)."""
+    base, *switches = [p.strip() for p in name.split(":")]
+    base = base.lower()
+    if base not in BLOCK_RECIPES:
+        raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES}")
+    valid = _SWITCHES[base]
+    on: set[str] = set()
+    hp_last = 0
+    for sw in switches:
+        if sw.startswith("hp_last="):
+            v = sw.split("=", 1)[1]
+            if not v.isdigit():
+                raise ValueError(f"recipe {name!r}: hp_last={v!r} must be an int >= 0")
+            hp_last = int(v)
+        elif sw in valid:
+            on.add(sw)
+        else:
+            raise ValueError(f"recipe {name!r}: unknown switch {sw!r} for {base}; valid switches: {valid}")
+    mode = "rceil" if "rceil" in on else "floor"
+    if base == "nvfp4":
+        x_fmt = w_fmt = g_fmt = "E2M1"
+        x_sc, g_sc = {"kind": "nvfp4"}, {"kind": "nvfp4"}
+        w_sc = {"kind": "nvfp4", "tile_2d": "disable_2d" not in on}
+    else:
+        x_fmt, g_fmt = {"mxfp4": ("E2M1", "E2M1"), "mxfp8": ("E4M3", "E4M3"), "mxfp6": ("E2M3", "E3M2")}[base]
+        w_fmt = x_fmt
+        x_sc = w_sc = g_sc = {"kind": "mx", "mode": mode}
+    fp4 = base in ("nvfp4", "mxfp4")
+    g_round = "stochastic" if fp4 and "disable_sr" not in on else "nearest"
+    if "sr_headroom" in on:
+        g_sc = {**g_sc, "headroom": 0.75}
+    spec = {
+        "input": {"fmt": x_fmt, "scaling": x_sc},
+        "weight": {"fmt": w_fmt, "scaling": w_sc},
+        "grad_output": {"fmt": g_fmt, "scaling": g_sc, "rounding": g_round},
+        "gemm": {"rht": ["wgrad"] if fp4 and "disable_rht" not in on else [],
+                 "hp_gemms": ["wgrad"] if "wgrad_hp" in on else []},
+    }
+    layers = {"*": spec, "lm_head": None}
+    if "hp_attn" in on:
+        layers.update({"attn_qkv": None, "attn_out": None})
+    return layers, hp_last

@@ -1,0 +1,219 @@
+"""GEMM-faithful operand quantization for a linear layer, as TransformerEngine / torchao MX do it.
+
+Each of the three GEMMs of `Y = X·Wᵀ` quantizes its own two operands along its own reduction dimension:
+
+    fprop  Y  = X · Wᵀ     X (tokens, in) and W (out, in) blocked along `in`
+    dgrad  dX = dY · W     dY (tokens, out) and W blocked along `out` (W's column-wise copy)
+    wgrad  dW = dYᵀ · X    dY and X blocked along the tokens (batch × time flattened)
+
+Every copy is quantized from the high-precision tensor (``columnwise_source="hp"``, TE's default) or, for the
+column-wise copies, from the dequantized row-wise copy (``"dequantized"``). A tensor whose scaling does not
+depend on a dimension (per-tensor kinds none/current/delayed) is quantized once and the same copy serves every
+GEMM, which is what the old `QuantizedLinear` path does: with such specs this path is bit-identical to it.
+A GEMM listed in ``hp_gemms`` runs on the high-precision operands (TE's DisableQuantizationGEMM).
+
+Random Hadamard transform (RHT): for a GEMM in ``rht`` both operands are multiplied along the reduction dim
+by the block-diagonal orthogonal matrix M = diag(s)·H_d / sqrt(d) (H_d Sylvester-Hadamard, s a seeded ±1
+sign vector kept in the layer's `rht_signs` buffer, so it is checkpointed) before quantization. Since
+(A·M)(B·M)ᵀ = A·Bᵀ the GEMM is unchanged in exact arithmetic; only the quantization error changes. A
+reduction dim that is not a multiple of d is zero-padded (zero rows add nothing to the product).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from altgrad_lib.numerics.block_scaling import BlockScaling
+
+GEMMS = ("fprop", "dgrad", "wgrad")
+COLUMNWISE_SOURCES = ("hp", "dequantized")
+
+
+@dataclass(frozen=True)
+class GemmOptions:
+    """Per-GEMM switches of a GEMM-faithful QuantizedLinear (see the module docstring)."""
+
+    hp_gemms: tuple[str, ...] = ()         # GEMMs kept in high precision, e.g. ("wgrad",)
+    rht: tuple[str, ...] = ("wgrad",)      # GEMMs whose operands get the random Hadamard transform
+    rht_dim: int = 16
+    columnwise_source: str = "hp"          # COLUMNWISE_SOURCES
+
+    def __post_init__(self) -> None:
+        for name in ("hp_gemms", "rht"):
+            v = getattr(self, name)
+            v = (v,) if isinstance(v, str) else tuple(v or ())
+            bad = [g for g in v if g not in GEMMS]
+            if bad:
+                raise ValueError(f"GemmOptions.{name}={v!r}: unknown GEMM(s) {bad}; valid choices: {GEMMS}")
+            object.__setattr__(self, name, v)
+        d = self.rht_dim
+        if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d & (d - 1):
+            raise ValueError(f"GemmOptions.rht_dim={d!r} is invalid; valid: a power of two >= 2 (TE uses 16)")
+        if self.columnwise_source not in COLUMNWISE_SOURCES:
+            raise ValueError(f"GemmOptions.columnwise_source={self.columnwise_source!r} is invalid; "
+                             f"valid choices: {COLUMNWISE_SOURCES}")
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: "Mapping | GemmOptions | None") -> "GemmOptions | None":
+        if d is None or isinstance(d, GemmOptions):
+            return d
+        if not isinstance(d, Mapping):
+            raise TypeError(f"GemmOptions: expected a dict or null, got {d!r}")
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown GemmOptions key(s) {unknown}; valid keys: {', '.join(valid)}")
+        return cls(**d)
+
+    def short_str(self) -> str:
+        parts = []
+        if self.rht:
+            parts.append("rht:" + "+".join(self.rht))
+        if self.hp_gemms:
+            parts.append("hp:" + "+".join(self.hp_gemms))
+        if self.columnwise_source != "hp":
+            parts.append("col:deq")
+        return ",".join(parts) or "plain"
+
+
+# ------------------------------------------------------------------------------------------ Hadamard
+
+def hadamard(d: int, dtype=torch.float64) -> Tensor:
+    """Sylvester-Hadamard matrix of order d (entries ±1, H·Hᵀ = d·I)."""
+    h = torch.ones(1, 1, dtype=dtype)
+    while h.shape[0] < d:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def rht_signs(d: int, seed: int) -> Tensor:
+    """A seeded ±1 vector (float32) for the random Hadamard transform."""
+    g = torch.Generator().manual_seed(int(seed))
+    return (torch.randint(0, 2, (d,), generator=g) * 2 - 1).to(torch.float32)
+
+
+def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
+    """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4)."""
+    d = signs.numel()
+    return (signs.to(torch.float64)[:, None] * hadamard(d) / d**0.5).to(dtype=dtype, device=signs.device)
+
+
+def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
+    """A·blockdiag(M) along the last dim (zero-padded to a multiple of d): (R, K) -> (R, ceil(K/d)·d)."""
+    d = signs.numel()
+    k = a.shape[-1]
+    kp = -(-k // d) * d
+    if kp != k:
+        a = F.pad(a, (0, kp - k))
+    m = rht_matrix(signs, a.dtype)
+    return (a.reshape(*a.shape[:-1], kp // d, d) @ m).reshape(*a.shape[:-1], kp)
+
+
+# ------------------------------------------------------------------------------------------ operands
+
+def _per_tensor(q) -> bool:
+    """Scaling independent of the layout: one quantized copy serves every GEMM."""
+    return q is None or (not isinstance(q.spec.scaling, BlockScaling) and q.spec.scaling.kind in ("none", "current", "delayed"))
+
+
+def _rowwise(q, t: Tensor, train: bool) -> Tensor:
+    """Quantize t along its last dim with quantizer q (None = high precision)."""
+    if q is None:
+        return t
+    if train:
+        return q.quantize(t)
+    with torch.no_grad():
+        return q(t)  # eval: the quantizer's eval numerics (state read, never updated; SR -> RNE)
+
+
+def _row(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
+    """Operand t (R, K) reduced along K: rotated (K padded to a multiple of d) and quantized along K."""
+    return _rowwise(q, t if signs is None else apply_rht(t, signs), train)
+
+
+def _col(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
+    """Operand t (R, K) reduced along R (a column-wise copy): quantized along R, returned as (R[padded], K)."""
+    return _row(q, t.t().contiguous(), train, signs).t()
+
+
+class _GemmFaithfulLinear(torch.autograd.Function):
+    """Y = X·Wᵀ with each GEMM's operands quantized along its reduction dim (bias is added outside).
+
+    The products use the calls of torch's own linear backward (dX = dY.mm(W), dW = (Xᵀ.mm(dY))ᵀ), so with
+    per-tensor specs the result is bit-identical to autograd through F.linear on the quantized operands."""
+
+    @staticmethod
+    def forward(ctx, x, w, layer):
+        opts: GemmOptions = layer.gemm
+        train = layer.training
+        x2 = x.reshape(-1, x.shape[-1])
+        xf = wf = None
+        if "fprop" in opts.hp_gemms:
+            y = F.linear(x, w)
+        else:
+            signs = layer.rht_signs if "fprop" in opts.rht else None
+            xf = _row(layer.x_quant, x2, train, signs)
+            wf = _row(layer.w_quant, w, train, signs)
+            y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
+            if signs is not None:          # padded / rotated copies are no use to the other GEMMs
+                xf = wf = None
+        ctx.layer, ctx.train, ctx.x_shape = layer, train, x.shape
+        ctx.save_for_backward(x2, w, xf, wf)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        layer, train = ctx.layer, ctx.train
+        opts: GemmOptions = layer.gemm
+        xq, wq, gq = layer.x_quant, layer.w_quant, layer.g_quant
+        x2, w, xf, wf = ctx.saved_tensors
+        dy2 = grad_y.reshape(-1, grad_y.shape[-1])
+        deq = opts.columnwise_source == "dequantized"
+        dy_once: list[Tensor] = []
+
+        def dy_per_tensor() -> Tensor:     # one quantized dY for every GEMM that can share it (the old path)
+            if not dy_once:
+                dy_once.append(_rowwise(gq, dy2, train))
+            return dy_once[0]
+
+        grad_x = grad_w = g_d = None
+        if ctx.needs_input_grad[0]:
+            if "dgrad" in opts.hp_gemms:
+                grad_x = dy2.mm(w)
+            else:
+                signs = layer.rht_signs if "dgrad" in opts.rht else None
+                g_d = dy_per_tensor() if signs is None and _per_tensor(gq) else _row(gq, dy2, train, signs)
+                if signs is None and _per_tensor(wq) and wf is not None:
+                    w_d = wf
+                else:
+                    w_d = _col(wq, wf if deq and wf is not None else w, train, signs)   # W blocked along `out`
+                grad_x = g_d.mm(w_d)
+            grad_x = grad_x.reshape(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            if "wgrad" in opts.hp_gemms:
+                grad_w = x2.t().mm(dy2).t()
+            else:
+                signs = layer.rht_signs if "wgrad" in opts.rht else None
+                if signs is None and _per_tensor(xq) and xf is not None:
+                    x_w = xf
+                else:
+                    x_w = _col(xq, xf if deq and xf is not None else x2, train, signs)  # X blocked along tokens
+                if signs is None and _per_tensor(gq):
+                    g_w = dy_per_tensor()
+                else:
+                    src = g_d if deq and g_d is not None and g_d.shape == dy2.shape else dy2
+                    g_w = _col(gq, src, train, signs)                                    # dY along tokens
+                grad_w = x_w.t().mm(g_w).t()
+        return grad_x, grad_w, None
+
+
+def gemm_faithful_linear(x: Tensor, w: Tensor, layer) -> Tensor:
+    """X·Wᵀ through _GemmFaithfulLinear; `layer` has x_quant, w_quant, g_quant, gemm and rht_signs."""
+    return _GemmFaithfulLinear.apply(x, w, layer)

@@ -1,0 +1,61 @@
+"""Tests for altgrad_lib.notebook.claims_view: the status banner is rewritten in place (a display update with the
+same id), its words come from the claims headline, and the readable table keeps every claims number."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from altgrad_lib.notebook import claims_view
+from altgrad_lib.studies import claims
+
+
+def _table():
+    rows = []
+    for s in range(3):
+        hp = 5.0 + 0.1 * s
+        for r, fb, v in (("hp", False, hp), ("hp", True, hp + 0.4), ("E2M1", False, hp + 0.05 + 0.001 * s),
+                         ("fp8", False, hp + 0.002 * (-1) ** s)):
+            rows.append({"recipe": r, "freeze_blocks": fb, "seed": s, "final_val_loss": v})
+    return claims.claims_table(pd.DataFrame(rows), "recipe", "hp", positive_controls=["E2M1"])
+
+
+def test_status_markdown_follows_the_headline():
+    t = _table()
+    smoke = claims_view.status_markdown(claims.headline(t, False, "baseline above the unigram entropy"))
+    assert smoke.startswith("**SMOKE TEST: no claims are drawn from these runs.**")
+    assert "baseline above the unigram entropy" in smoke
+    ok = claims_view.status_markdown(claims.headline(t, True, ""))
+    assert ok.startswith("**Claims:**") and "positive control E2M1: resolved" in ok
+
+
+def test_banner_updates_its_display_in_place(monkeypatch):
+    pytest.importorskip("IPython")
+    import IPython.display as d
+
+    sent = []
+
+    class Handle:
+        def update(self, obj):
+            sent.append(("update", obj.data))
+
+    monkeypatch.setattr(d, "display", lambda obj, display_id=None: sent.append(("display", obj.data)) or Handle())
+    b = claims_view.StatusBanner()
+    b.update(["SMOKE TEST, no claims drawn from these runs: x"])
+    assert sent[0] == ("display", claims_view.PENDING) and sent[1][0] == "update"
+    assert sent[1][1].startswith("**SMOKE TEST")
+
+
+def test_readable_keeps_the_numbers():
+    t = _table()
+    r = claims_view.readable(t).set_index("level")
+    row = t.set_index("level").loc["E2M1"]
+    assert r.loc["E2M1", "verdict"] == row.verdict == "worse"
+    assert r.loc["E2M1", "gap nats [95 % CI]"] == f"{row.gap_nats:+.4f} [{row.gap_lo:+.4f}, {row.gap_hi:+.4f}]"
+    assert r.loc["E2M1", "MDE nats"] == f"{row.mde_nats:.4f}" and r.loc["fp8", "δ nats"] == "0.0400"
+    s = claims_view.verdict_sentence(t, "fp8")
+    assert s.startswith(f"fp8: {t.set_index('level').loc['fp8', 'verdict']} (gap")
+    assert claims_view.verdict_sentence(t, "nope") == "nope: no claim (not compared)"
+    assert math.isfinite(row.mde_nats) and np.isfinite(t.p_holm).all()
