@@ -4,7 +4,9 @@ Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true
 `altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the
 field metadata in training/config.py). A mistake in the input (errors.UserError: config, YAML file, run directory,
 checkpoint) prints one line `altgrad: error: ...` and exits 2; `--debug` shows its traceback. Anything else is
-a bug and keeps its traceback.
+a bug and keeps its traceback. SIGTERM / SIGINT (preemption, Ctrl-C) during training finish the current step,
+write a checkpoint, print one line `altgrad: interrupted by SIGTERM at step N; re-run the same command to resume`
+and exit 75 (EXIT_INTERRUPTED, sysexits' "temporary failure"); a second signal aborts at once.
 """
 from __future__ import annotations
 
@@ -129,7 +131,8 @@ def _show_warning(message: Any, category: type, filename: str, lineno: int, file
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from altgrad_lib.errors import SizeWarning, UserError
+    from altgrad_lib.errors import Interrupted, SizeWarning, UserError
+    from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75; torch-free
 
     prev = warnings.showwarning
     warnings.showwarning = lambda m, c, *a, **k: (_show_warning(m, c, *a, **k) if issubclass(c, SizeWarning)
@@ -146,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _error(e)
         return EXIT_USER_ERROR
+    except Interrupted as e:   # preempted / Ctrl-C: the state is saved; one line, no traceback
+        print(f"altgrad: {e}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     finally:
         warnings.showwarning = prev
     return EXIT_USER_ERROR  # unreachable: argparse enforces the sub-command

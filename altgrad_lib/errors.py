@@ -36,3 +36,10 @@ def exc_line(exc: BaseException, limit: int = 300) -> str:
     summaries: a worker's traceback-like message must not fill a table cell)."""
     first = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
     return f"{type(exc).__name__}: {first}"[:limit]
+class Interrupted(KeyboardInterrupt):
+    """A run or study stopped on SIGTERM / SIGINT after writing its state (training/interrupt.py); re-running the
+    same command resumes it. A KeyboardInterrupt, so a notebook cell stops as it does on Ctrl-C."""
+
+    def __init__(self, message: str, step: int | None = None):
+        super().__init__(message)
+        self.step = step

@@ -124,3 +124,46 @@ def test_lr_envelope():
     assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 2
     assert sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == "--") == [1e-3, 1e-2]
     _check(fig, "LR stability envelope")
+
+
+def _boxes_overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_loss_curves_legend_never_covers_the_curves():
+    """Notebook 04 (issue 17.11): 8 runs x train/val; the legend sat on the curves. Checked on the drawn figure:
+    the legend's box lies outside every axes' box."""
+    rows = [(s, n, 8.0 - 0.02 * s) for s in range(51) for n in ("train/loss", "val/loss") if n == "train/loss" or
+            s % 25 == 0]
+    runs = {lb: type("R", (), {"metrics": pd.DataFrame(rows, columns=["step", "name", "value"]), "dir": lb})()
+            for lb in ("hp", "hp control", "E4M3", "E5M2", "E3M4", "E2M5", "E1M6", "E7M0")}
+    fig = plots.loss_curves(analysis.loss_table(runs), entropy=6.26, title="formats vs hp", baseline="hp")
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = [lg for ax in fig.axes for lg in ([ax.get_legend()] if ax.get_legend() else [])]
+    assert len(legends) == 1
+    box = legends[0].get_window_extent(r)
+    assert not any(_boxes_overlap(box, ax.get_window_extent(r)) for ax in fig.axes)
+    assert box.x1 <= fig.bbox.x1 + 1   # and it is not cut off
+    texts = [t.get_text() for t in legends[0].get_texts()]
+    assert texts[:8] == list(runs) and "val" in texts and "unigram entropy 6.26" in texts
+    _check(fig, "formats vs hp")
+
+
+def test_bars_labels_do_not_overlap():
+    """Notebook 03's throughput bars (issue 17.11): long variant names ran into each other. Checked on the drawn
+    figure: no two tick labels and no value label and title share pixels, and every value label is inside."""
+    tps = pd.Series({"hp s0": 35725.0, "hp control s0": 38534.0, "fp8_hybrid sim s0": 16460.0,
+                     "fp8_hybrid torchao s0": 15250.0})
+    fig = plots.bars(tps, "tokens / s", "throughput per variant")
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    ticks = [t.get_window_extent(r) for t in ax.get_yticklabels() + ax.get_xticklabels() if t.get_text()]
+    values = [t.get_window_extent(r) for t in ax.texts]
+    assert len(values) == 4
+    boxes = ticks + values + [ax.title.get_window_extent(r)]
+    assert not any(_boxes_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    axbox = ax.get_window_extent(r)
+    assert all(axbox.x0 <= v.x0 and v.x1 <= axbox.x1 for v in values)
+    _check(fig, "throughput")

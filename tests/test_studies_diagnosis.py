@@ -39,7 +39,7 @@ def test_verdict_branches():
     c = diagnosis.verdict(s[s.label == "C"], control, div)
     assert c == "diverged in 1/2 seeds; seed 1: at step 7, first non-finite grad h.0.mlp.c_fc"
     div["C s1"]["phase"] = "eval"
-    assert diagnosis.verdict(s[s.label == "C"], control, div).endswith("validation loss non-finite")
+    assert diagnosis.verdict(s[s.label == "C"], control, div).endswith("validation loss is non-finite")
     one = diagnosis.verdict(s[(s.label == "A") & (s.seed == 0)], control, div)
     assert one == "trains: gap +1.00 % (n=1)"                      # one seed: no spread
     with pytest.raises(ValueError):

@@ -125,3 +125,40 @@ def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkey
     monkeypatch.setenv("ALTGRAD_WORKERS", "two")
     with pytest.raises(ValueError, match="ALTGRAD_WORKERS='two' must be a positive integer"):
         auto_workers(2)
+
+
+def test_omp_num_threads_is_the_per_worker_default(monkeypatch):
+    """ALTGRAD_WORKERS=1 under OMP_NUM_THREADS=1 said (and workers used) cores // workers threads (issue 17.11)."""
+    from altgrad_lib.studies.executors import auto_executor
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("ALTGRAD_WORKERS", "1")
+    assert auto_executor(3).short_str() == "local[1 worker(s) x 1 thread(s)]"
+    out = dict(LocalExecutor(workers=2).map(probe, [0, 1]))       # real workers: their torch thread count
+    assert {o.value[1] for o in out.values()} == {1}
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert executors.default_threads(1) == 4 and executors.default_threads(2) == 2
+
+
+def sleep_for(x: float) -> float:
+    import time
+
+    time.sleep(x)
+    return x
+
+
+def test_a_driver_that_stops_consuming_takes_its_workers_down():
+    """Workers live in their own process group (a terminal's Ctrl-C reaches only the driver): a driver that stops
+    early (KeyboardInterrupt in tools/sweep.py, an exception) must not wait for their jobs, nor leave them."""
+    import multiprocessing as mp
+    import time
+
+    gen = LocalExecutor(workers=2, threads=1).map(sleep_for, [0.0, 60.0, 60.0])
+    item, out = next(gen)
+    assert item == 0.0 and out.ok
+    t0 = time.time()
+    gen.close()                              # what a KeyboardInterrupt in the consuming loop does
+    while mp.active_children() and time.time() - t0 < 20:
+        time.sleep(0.1)
+    assert not mp.active_children() and time.time() - t0 < 20    # not the 60 s of the jobs

@@ -115,3 +115,21 @@ def test_cpu_profiles_share_one_model_so_runs_are_trained_once():
         assert model(stem) == ref, stem
     study = yaml.safe_load((sweep.PARAMS_DIR / "studies" / "cpu_formats.yaml").read_text())
     assert study["base"] == "../02_bf16_baseline/cpu.yaml" and not study.get("config")
+
+
+def test_kernel_log_noise_stays_out_of_the_sweep_output(tmp_path, capfd):
+    """A real papermill run: the kernel's own log lines ([IPKernelApp] warnings, 'KeyboardInterrupt caught in
+    kernel' at shutdown, issue 17.11) do not reach the sweep's output; the cell's output reaches the notebook."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print('cell ran')")]
+    src, params = tmp_path / "t.ipynb", tmp_path / "t.yaml"
+    nbformat.write(nb, src)
+    params.write_text("{}\n")
+    status, err = sweep.run_job(sweep.Job(src, params, tmp_path / "out" / "t.ipynb"), "python3")
+    captured = capfd.readouterr()
+    assert status == "ok", err
+    assert "[IPKernelApp]" not in captured.err and "KeyboardInterrupt" not in captured.err, captured.err
+    out = nbformat.read(tmp_path / "out" / "t.ipynb", as_version=4)
+    assert "cell ran" in out.cells[-1].outputs[0]["text"]

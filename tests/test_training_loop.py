@@ -434,3 +434,54 @@ def test_an_overflowing_perplexity_is_inf_in_metrics_summary_and_run_tables(tmp_
     assert math.isinf(run.metric("val/ppl").iloc[-1])
     assert math.isinf(json.loads((run.dir / "summary.json").read_text())["final_val_ppl"])
     assert math.isinf(run_frame([run])["val_ppl"].iloc[0])
+# ------------------------------------------------------------------ smaller faults (issue 17.10, 17.11)
+def test_lr_1e6_names_the_overflowing_gradient_instead_of_question_marks(tmp_path):
+    run = train(tiny(tmp_path, recipe="hp", dropout=0.0, lr=1e6, warmup_steps=2, max_steps=6), progress=False)
+    assert run.diverged, run
+    first = run.divergence["first_nonfinite"]
+    assert first["kind"] == "grad_norm_overflow", run.divergence
+    assert first["name"] in _param_names(run)
+    # float32 squares the elements: a norm above sqrt(float32 max) overflows (the oracle: torch.finfo)
+    assert first["norm"] ** 2 > torch.finfo(torch.float32).max and math.isfinite(first["norm"])
+    assert "?" not in run.divergence_str() and first["name"] in run.divergence_str()
+
+
+def _param_names(run: Run) -> set[str]:
+    from altgrad_lib.model import GPT, GPTConfig
+
+    c = run.config
+    m = GPT(GPTConfig(block_size=c.block_size, vocab_size=513, n_layer=c.n_layer, n_head=c.n_head, n_embd=c.n_embd))
+    return {n for n, _ in m.named_parameters()}
+
+
+def test_a_deleted_metrics_csv_is_refused_not_resumed_with_a_gap(tmp_path):
+    cfg = tiny(tmp_path, ckpt_interval=2, max_steps=6)
+    with pytest.raises(Crash):
+        train(cfg, progress=False, on_step=crash_at(4))
+    (cfg.resolved().run_dir / "metrics.csv").unlink()
+    with pytest.raises(RunConflictError, match=r"metrics.csv is missing or empty but last.pt is at step 4: "
+                                               r"resuming would leave steps 0-4 without metrics"):
+        train(cfg, progress=False)
+    assert not (cfg.resolved().run_dir / "metrics.csv").exists()            # refused before writing anything
+    assert train(cfg, resume=False, progress=False).status == "completed"    # the way out it names
+
+
+def test_diagnostics_switched_on_at_resume_say_which_steps_they_cover(tmp_path, capsys):
+    cfg = tiny(tmp_path, ckpt_interval=2, max_steps=6)
+    with pytest.raises(Crash):
+        train(cfg, progress=False, on_step=crash_at(4))
+    capsys.readouterr()
+    run = train(cfg.replace(diagnostics="cheap"), progress=False)
+    out = capsys.readouterr().out
+    assert run.status == "completed"
+    assert "note: diagnostics [" in out and "start at step 5: steps 1-4 of" in out, out
+
+
+def test_a_logger_on_a_finished_run_says_it_mirrors_nothing(tmp_path, capsys):
+    cfg = tiny(tmp_path, max_steps=2)
+    train(cfg, progress=False)
+    capsys.readouterr()
+    run = train(cfg.replace(logger="tensorboard"), progress=False)
+    out = capsys.readouterr().out
+    assert run.reused
+    assert "is finished, so logger='tensorboard' mirrors nothing" in out, out

@@ -70,6 +70,12 @@ def plan_jobs(profile: str, out_dir: Path, only: list[str] | None = None) -> lis
     return jobs
 
 
+# The kernel's own log (not the notebook's output): jupyter_client interrupts every kernel before shutting it
+# down, and ipykernel then logs "KeyboardInterrupt caught in kernel" (plus a TCP-transport warning at start) on
+# the sweep's stderr. Cell errors still reach the notebook and papermill (DeadKernelError for a dead kernel).
+KERNEL_ARGS = ("--IPKernelApp.log_level=CRITICAL",)
+
+
 def run_job(job: Job, kernel: str) -> tuple[str, str]:
     import papermill as pm  # imported lazily: only the sweep needs it
 
@@ -77,8 +83,8 @@ def run_job(job: Job, kernel: str) -> tuple[str, str]:
     params = yaml.safe_load(job.params_file.read_text()) or {}
     job.output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        pm.execute_notebook(str(job.notebook), str(job.output), parameters=params,
-                            kernel_name=kernel, cwd=str(NOTEBOOK_DIR), progress_bar=True)
+        pm.execute_notebook(str(job.notebook), str(job.output), parameters=params, kernel_name=kernel,
+                            cwd=str(NOTEBOOK_DIR), progress_bar=True, extra_arguments=list(KERNEL_ARGS))
         return "ok", ""
     except Exception as exc:  # papermill still writes the failed notebook with the error cell
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]

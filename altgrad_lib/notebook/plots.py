@@ -155,12 +155,13 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
     With `baseline` (a label in `losses`), a lower panel shows each run's loss minus the baseline's at the
     same step, which is where differences of 1e-3 nats between near-identical curves become visible.
     """
+    labels = list(dict.fromkeys(losses.label))
+    width = FIGSIZE[0] + 1.5 + 0.05 * max((len(str(lb)) for lb in labels), default=0)   # + the legend column
     if baseline is None:
-        fig, ax = plt.subplots(figsize=FIGSIZE)
+        fig, ax = plt.subplots(figsize=(width, FIGSIZE[1]))
         axd = None
     else:
-        fig, (ax, axd) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True, height_ratios=(2, 1))
-    labels = list(dict.fromkeys(losses.label))
+        fig, (ax, axd) = plt.subplots(2, 1, figsize=(width, 5.5), sharex=True, height_ratios=(2, 1))
     for i, label in enumerate(labels):
         d = losses[losses.label == label]
         tr, va = d[d.split == "train"], d[d.split == "val"]
@@ -179,11 +180,18 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
     if log_x:
         ax.set_xscale("log")
     ax.set(ylabel="cross-entropy (nats/token)", title=title)
-    ax.legend(fontsize=8)
+    # one legend for both panels, outside the axes so that it never covers a curve (04 has 9+ runs): a colour
+    # per run, then what the line styles mean
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color=f"C{i}", marker="o", ms=3, label=str(lb)) for i, lb in enumerate(labels)]
+    handles += [Line2D([], [], color="k", lw=0.8, alpha=0.6, label="train (every step)"),
+                Line2D([], [], color="k", marker="o", ms=3, label="val")]
+    if entropy is not None:
+        handles.append(Line2D([], [], color="k", ls="--", lw=1, label=f"unigram entropy {entropy:.2f}"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if axd is not None:
         axd.axhline(0, color="k", lw=0.8)
         axd.set(xlabel="step", ylabel=f"loss - {baseline} (nats)")
-        axd.legend(fontsize=7, ncol=2)
     else:
         ax.set_xlabel("step")
     fig.tight_layout()
@@ -208,13 +216,21 @@ def sqnr_bars(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32",
 
 
 def bars(values: pd.Series, ylabel: str, title: str, fmt: str = "{:.0f}") -> Figure:
-    """Simple labelled bar chart (e.g. throughput per run)."""
-    fig, ax = plt.subplots(figsize=(6, 3))
-    ax.bar(values.index.astype(str), values.values, color=[f"C{i}" for i in range(len(values))])
-    for i, v in enumerate(values.values):
+    """Labelled horizontal bar chart (e.g. throughput per run): names on the y axis never collide however long
+    they are (03's "fp8_hybrid torchao s0"), values at the bar ends, first entry on top. `ylabel` names the
+    quantity (on the value axis, which is horizontal here)."""
+    n = len(values)
+    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.4 * max(n, 1)))
+    pos = np.arange(n)[::-1]
+    ax.barh(pos, values.values, color=[f"C{i}" for i in range(n)])
+    ax.set_yticks(pos, values.index.astype(str))
+    for y, v in zip(pos, values.values):
         if not (isinstance(v, float) and math.isnan(v)):
-            ax.annotate(fmt.format(v), (i, v), ha="center", va="bottom", fontsize=8)
-    ax.set(ylabel=ylabel, title=title)
+            ax.annotate(" " + fmt.format(v), (v, y), ha="left", va="center", fontsize=8)
+    finite = [float(v) for v in values.values if v == v and abs(v) != math.inf]
+    if finite and max(finite) > 0:
+        ax.set_xlim(0, max(finite) * 1.18)   # room for the value labels inside the axes
+    ax.set(xlabel=ylabel, title=title)
     fig.tight_layout()
     return fig
 

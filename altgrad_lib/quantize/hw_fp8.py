@@ -14,6 +14,9 @@ formats are supported; exotic formats (E3M4, E2M1, ...) need backend="sim".
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import torch
 import torch.nn as nn
 
@@ -134,13 +137,45 @@ class ScaledMMLinear(nn.Linear):
 
 # ----------------------------------------------------------------------------- torchao path
 
+# What importing torchao logs on a box without its CUDA kernels (per logger): one "Failed to load <_C*.so>" line
+# per kernel library (CUDA-only: mxfp8, cutlass sm90a; the float8 path we use is Python), and torch's notice that
+# torchao registers an Enum with register_constant. Neither concerns our use; both landed in notebook outputs.
+_TORCHAO_IMPORT_NOISE = {"torchao": ("Failed to load ",),
+                         "torch.utils._pytree": ("is an Enum subclass and is now natively supported",)}
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, needles: tuple[str, ...]):
+        super().__init__()
+        self.needles = needles
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in self.needles)
+
+
+@contextlib.contextmanager
+def quiet_torchao_import():
+    """Import torchao inside this to drop only its import-time noise (above); every other record still shows."""
+    filters = [(logging.getLogger(name), _DropMessages(needles)) for name, needles in _TORCHAO_IMPORT_NOISE.items()]
+    for lg, f in filters:
+        lg.addFilter(f)
+    try:
+        import torchao  # noqa: F401  (the first import is the noisy one)
+        yield
+    finally:
+        for lg, f in filters:
+            lg.removeFilter(f)
+
+
 def torchao_config(layer_spec, fqn: str = "", linear: nn.Linear | None = None):
     """Float8LinearConfig matching a LayerSpec (dynamic tensorwise scaling, dtypes from the spec).
 
     The default (non-emulated) config works on CPU here: torchao then calls torch._scaled_mm, which CPU
     emulates; `emulate=True` would dequantize and matmul in fp32 instead (same numerics, no FP8 GEMM)."""
-    from torchao.float8 import Float8LinearConfig
-    from torchao.float8.config import CastConfig
+    with quiet_torchao_import():
+        from torchao.float8 import Float8LinearConfig
+        from torchao.float8.config import CastConfig
 
     if linear is not None:
         x_dtype, w_dtype, g_dtype = check_hw_layer("torchao", layer_spec, fqn, linear)
@@ -156,7 +191,8 @@ def torchao_config(layer_spec, fqn: str = "", linear: nn.Linear | None = None):
 
 def convert_torchao(model: nn.Module, layer_specs: dict[str, object]) -> None:
     """Swap the Linears named in `layer_specs` (fqn -> LayerSpec) for torchao Float8Linear, in place."""
-    from torchao.float8 import convert_to_float8_training
+    with quiet_torchao_import():
+        from torchao.float8 import convert_to_float8_training
 
     modules = dict(model.named_modules())
     groups: dict[tuple, list[str]] = {}

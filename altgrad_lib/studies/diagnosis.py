@@ -20,6 +20,7 @@ import pandas as pd
 
 from altgrad_lib.studies.stats import MIN_MARGIN_NATS
 from altgrad_lib.studies.envelope import first_spike
+from altgrad_lib.training.run_dir import divergence_where
 
 # column -> (role, metric, aggregate over the run's layers and diagnostic steps); role None: any role
 MECH: dict[str, tuple[str | None, str, str]] = {
@@ -67,9 +68,7 @@ def verdict(rows: pd.DataFrame, control: pd.Series, divergences: Mapping[str, di
     div = rows[rows["status"] == "diverged"]
     if len(div):
         d = divergences.get(div["run"].iloc[0]) or {}
-        first = d.get("first_nonfinite") or {}
-        where = ("validation loss non-finite" if d.get("phase") == "eval"
-                 else f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}")
+        where = divergence_where(d)
         return (f"diverged in {len(div)}/{n} seeds; seed {int(div['seed'].iloc[0])}: at step {d.get('step', '?')}, "
                 f"{where}")
     learned = rows["final_val_loss"].to_numpy(float) < control.loc[rows["seed"]].to_numpy(float) - MIN_MARGIN_NATS

@@ -25,7 +25,11 @@ study and a notebook that train the same config share one run directory (runs go
 interrupted one resumes from its checkpoint, a missing one is trained. After every run the index
 `study.csv` (run, axis values, status, final numbers, run dir) is rewritten atomically. A diverged run is a
 result (status `diverged`, with its step); a run that raises is `failed` with its one-line error; neither
-stops the others.
+stops the others. A run that another process is training (a second study on the same outputs) is "running
+elsewhere": its worker waits for it, then reuses (or resumes) it, so it is never `failed`.
+SIGTERM / SIGINT on the driver are forwarded (one SIGTERM) to the local workers, which finish their step and
+checkpoint; runs not started are not started; every unfinished run is `interrupted` in the index, and
+errors.Interrupted is raised (`altgrad study`: one line, exit 75). Re-running resumes them.
 """
 from __future__ import annotations
 
@@ -357,7 +361,7 @@ def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
     from altgrad_lib.studies.results import run_frame
     from altgrad_lib.training.loop import train
 
-    run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False)
+    run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False, wait_if_locked=True)
     row = run_frame([run], keys=()).iloc[0].to_dict()
     div = run.divergence or {}
     return {"status": run.status, "reused": bool(run.reused), "error": "",
@@ -405,7 +409,9 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     """The engine under run_study and train_variants: train (reuse, resume) each point through
     `executor` (default: executors.auto_executor for the points still to train), rewriting the index
     `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
-    from altgrad_lib.studies.executors import LocalExecutor, auto_executor
+    from altgrad_lib.errors import Interrupted
+    from altgrad_lib.studies.executors import LocalExecutor, auto_executor, kill_workers, map_jobs, stop_workers
+    from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 
     check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
@@ -423,20 +429,32 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
         + (f"; index {index_path}" if index_path else ""))
     t0 = time.perf_counter()
     jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
-    outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo]),  # read here
-                               executor.map(_job, [j for j in jobs if j[0] in todo]))
-    for i, ((pname, _, _), out) in enumerate(outcomes, 1):
-        row = rows[pname]
-        if out.ok:
-            row.update(out.value)
-        else:
-            row.update(status="failed", error=out.error)
-        row["seconds"] = round(out.seconds, 2)
-        write()
-        extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
-                 f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
-        log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
-            f"({row['seconds']} s)")
+    stopped: list[str] = []   # runs that came back interrupted (also in-process, where train() saw the signal)
+    with InterruptScope(on_signal=stop_workers, on_abort=kill_workers) as sig:   # see executors.py
+        stop = lambda: bool(sig) or bool(stopped)  # noqa: E731
+        outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo], stop),  # read
+                                   map_jobs(executor, _job, [j for j in jobs if j[0] in todo], stop))
+        for i, ((pname, config, _), out) in enumerate(outcomes, 1):
+            row = rows[pname]
+            if out.ok:
+                row.update(out.value)
+            elif out.interrupted:
+                stopped.append(pname)
+                done = finished(TrainConfig.from_dict(config))   # e.g. its worker died after the last step
+                row.update(run_point(config) if done else {"status": "interrupted", "error": out.error})
+            else:
+                row.update(status="failed", error=out.error)
+            row["seconds"] = round(out.seconds, 2)
+            write()
+            extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
+                     f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
+            log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
+                f"({row['seconds']} s)")
+    left = [n for n in order if rows[n]["status"] == "interrupted"]
+    if sig or left:
+        raise Interrupted(f"{name or 'runs'} interrupted{f' by {sig.name}' if sig else ''}: {len(left)} of "
+                          f"{len(points)} runs not finished"
+                          + (f" (status 'interrupted' in {index_path})" if index_path else "") + f"; {RESUME_HINT}")
     log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
         + (f" -> {index_path}" if index_path else ""))
     return [rows[n] for n in order]

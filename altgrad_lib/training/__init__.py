@@ -8,6 +8,7 @@
     checkpoint.py  atomic, sha256-checked checkpoints with every RNG and the data position
     data.py        corpora (embedded licence texts, EurLex, local files), memmap token cache, deterministic batches
     tokenizers.py  tiktoken encodings: GPT-2 (sha256-checked) and truncated gpt2-<N>
+    interrupt.py   SIGTERM / SIGINT: finish the step, checkpoint, stop with errors.Interrupted (exit 75 in the CLI)
     guards.py      gradient-flow guard: stops a run whose parameters get no gradient
     tracking.py    optional W&B / TensorBoard mirrors of metrics.csv
     progress.py    one progress bar for terminals and notebooks

@@ -27,10 +27,13 @@ from altgrad_lib.optim.factory import step_metrics
 from altgrad_lib.training.build import build_model
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
-from altgrad_lib.errors import UserError
+from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.model import freeze_blocks
+from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.run_dir import METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, RunLock, make_provenance, now_iso, perplexity, read_metrics, run_dir_is_free, write_config_yaml
+from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
+                                          hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
+                                          run_dir_is_free, write_config_yaml)
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.state import restore_snapshot, snapshot_state
 
@@ -137,7 +140,7 @@ def _check_same_numbers(run_dir: Path, data_sha: str) -> None:
 
 def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = None, verbose: bool = True,
           on_model: Callable[[torch.nn.Module], None] | None = None,
-          on_step: Callable[[int, dict[str, float]], None] | None = None) -> Run:
+          on_step: Callable[[int, dict[str, float]], None] | None = None, wait_if_locked: bool = False) -> Run:
     """Train (or resume, or reuse) the run described by `config`; returns its Run.
 
     resume=True: a finished run with this config is returned as is; an unfinished one continues from
@@ -145,17 +148,22 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     on_model(model) is called once after quantization (hooks, monitors); on_step(step, metrics) after every
     step's metrics and checkpoint are written (raising there simulates a crash at that step).
     Mistakes in the config raise ConfigError before the run directory exists (preflight.py); a run directory
-    in use by another process raises RunLockedError.
+    in use by another process raises RunLockedError, or with wait_if_locked=True (studies) is waited for: the
+    run is "running elsewhere", and is then reused or resumed.
+    SIGTERM / SIGINT finish the current step, write its checkpoint and raise errors.Interrupted (interrupt.py).
     """
     cfg = config.resolved()
-    corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity), model: nothing written yet
-    with RunLock(cfg.run_dir):   # one process per run directory, released when this one ends or dies
-        return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step)
+    with InterruptScope() as stop:
+        corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity): nothing written
+        if stop:
+            raise Interrupted(f"interrupted by {stop.name} before the first step; {RESUME_HINT}")
+        with hold_run_lock(cfg.run_dir, wait_if_locked, stop, _log):   # one process per run dir, released when
+            return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step, stop)
 
 
 def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
-                  on_step: Callable[[int, dict[str, float]], None] | None) -> Run:
+                  on_step: Callable[[int, dict[str, float]], None] | None, stop: InterruptScope) -> Run:
     h = cfg.config_hash()
     run_dir = Path(cfg.out_dir) / cfg.run_name
     ckpt_path = run_dir / "checkpoints" / "last.pt"
@@ -174,8 +182,15 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
             _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
                  f"reused); retrain with resume=False (CLI: --no-resume) to record them")
+        if cfg.logger != "none":   # the mirror follows training; a finished run trains no more (issue 17.10)
+            _log(f"note: {run_dir.name} is finished, so logger={cfg.logger!r} mirrors nothing (metrics.csv holds its "
+                 f"metrics); retrain with resume=False (CLI: --no-resume) to mirror them")
         return run
     state = ckpt.load_checkpoint(ckpt_path, h) if resume and ckpt_path.exists() else None  # fail before writing
+    if state is not None and run_dir_is_free(run_dir, ignore_checkpoint=True):
+        raise RunConflictError(f"{run_dir / METRICS_FILE} is missing or empty but {ckpt_path.name} is at step "
+                               f"{state['step']}: resuming would leave steps 0-{state['step']} without metrics; "
+                               f"restore the file, or retrain with resume=False (CLI: --no-resume)")
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -215,12 +230,20 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
             write_json(prov_path, prov)
             _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
         diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
+        if state is not None and diag.enabled:
+            before = set((state["extra"].get("diagnostics") or {}).get("groups") or ())
+            new = [g for g in diag.monitors if g not in before]
+            if new:
+                _log(f"note: diagnostics {new} start at step {start + 1}: steps 1-{start} of {run_dir.name} were "
+                     f"trained without them (they do not change its numbers); retrain with resume=False "
+                     f"(CLI: --no-resume) to cover the whole run")
         del state
         if verbose:
             n = sum(p.numel() for p in model.parameters())
             _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
                  f"{device.type}, steps {start}->{cfg.max_steps}")
-        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag)
+        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
+                    stop)
         if verbose and run.status == "completed":
             v = run.final_val_loss
             _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
@@ -232,7 +255,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
 
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
-          on_step: Callable[[int, dict[str, float]], None] | None, diag: Any) -> Run:
+          on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     from altgrad_lib.quantize.convert import quantized_modules
@@ -243,6 +266,19 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     model.train()
     from altgrad_lib.training.tracking import mirrored  # logger="none": the plain writer, nothing imported
     with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
+        def save(step: int) -> None:
+            writer.sync()  # metrics up to this step are on disk before the checkpoint says so
+            diag.sync()
+            ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
+                                 extra={**_identity(corpus.meta["content_sha256"]), "diagnostics": diag.state_dict()})
+
+        def interrupted(step: int, saved: bool) -> Interrupted:
+            if not saved:
+                save(step)
+            return Interrupted(f"interrupted by {stop.name} at step {step}; {RESUME_HINT}", step)
+
+        if stop:   # a signal during setup: nothing new to save
+            raise Interrupted(f"interrupted by {stop.name} at step {start}; {RESUME_HINT}", start)
         if start == 0:
             val0 = evaluate(fwd, corpus, cfg, device)
             writer.log(0, val0)
@@ -291,16 +327,15 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     if not math.isfinite(val["val/loss"]):   # a NaN/inf validation loss is a divergence too
                         return _finish_diverged(cfg, h, run_dir, ckpt_path, step, val["val/loss"], grad_norm, lr,
                                                 {"phase": "eval"})
-                if (cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps:
-                    writer.sync()  # metrics up to this step are on disk before the checkpoint says so
-                    diag.sync()
-                    ckpt.save_checkpoint(ckpt_path, model=model, optimizer=optimizer, step=step, config_hash=h,
-                                         extra={**_identity(corpus.meta["content_sha256"]),
-                                                "diagnostics": diag.state_dict()})
+                saved = bool(cfg.ckpt_interval and step % cfg.ckpt_interval == 0) or step == cfg.max_steps
+                if saved:
+                    save(step)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_v:.4f}", refresh=False)
                 if on_step is not None:
                     on_step(step, m)
+                if stop and step < cfg.max_steps:   # preempted: this step is done; save it and stop
+                    raise interrupted(step, saved)
         finally:
             bar.close()
             diag.close()
@@ -326,10 +361,8 @@ def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, s
     write_json(run_dir / "divergence.json", div)
     write_json(run_dir / "summary.json", {"status": "diverged", "final_step": step, "final_val_loss": None,
                                           "config_hash": h, "end_time": now_iso()})
-    first = div.get("first_nonfinite") or {}
-    where = ("validation loss is non-finite" if record.get("phase") == "eval" else
-             f"first non-finite: {first.get('kind', '?')} {first.get('name', '?')}")
-    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; {where}; "
+    _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; "
+         f"{divergence_where(div)}; "
          f"last good checkpoint step {last_good}")
     return Run.load(run_dir)
 
@@ -393,7 +426,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     for name, p in model.named_parameters():
         if p.requires_grad:
             handles.append(p.register_hook(lambda g, name=name: _bwd(g, "param_grad", name)))
-    replay_loss = math.nan
+    replay_loss, overflow = math.nan, None
     try:
         model.zero_grad(set_to_none=True)
         with warnings.catch_warnings():
@@ -402,6 +435,7 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
                 _, loss = model(x, y)
             replay_loss = float(loss.item())
             loss.backward()
+        overflow = _grad_norm_overflow(model) if not (fwd_events or bwd_events or bad_params) else None
     except Exception as e:  # the diagnosis must never turn a clean divergence stop into a crash
         bwd_events.append({"kind": "replay_error", "name": f"{type(e).__name__}: {e}"})
     finally:
@@ -411,10 +445,23 @@ def diagnose_nonfinite(model: torch.nn.Module, snap: dict[str, Any], x: torch.Te
     fwd_first = next((e for e in fwd_events if e["inputs_finite"]), fwd_events[0] if fwd_events else None)
     bwd_first = next((e for k in ("input_grad", "param_grad", "output_grad", "replay_error")
                       for e in bwd_events if e["kind"] == k), None)
-    first = fwd_first or bwd_first
+    first = fwd_first or bwd_first or overflow
     if bad_params:
         first = {"kind": "parameter", "name": bad_params[0]}
     return {"first_nonfinite": first, "forward_first": fwd_first, "backward_first": bwd_first,
             "nonfinite_params": bad_params, "replay_loss": replay_loss,
-            "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events)}
+            "replay_reproduced": not math.isfinite(replay_loss) or bool(bwd_events) or overflow is not None}
+
+
+def _grad_norm_overflow(model: torch.nn.Module) -> dict[str, Any] | None:
+    """Every tensor finite but the clipping norm inf (e.g. lr=1e6): float32 norms square the elements, so a
+    gradient whose norm exceeds ~1.8e19 overflows. Names the first parameter whose float32 gradient norm is inf
+    (else the largest) with its norm in float64."""
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    n32 = {n: float(g.float().norm()) for n, g in grads.items()}   # as clip_grad_norm_ computes them
+    if not n32 or math.isfinite(float(torch.tensor(list(n32.values())).norm())):
+        return None
+    name = next((n for n, v in n32.items() if not math.isfinite(v)), max(n32, key=n32.__getitem__))
+    return {"kind": "grad_norm_overflow", "name": name, "norm": float(grads[name].double().norm()),
+            "total_norm": math.sqrt(sum(float(g.double().norm()) ** 2 for g in grads.values()))}
 

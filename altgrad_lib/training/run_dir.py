@@ -15,6 +15,7 @@ start leaves behind never blocks the corrected command, whatever config it recor
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import json
@@ -24,14 +25,15 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pandas as pd
 import yaml
 
-from altgrad_lib.errors import ConfigError, UserError, one_line
+from altgrad_lib.errors import ConfigError, Interrupted, UserError, one_line
 from altgrad_lib.io import atomic_write_text, fmt_value, read_json
 from altgrad_lib.paths import project_root
 
@@ -169,15 +171,31 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
 LOCK_FILE = ".lock"
 
 
+def divergence_where(div: dict[str, Any]) -> str:
+    """Where a divergence record (divergence.json) says the blow-up began, in words; when the replay of the step
+    found no non-finite tensor, what is known instead (e.g. the gradient norm overflowed float32)."""
+    if div.get("phase") == "eval":
+        return "validation loss is non-finite"
+    first = div.get("first_nonfinite") or {}
+    if first.get("kind") == "grad_norm_overflow":
+        return (f"first non-finite the gradient norm: float32 overflow, every gradient finite (first to overflow "
+                f"{first.get('name')}, norm {first.get('norm', float('nan')):.3g} in float64)")
+    if first:
+        return f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}"
+    return (f"the replay of the step found no non-finite tensor (loss {div.get('loss')}, grad_norm "
+            f"{div.get('grad_norm')})")
+
+
 class RunLockedError(UserError, RuntimeError):
     """Another live process holds the run directory's lock."""
 
 
-def run_dir_is_free(run_dir: str | Path) -> bool:
+def run_dir_is_free(run_dir: str | Path, ignore_checkpoint: bool = False) -> bool:
     """True when `run_dir` holds no result yet: no summary.json, no checkpoint and no metric row. A failed
-    start (bad corpus, no GPU, ...) leaves such a stub; it may be reused by any config."""
+    start (bad corpus, no GPU, ...) leaves such a stub; it may be reused by any config. ignore_checkpoint:
+    look at summary and metrics only (a checkpoint without metrics cannot resume without a gap)."""
     d = Path(run_dir)
-    if (d / "summary.json").exists() or (d / "checkpoints" / "last.pt").exists():
+    if (d / "summary.json").exists() or (not ignore_checkpoint and (d / "checkpoints" / "last.pt").exists()):
         return False
     m = d / METRICS_FILE
     return not m.exists() or m.stat().st_size <= len(METRICS_HEADER)
@@ -233,6 +251,33 @@ class RunLock:
         self.release()
 
 
+@contextlib.contextmanager
+def hold_run_lock(run_dir: Path, wait: bool = False, stop: Any = None, log: Any = print) -> Iterator[RunLock]:
+    """RunLock(run_dir) for the block. With `wait` (studies), a run another process holds is "running elsewhere":
+    poll every 0.5 s until it is free (then train() reuses or resumes it); a true `stop` (an InterruptScope that got
+    a signal) ends the wait with errors.Interrupted."""
+    told = False
+    while True:
+        try:
+            lock = RunLock(run_dir).acquire()
+            break
+        except RunLockedError as e:
+            if not wait:
+                raise
+            if not told:
+                who = e.args[0].split(" is in use by ")[-1].split(";")[0]
+                log(f"{Path(run_dir).name} is running elsewhere ({who}); waiting for it, then reusing or resuming it")
+                told = True
+            if stop:
+                raise Interrupted(f"interrupted by {stop.name} while waiting for {Path(run_dir).name}; re-run the "
+                                  f"same command to resume") from None
+            time.sleep(0.5)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 # ----------------------------------------------------------------------------------------------
 # Run result object
 
@@ -280,10 +325,7 @@ class Run:
     def divergence_str(self) -> str:
         """'diverged at step N: first non-finite <kind> <tensor>' (the result of a diverged run)."""
         d = self.divergence or {}
-        first = d.get("first_nonfinite") or {}
-        where = ("validation loss is non-finite" if d.get("phase") == "eval" else
-                 f"first non-finite {first.get('kind', '?')} {first.get('name', '?')}")
-        return f"diverged at step {d.get('step', '?')}: {where}"
+        return f"diverged at step {d.get('step', '?')}: {divergence_where(d)}"
 
     def __repr__(self) -> str:
         return self.short_str()

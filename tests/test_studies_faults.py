@@ -1,0 +1,153 @@
+"""Studies under faults (issue 17.7-17.9), with real `altgrad study` processes and real signals:
+SIGTERM on the driver is forwarded to its workers, which checkpoint; the index says "interrupted"; SIGKILL on the
+driver leaves no worker behind; two studies on one outputs directory share the runs instead of failing them."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import yaml
+from helpers import tiny_study_dict
+
+from altgrad_lib.training.interrupt import EXIT_INTERRUPTED
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _study_file(tmp_path: Path, max_steps: int, seeds: list[int], recipes: list[str]) -> Path:
+    d = tiny_study_dict(tmp_path, max_steps=max_steps)
+    d["config"].update(ckpt_interval=1000, log_interval=1, eval_iters=1)   # checkpoints only from the signal / end
+    d["axes"] = {"recipe": recipes, "seed": seeds}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+def _start(study: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "ALTGRAD_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-m", "altgrad_lib.cli", "study", "-f", str(study), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_training(runs: Path, n: int, proc: subprocess.Popen, step: int = 2, timeout: float = 300) -> list[Path]:
+    """Wait until `n` run directories under `runs` have a train/loss row at `step` or later."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        assert proc.poll() is None, proc.communicate()
+        busy = []
+        for m in runs.glob("*/metrics.csv"):
+            rows = [r.split(",") for r in m.read_text().splitlines()[1:]]
+            if any(len(r) == 3 and r[1] == "train/loss" and int(r[0]) >= step for r in rows):
+                busy.append(m.parent)
+        if len(busy) >= n:
+            return busy
+        time.sleep(0.1)
+    raise AssertionError(f"{n} runs never trained under {runs}")
+
+
+def _gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still alive (zombies count as dead) after waiting up to `timeout` s."""
+    t0 = time.time()
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.time() - t0 > timeout:
+            return alive
+        time.sleep(0.1)
+
+
+def test_sigterm_on_a_study_is_forwarded_checkpointed_indexed_and_quick(tmp_path):
+    from altgrad_lib.training.checkpoint import load_checkpoint
+
+    study = _study_file(tmp_path, 400, [0, 1], ["hp"])
+    d = yaml.safe_load(study.read_text())
+    d["axes"]["seed"] = [0, 1, 2]          # 3 runs on 2 workers: one is not started when the signal comes
+    study.write_text(yaml.safe_dump(d))
+    p = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
+    busy = _wait_training(tmp_path / "runs", 2, p)
+    kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    seconds = time.time() - t0
+    assert p.returncode == EXIT_INTERRUPTED, (out[-2000:], err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    lines = [ln for ln in err.splitlines() if "interrupted" in ln]
+    assert len(lines) == 1 and re.match(r"altgrad: ci_formats interrupted by SIGTERM: 3 of 3 runs not finished "
+                                        r".*; re-run the same command to resume$", lines[0]), err[-2000:]
+    index = pd.read_csv(tmp_path / "idx" / "study.csv")
+    assert list(index.status) == ["interrupted"] * 3, index
+    assert (index.error.str.startswith("not started")).sum() == 1
+    for run in busy:                         # each started run saved the step it was in
+        step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+        assert 2 <= step < 400 and not (run / "summary.json").exists()
+    assert not _gone(kids, 10)
+    steps = {run.name: load_checkpoint(run / "checkpoints" / "last.pt")["step"] for run in busy}
+    again = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
+    out2, err2 = again.communicate(timeout=600)
+    assert again.returncode == 0, (out2[-2000:], err2[-2000:])       # re-running the same command resumes
+    assert list(pd.read_csv(tmp_path / "idx" / "study.csv").status) == ["completed"] * 3
+    for name, step in steps.items():
+        resumes = json.loads((tmp_path / "runs" / name / "provenance.json").read_text())["resumes"]
+        assert [r["from_step"] for r in resumes] == [step]
+    # measured 1.4 s on a 2-core box at load 17 (10.9 s before workers skipped the interpreter's teardown; the
+    # issue saw 8 s for Ctrl-C): the bound only catches a driver that waits for its runs to finish instead
+    assert seconds < 20, seconds
+
+
+def test_sigterm_on_an_in_process_study_stops_after_the_run_in_flight(tmp_path):
+    """One worker: the runs train in the driver, whose train() gets the signal itself."""
+    study = _study_file(tmp_path, 400, [0, 1], ["hp"])
+    p = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+    _wait_training(tmp_path / "runs", 1, p)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == EXIT_INTERRUPTED and "Traceback" not in err, (out[-2000:], err[-2000:])
+    index = pd.read_csv(tmp_path / "idx" / "study.csv")
+    assert list(index.status) == ["interrupted"] * 2
+    assert index.error.iloc[0].startswith("interrupted by SIGTERM at step") and index.error.iloc[1].startswith("not")
+
+
+def test_sigkill_of_the_driver_leaves_no_worker(tmp_path):
+    study = _study_file(tmp_path, 400, [0, 1], ["hp"])
+    p = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
+    _wait_training(tmp_path / "runs", 2, p)
+    kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+    assert len(kids) >= 2, kids
+    p.kill()
+    p.wait(timeout=60)      # not communicate(): surviving workers would hold its stdout open
+    alive = _gone(kids, 5)
+    for pid in alive:                        # do not leave them behind on a failure either
+        psutil.Process(pid).kill()
+    assert not alive, f"workers alive 5 s after SIGKILL of their driver: {alive}"
+    p.stdout.close()
+    p.stderr.close()
+
+
+def test_two_studies_on_one_outputs_share_the_runs(tmp_path):
+    study = _study_file(tmp_path, 300, [0, 1], ["hp"])   # long enough that B meets a run A is training
+    a = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+    _wait_training(tmp_path / "runs", 1, a, step=1)
+    b = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+    out_b, err_b = b.communicate(timeout=600)
+    out_a, err_a = a.communicate(timeout=600)
+    assert a.returncode == 0, (out_a[-2000:], err_a[-2000:])
+    assert b.returncode == 0, (out_b[-2000:], err_b[-2000:])
+    assert "running elsewhere" in out_b + err_b, (out_b[-2000:], err_b[-2000:])
+    assert "RunLockedError" not in out_a + out_b + err_a + err_b
+    assert "status: completed 2" in out_a and "status: completed 2" in out_b, (out_a[-1500:], out_b[-1500:])
+    assert list(pd.read_csv(tmp_path / "idx" / "study.csv").status) == ["completed"] * 2   # the last writer's
