@@ -182,7 +182,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
             _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
                  f"reused); retrain with resume=False (CLI: --no-resume) to record them")
-        if cfg.logger != "none":   # the mirror follows training; a finished run trains no more (issue 17.10)
+        if cfg.logger != "none":   # the mirror follows training; a finished run trains no more
             _log(f"note: {run_dir.name} is finished, so logger={cfg.logger!r} mirrors nothing (metrics.csv holds its "
                  f"metrics); retrain with resume=False (CLI: --no-resume) to mirror them")
         return run
