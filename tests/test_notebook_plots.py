@@ -86,3 +86,18 @@ def test_lr_envelope():
     assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 2
     assert sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == "--") == [1e-3, 1e-2]
     _check(fig, "LR stability envelope")
+
+
+def test_paired_gaps_draws_each_seed_and_the_ci():
+    from altgrad_lib.studies import claims
+    rows = [{"label": lab, "seed": s, "freeze_blocks": fb, "final_val_loss": 5.0 + 0.1 * s + off}
+            for s in range(3) for lab, fb, off in (("hp", False, 0.0), ("hp", True, 0.5), ("a", False, 0.05 + 0.01 * s),
+                                                   ("b", False, 0.001 * (-1) ** s))]
+    frame = pd.DataFrame(rows)
+    t = claims.claims_table(frame, "label", "hp")
+    gaps = claims.seed_gaps(frame[~frame.freeze_blocks], "label", "hp").rename(columns={"label": "level"})
+    fig = plots.paired_gaps(gaps[gaps.level != "hp"], t, title="paired gaps")
+    ax = fig.axes[0]
+    from matplotlib.collections import PathCollection
+    assert sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection)) == 6   # 3 seeds x 2 levels
+    _check(fig, "paired gaps")
