@@ -101,3 +101,15 @@ def test_paired_gaps_draws_each_seed_and_the_ci():
     from matplotlib.collections import PathCollection
     assert sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection)) == 6   # 3 seeds x 2 levels
     _check(fig, "paired gaps")
+
+
+def test_paired_gaps_refuses_gaps_without_the_baseline():
+    """seed_gaps on a frame that lacks the baseline's rows gives NaN gaps: an empty figure would hide that."""
+    from altgrad_lib.studies import claims
+    rows = [{"label": lab, "seed": s, "final_val_loss": 5.0 + off} for s in range(2)
+            for lab, off in (("hp", 0.0), ("a", 0.05 + 0.01 * s))]
+    frame = pd.DataFrame(rows)
+    t = claims.claims_table(frame, "label", "hp", delta=0.01)
+    bad = claims.seed_gaps(frame[frame.label == "a"], "label", "hp").rename(columns={"label": "level"})
+    with pytest.raises(ValueError, match="no finite per-seed gap for \\['a'\\]"):
+        plots.paired_gaps(bad, t)

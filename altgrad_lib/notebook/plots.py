@@ -223,6 +223,10 @@ def paired_gaps(gaps: pd.DataFrame, claims: pd.DataFrame, title: str = "paired g
     """Per level of a claims table: each seed's paired gap (variant − baseline of the same seed, `gaps` columns
     level, seed, gap_nats) as dots, the mean with its 95 % paired CI (claims gap_lo..gap_hi) as a bar, ±δ shaded."""
     levels = list(claims.level)
+    lost = [lv for lv in levels if claims[claims.level == lv].n.iloc[0] > 0
+            and not np.isfinite(gaps[gaps.level == lv].gap_nats.to_numpy(float)).any()]
+    if lost:   # e.g. seed_gaps computed on a frame without the baseline's rows
+        raise ValueError(f"paired_gaps: no finite per-seed gap for {lost}, though the claims table pairs them")
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(levels) + 2), 3.5))
     for i, lv in enumerate(levels):
         r = claims[claims.level == lv].iloc[0]
@@ -238,7 +242,8 @@ def paired_gaps(gaps: pd.DataFrame, claims: pd.DataFrame, title: str = "paired g
         ax.legend(fontsize=8, loc="upper left")
     ax.axhline(0.0, color="0.4", lw=0.8)
     ax.set_xticks(range(len(levels)), [str(lv) for lv in levels], rotation=20, ha="right", fontsize=8)
-    ax.set(ylabel="val loss gap (nats), per seed and mean [95 % CI]", xlabel="recipe", title=title)
+    ax.set(ylabel="val loss gap vs baseline (nats)", xlabel="recipe (dots: seeds; diamond: mean, 95 % CI)",
+           title=title)
     fig.tight_layout()
     return fig
 
