@@ -5,6 +5,8 @@ the loss still fell (only the embeddings learned); outputs matched eager to the 
 compares every parameter's gradient: non-zero wherever eager's is, and equal to eager's — bit-exact through
 `aot_eager` (the same ATen kernels as eager), to a relative 1e-2 through inductor (fused reductions reorder
 sums; the torch 2.11 failure had relative error 1.0). The same cases run on CUDA when a GPU is present.
+The block recipes (nvfp4, mxfp4) go through the GEMM-faithful autograd Function with stochastic rounding of dY
+and the random Hadamard transform on wgrad: checked on torch 2.13 and 2.11 (CPU).
 """
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ _ROW_BLOCK = {"name": "row_block", "layers": {"*": {
 
 # (recipe, backend, compile backend)
 INDUCTOR = [("fp8_hybrid", "sim"), ("fp8_hybrid_all", "torchao"), ("fp8_hybrid_all", "scaled_mm"),
-            (_STATEFUL, "sim")]
+            (_STATEFUL, "sim"), ("nvfp4", "sim"), ("mxfp4", "sim")]
 AOT_EAGER = [("hp", "sim"), ("fp8_hybrid", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"),
              ("fmt:E3M4", "sim"), ("fmt:E1M6:E4M3", "sim"), ("fmt:E7M0", "sim"), (_ROW_BLOCK, "sim"),
-             (_STATEFUL, "sim"), ("fp8_hybrid_all", "scaled_mm")]
+             (_STATEFUL, "sim"), ("fp8_hybrid_all", "scaled_mm"),
+             ("nvfp4", "sim"), ("mxfp4", "sim")]
 CASES = [(r, b, "inductor") for r, b in INDUCTOR] + [(r, b, "aot_eager") for r, b in AOT_EAGER]
 
 

@@ -58,6 +58,8 @@ def test_health_matches_independent_counts(scale):
     assert h["subnormal_frac"] == pytest.approx(sub / xn.size, abs=0) and sub > 0
     assert (h["nan_in"], h["inf_in"], h["nan_out"]) == (1, 2, 1)
     assert h["inf_out"] == 0            # E4M3 saturates: inf -> ±448
+    both = np.isfinite(xn) & np.isfinite(yn)
+    assert h["mse"] == pytest.approx(np.mean((xn[both] - yn[both]) ** 2), rel=1e-6)   # float32 squares
     assert h["amax"] == np.abs(xn[finite]).max() and h["scale"] == scale and h["eps_hits"] == 3
     both = np.isfinite(xn) & np.isfinite(yn)
     assert h["sqnr_db"] == pytest.approx(sqnr_db(torch.from_numpy(xn[both]), torch.from_numpy(yn[both])), rel=1e-6)  # float32 squares

@@ -59,3 +59,17 @@ def test_readable_keeps_the_numbers():
     assert s.startswith(f"fp8: {t.set_index('level').loc['fp8', 'verdict']} (gap")
     assert claims_view.verdict_sentence(t, "nope") == "nope: no claim (not compared)"
     assert math.isfinite(row.mde_nats) and np.isfinite(t.p_holm).all()
+
+
+def test_expectation_lines_follow_the_verdicts():
+    """Agree / disagree / cannot tell come from the claims verdicts: E2M1 is worse in every seed (decisive), fp8
+    alternates around hp by 0.002 (inconclusive or equivalent: never 'agrees' with 'worse')."""
+    t = _table()
+    lines = claims_view.expectation_lines(t, {"E2M1": ("worse", "paper A"), "fp8": ("worse", "paper B"),
+                                              "absent": ("worse", "paper C")})
+    assert len(lines) == 2 and lines[0].startswith("E2M1: agrees with paper A (worse vs hp")
+    fp8 = t[t.level == "fp8"].iloc[0].verdict
+    want = "DISAGREES" if fp8.startswith("equivalent") else "cannot tell"
+    assert want in lines[1] and fp8 in lines[1]
+    flipped = claims_view.expectation_lines(t, {"E2M1": ("better", "paper A")})
+    assert flipped[0].startswith("E2M1: DISAGREES with paper A") and "finds worse" in flipped[0]

@@ -167,3 +167,28 @@ def test_bars_labels_do_not_overlap():
     axbox = ax.get_window_extent(r)
     assert all(axbox.x0 <= v.x0 and v.x1 <= axbox.x1 for v in values)
     _check(fig, "throughput")
+def test_paired_gaps_draws_each_seed_and_the_ci():
+    from altgrad_lib.studies import claims
+    rows = [{"label": lab, "seed": s, "freeze_blocks": fb, "final_val_loss": 5.0 + 0.1 * s + off}
+            for s in range(3) for lab, fb, off in (("hp", False, 0.0), ("hp", True, 0.5), ("a", False, 0.05 + 0.01 * s),
+                                                   ("b", False, 0.001 * (-1) ** s))]
+    frame = pd.DataFrame(rows)
+    t = claims.claims_table(frame, "label", "hp")
+    gaps = claims.seed_gaps(frame[~frame.freeze_blocks], "label", "hp").rename(columns={"label": "level"})
+    fig = plots.paired_gaps(gaps[gaps.level != "hp"], t, title="paired gaps")
+    ax = fig.axes[0]
+    from matplotlib.collections import PathCollection
+    assert sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection)) == 6   # 3 seeds x 2 levels
+    _check(fig, "paired gaps")
+
+
+def test_paired_gaps_refuses_gaps_without_the_baseline():
+    """seed_gaps on a frame that lacks the baseline's rows gives NaN gaps: an empty figure would hide that."""
+    from altgrad_lib.studies import claims
+    rows = [{"label": lab, "seed": s, "final_val_loss": 5.0 + off} for s in range(2)
+            for lab, off in (("hp", 0.0), ("a", 0.05 + 0.01 * s))]
+    frame = pd.DataFrame(rows)
+    t = claims.claims_table(frame, "label", "hp", delta=0.01)
+    bad = claims.seed_gaps(frame[frame.label == "a"], "label", "hp").rename(columns={"label": "level"})
+    with pytest.raises(ValueError, match="no finite per-seed gap for \\['a'\\]"):
+        plots.paired_gaps(bad, t)

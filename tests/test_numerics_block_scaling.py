@@ -221,3 +221,28 @@ def test_sr_headroom_keeps_mx_fp4_stochastic_rounding_unbiased():
     assert abs(float(head[:, 1].mean()) - 0.3) < 4 * se
     with pytest.raises(ValueError, match="headroom=1.5"):
         BlockScaling("mx", headroom=1.5)
+
+
+@pytest.mark.parametrize("cfg", [BlockScaling("mx"), BlockScaling("nvfp4"), BlockScaling("nvfp4", tile_2d=True)],
+                         ids=lambda c: c.short_str())
+def test_block_flush_stats_match_a_loop_over_blocks(cfg):
+    """Per-block flush fractions against a plain loop over the blocks (tiles) by slicing, which handles the
+    partial last block (40 = 32 + 8 columns, 20 = 16 + 4 rows) without padding."""
+    from altgrad_lib.numerics.block_scaling import block_flush_stats
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(20, 40, generator=g) * torch.exp2(torch.randint(-12, 4, (20, 40), generator=g).float())
+    x[3, :] = 0.0                                     # zeros before quantization are not flushes
+    y, _, n_under = block_qdq(x, E2M1, cfg, want_stats=True)
+    b = cfg.block_size
+    fr = []
+    for r0 in range(0, 20, b if cfg.tile_2d else 1):
+        for c0 in range(0, 40, b):
+            xs, ys = x[r0:r0 + (b if cfg.tile_2d else 1), c0:c0 + b], y[r0:r0 + (b if cfg.tile_2d else 1), c0:c0 + b]
+            fr.append(float(((xs != 0) & (ys == 0)).sum()) / xs.numel())
+    ref = torch.tensor(fr, dtype=torch.float64)
+    st = block_flush_stats(x, y, cfg)
+    assert int(n_under) > 0 and float(ref.max()) > float(ref.mean()) > 0   # the tensor does flush, unevenly
+    assert float(st["blk_flush_mean"]) == pytest.approx(float(ref.mean()), rel=1e-12)
+    assert float(st["blk_flush_std"]) == pytest.approx(float(ref.std()), rel=1e-12)
+    assert float(st["blk_flush_max"]) == float(ref.max())
+    assert float(st["blk_flush_any"]) == pytest.approx(float((ref > 0).double().mean()), rel=1e-12)

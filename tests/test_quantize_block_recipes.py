@@ -102,3 +102,13 @@ def test_probe_reports_block_operand_health():
     # RNE of the E4M3 block scale can round it below amax/6: that block's largest element then saturates
     assert float(h["overflow_frac"]) == int(n_sat) / w.numel() and float(h["blk_log2s_std"]) > 0
     assert 0 < float(out[(fqn, "dY")]["sqnr_db"]) < 40       # E2M1: a few bits of agreement, not exact
+    assert float(h["mse"]) == pytest.approx(float(((w.double() - wq.double()) ** 2).mean()), rel=1e-6)
+    # W is in 16x16 tiles (nvfp4's 2D weights): the per-block rows describe tiles, computed directly here
+    tiles = (((w != 0) & (wq == 0)).double().reshape(w.shape[0] // 16, 16, w.shape[1] // 16, 16)
+             .mean(dim=(1, 3)).flatten())
+    assert spec.scaling.tile_2d and float(h["blk_flush_max"]) == float(tiles.max())
+    assert float(h["blk_flush_mean"]) == pytest.approx(float(tiles.mean()), rel=1e-12)
+    assert float(h["blk_flush_any"]) == pytest.approx(float((tiles > 0).double().mean()), rel=1e-12)
+    for role in ("X", "dY"):
+        assert {"mse", "blk_flush_mean", "blk_flush_std", "blk_flush_max", "blk_flush_any",
+                "blk_log2s_std"} <= set(out[(fqn, role)])

@@ -10,8 +10,11 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     scale            the scale s in use (per_row / per_block: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
+    mse              Σ(x − y)² / (their number), over the same elements (TE's tensor stats log it too)
 Block-scaled operands (nvfp4 / mx, probe.py): s is the per-element block scale, the row-wise copy is measured,
-and blk_log2s_mean / _std / _min / _max describe log2 of the block scales (block_scaling.block_scale_stats).
+blk_log2s_mean / _std / _min / _max describe log2 of the block scales (block_scaling.block_scale_stats), and
+blk_flush_mean / _std / _max / _any the per-block underflow: the fraction of a block's elements flushed to 0,
+over the blocks, and the fraction of blocks with any (block_scaling.block_flush_stats).
 
 Two monitors use it:
     NumericsMonitor  every metric above, from an eager replay of the diagnostic step (probe.py); under
@@ -65,6 +68,7 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
         "scale": s.amin() if s.numel() > 1 else s.reshape(()),
         "eps_hits": torch.as_tensor(eps_hits, device=x.device),
         "sqnr_db": torch.where(noise > 0, 10 * torch.log10(signal / noise), inf),
+        "mse": noise / both.sum().clamp_min(1),
     }
 
 

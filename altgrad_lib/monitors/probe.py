@@ -167,8 +167,8 @@ def _patch_grad_quantizer(q: nn.Module, fqn: str, sink: dict) -> None:
 
 def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     """Health of the first (row-wise) copy of a block-scaled operand in the step, with the per-element block
-    scale as tensor_health's s, plus the spread of the block scales (log2)."""
-    from altgrad_lib.numerics.block_scaling import block_scale_stats, elementwise_scale
+    scale as tensor_health's s, plus the spread of the block scales (log2) and the per-block flush fractions."""
+    from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
     orig = q.quantize
 
     def quantize(t: torch.Tensor) -> torch.Tensor:
@@ -177,6 +177,7 @@ def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> Non
             fmt, cfg = q.spec.fmt, q.spec.scaling
             h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
             h.update(block_scale_stats(t.detach(), fmt, cfg))
+            h.update(block_flush_stats(t.detach(), out.detach(), cfg))
             sink[(fqn, role)] = h
         return out
     q.quantize = quantize

@@ -78,4 +78,29 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
             f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)})")
 
 
-__all__ = ["PENDING", "StatusBanner", "status_markdown", "readable", "verdict_sentence"]
+def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
+    """Each claims row against a published expectation {level: (verdict expected, source)}: "agrees" when the
+    verdict is the expected one, "DISAGREES" when it is another decisive verdict (worse / better / equivalent),
+    else "cannot tell" (the verdict, e.g. inconclusive or too few seeds, with the row's MDE). Levels the table
+    lacks are skipped. The sentences are built from the table only."""
+    decisive = ("worse", "better", "equivalent")
+    out = []
+    for level, (want, source) in expected.items():
+        r = table[table.level == level]
+        if r.empty:
+            continue
+        r = r.iloc[0]
+        got = str(r.verdict)
+        nums = f"gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, MDE {_nats(r.mde_nats)}"
+        if got.startswith(want):
+            out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
+        elif got.startswith(decisive):
+            out.append(f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
+                       f"finds {got} ({nums})")
+        else:
+            out.append(f"{level}: cannot tell whether it agrees with {source} ({want} expected vs {r.baseline}): "
+                       f"{got} ({nums})")
+    return out
+
+
+__all__ = ["PENDING", "StatusBanner", "status_markdown", "readable", "verdict_sentence", "expectation_lines"]

@@ -235,6 +235,35 @@ def bars(values: pd.Series, ylabel: str, title: str, fmt: str = "{:.0f}") -> Fig
     return fig
 
 
+def paired_gaps(gaps: pd.DataFrame, claims: pd.DataFrame, title: str = "paired gap vs baseline") -> Figure:
+    """Per level of a claims table: each seed's paired gap (variant − baseline of the same seed, `gaps` columns
+    level, seed, gap_nats) as dots, the mean with its 95 % paired CI (claims gap_lo..gap_hi) as a bar, ±δ shaded."""
+    levels = list(claims.level)
+    lost = [lv for lv in levels if claims[claims.level == lv].n.iloc[0] > 0
+            and not np.isfinite(gaps[gaps.level == lv].gap_nats.to_numpy(float)).any()]
+    if lost:   # e.g. seed_gaps computed on a frame without the baseline's rows
+        raise ValueError(f"paired_gaps: no finite per-seed gap for {lost}, though the claims table pairs them")
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(levels) + 2), 3.5))
+    for i, lv in enumerate(levels):
+        r = claims[claims.level == lv].iloc[0]
+        d = gaps[gaps.level == lv]
+        ax.scatter(np.full(len(d), i) + np.linspace(-0.12, 0.12, len(d)) if len(d) > 1 else [i] * len(d),
+                   d.gap_nats, s=14, color=f"C{i % 10}", alpha=0.7, zorder=3)
+        lo, hi = r.gap_lo, r.gap_hi
+        yerr = [[r.gap_nats - lo], [hi - r.gap_nats]] if np.isfinite(lo) and np.isfinite(hi) else None
+        ax.errorbar([i + 0.25], [r.gap_nats], yerr=yerr, fmt="D", color=f"C{i % 10}", capsize=3, ms=5, zorder=4)
+    deltas = claims.delta_nats.dropna()
+    if len(deltas):
+        ax.axhspan(-float(deltas.iloc[0]), float(deltas.iloc[0]), color="0.9", zorder=0, label="±δ")
+        ax.legend(fontsize=8, loc="upper left")
+    ax.axhline(0.0, color="0.4", lw=0.8)
+    ax.set_xticks(range(len(levels)), [str(lv) for lv in levels], rotation=20, ha="right", fontsize=8)
+    ax.set(ylabel="val loss gap vs baseline (nats)", xlabel="recipe (dots: seeds; diamond: mean, 95 % CI)",
+           title=title)
+    fig.tight_layout()
+    return fig
+
+
 def sqnr_heatmap(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32 (dB)") -> Figure:
     """Heatmap layer x (backend, quantity) of SQNR in dB, annotated; layers in depth order."""
     import seaborn as sns

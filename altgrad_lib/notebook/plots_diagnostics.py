@@ -25,7 +25,8 @@ UNITS = {"overflow_frac": "fraction of elements", "underflow_frac": "fraction of
          "grad_snr_db": "dB (vs FP32 shadow)", "grad_cos": "cosine (vs FP32 shadow)", "sqnr_db": "dB",
          "kurtosis": "excess kurtosis", "attn_entropy": "nats", "misalignment_mean": "ULPs",
          "code_entropy_bits": "bits", "capacity_use": "codes used / finite codes", "dead_frac": "fraction of units",
-         "grad_norm": "L2 norm", "amax": "max |x|", "scale": "scale s"}
+         "grad_norm": "L2 norm", "amax": "max |x|", "scale": "scale s", "mse": "mean squared error",
+         "blk_flush_max": "fraction of a block's elements", "blk_log2s_std": "log2 of the block scale"}
 ROLE_NAMES = {"X": "input X", "W": "weight W", "dY": "output gradient dY"}
 
 

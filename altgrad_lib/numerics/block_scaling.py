@@ -133,16 +133,19 @@ def _unblock(y: Tensor, shape: torch.Size, tile_2d: bool) -> Tensor:
     return y[..., : shape[-1]]
 
 
+def _layout(t: Tensor, cfg: BlockScaling) -> tuple[Tensor, tuple[int, ...]]:
+    """(blocked view of t, the dims that hold one block's elements)."""
+    if cfg.tile_2d:
+        if t.dim() < 2:
+            raise ValueError(f"tile_2d needs a tensor with >= 2 dims, got shape {tuple(t.shape)}")
+        return _tiles(t, cfg.block_size), (-3, -1)
+    return _blocks(t.reshape(1) if t.dim() == 0 else t, cfg.block_size), (-1,)
+
+
 def _grouped(x: Tensor, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
     """(blocked fp32 view, block amax broadcastable to it)."""
-    xf = x.detach().to(torch.float32)
-    if cfg.tile_2d:
-        if xf.dim() < 2:
-            raise ValueError(f"tile_2d needs a tensor with >= 2 dims, got shape {tuple(x.shape)}")
-        xb = _tiles(xf, cfg.block_size)
-        return xb, xb.abs().amax(dim=(-3, -1), keepdim=True)
-    xb = _blocks(xf.reshape(1) if xf.dim() == 0 else xf, cfg.block_size)
-    return xb, xb.abs().amax(dim=-1, keepdim=True)
+    xb, dims = _layout(x.detach().to(torch.float32), cfg)
+    return xb, xb.abs().amax(dim=dims, keepdim=True)
 
 
 # ------------------------------------------------------------------------------------------ scales
@@ -260,3 +263,15 @@ def block_scale_stats(x: Tensor, fmt, cfg: BlockScaling) -> dict[str, Tensor]:
     ls = torch.log2(block_scales(x, fmt, cfg).double())
     return {"blk_log2s_mean": ls.mean(), "blk_log2s_std": ls.std() if ls.numel() > 1 else torch.zeros_like(ls.mean()),
             "blk_log2s_min": ls.min(), "blk_log2s_max": ls.max()}
+
+
+def block_flush_stats(x: Tensor, y: Tensor, cfg: BlockScaling) -> dict[str, Tensor]:
+    """Per-block underflow of y = block_qdq(x): in each block (tile) of cfg's layout, the fraction of its
+    elements that were non-zero in x and are 0 in y (padding excluded). Over the blocks: mean, std, max, and the
+    fraction of blocks with at least one flushed element (0-d float64 tensors). A flat flush_frac hides whether
+    a few blocks lose most of their elements (a wide block with one outlier) or many lose one."""
+    flushed, dims = _layout(((x != 0) & (y == 0)).to(torch.float64), cfg)
+    real, _ = _layout(torch.ones_like(x, dtype=torch.float64), cfg)
+    frac = (flushed.sum(dim=dims) / real.sum(dim=dims)).flatten()
+    return {"blk_flush_mean": frac.mean(), "blk_flush_std": frac.std() if frac.numel() > 1 else torch.zeros_like(frac.mean()),
+            "blk_flush_max": frac.max(), "blk_flush_any": (frac > 0).to(torch.float64).mean()}
