@@ -4,6 +4,7 @@ nothing of models, training or runs.
     formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, tables
     rounding.py      the rounding kernels: RNE, stochastic (seedable), toward zero; eager and fused bit-pattern kernels
     scaling.py       per-tensor current / delayed, per-row and per-block (MX, E8M0) scaling; Scaler state as buffers
+    formats_wide.py  BF16 / FP16 storage grids (data only; get_format builds them, not in the registry)
     block_scaling.py NVFP4 (E4M3 block + FP32 tensor scales, 1x16 / 16x16) and MX (E8M0, FLOOR / RCEIL) blocks
     quant.py         QuantSpec, differentiable fake_quant with straight-through estimators, the Quantizer module
     grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness

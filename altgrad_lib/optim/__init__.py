@@ -12,6 +12,8 @@ numerics/grid.py):
   wrapper.py      StiffnessWrapper: any optimizer on g · S(w)^a(t) with a stiffness schedule a(t)
   madam.py        Madam (multiplicative, Bernstein et al. 2021)
   sgd.py          GridSGD: w - lr · S(w) · g (what geoopt's RiemannianSGD does on FP8Manifold)
+  error_feedback.py  the ECO-style residual injection into m (its exact update) and the rounding it feeds
+  state_codec.py  low-precision state transforms (sqrt, COAT expand) and unsigned UE<x>M<y> state formats
   lowp_state.py   StateFormat: m / v as 8-bit codes + per-tensor or per-block fp32 scales; state_bytes
   manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
   stats.py        the optimizer's step statistics: stall rate, update visibility, oscillation ratio, Δcode
