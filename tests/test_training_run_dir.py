@@ -184,3 +184,21 @@ def test_perplexity_is_exp_until_float64_overflows():
     assert runs.perplexity(2.0) == math.exp(2.0) and runs.perplexity(709.0) == math.exp(709.0)
     assert runs.perplexity(709.8) == math.inf and runs.perplexity(math.inf) == math.inf
     assert math.isnan(runs.perplexity(math.nan)) and runs.perplexity(-math.inf) == 0.0
+
+
+def test_git_info_is_clean_when_only_notebooks_changed(tmp_path):
+    """Committed notebooks are re-executed in place before the commit that holds them: their banner must name the
+    code's commit as clean; a changed source file still makes it dirty."""
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "n.ipynb").write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "c")
+    assert runs.git_info(tmp_path)["dirty"] is False
+    (tmp_path / "n.ipynb").write_text('{"cells": []}\n')
+    assert runs.git_info(tmp_path)["dirty"] is False
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert runs.git_info(tmp_path)["dirty"] is True

@@ -68,7 +68,9 @@ def git_info(cwd: str | Path | None = None) -> dict[str, Any]:
         # inside a work tree without commits yet, rev-parse HEAD fails but the tree is still "dirty"
         inside = _git("rev-parse", "--is-inside-work-tree")
         return {"sha": "unknown", "dirty": None if inside != "true" else True}
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # notebooks are outputs (re-executed in place before they are committed): a change to them alone does not
+    # make the code that ran differ from the commit
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)*.ipynb")
     return {"sha": sha, "dirty": None if status is None else bool(status)}
 
 
