@@ -8,6 +8,8 @@ code keeps working.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 
 class UserError(Exception):
     """Base of every error caused by the input rather than by the code; its message is one line saying
@@ -24,6 +26,18 @@ class ConfigTypeError(ConfigError, TypeError):
 
 class SizeWarning(UserWarning):
     """A run that fits but will be very large or slow (see altgrad_lib.training.preflight.estimate_memory)."""
+
+
+def check_keys(cls: type, d: "Mapping[str, object]", what: str | None = None) -> list[str]:
+    """The field names of dataclass `cls`; raises one line naming the unknown keys of `d` and the valid ones (the
+    check every config's from_dict makes before `cls(**d)`)."""
+    import dataclasses
+
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(d) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown {what or cls.__name__} key(s) {unknown}; valid keys: {', '.join(valid)}")
+    return valid
 
 
 def one_line(msg: object) -> str:

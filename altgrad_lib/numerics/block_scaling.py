@@ -25,7 +25,7 @@ our kernel (``FloatFormat.quantize``), never a library cast.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
@@ -89,10 +89,7 @@ class BlockScaling:
             return d
         if isinstance(d, str):
             return cls(kind=d)
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown BlockScaling key(s) {unknown}; valid keys: {', '.join(valid)}")
+        check_keys(cls, d, "BlockScaling")
         return cls(**d)
 
 
@@ -275,3 +272,4 @@ def block_flush_stats(x: Tensor, y: Tensor, cfg: BlockScaling) -> dict[str, Tens
     frac = (flushed.sum(dim=dims) / real.sum(dim=dims)).flatten()
     return {"blk_flush_mean": frac.mean(), "blk_flush_std": frac.std() if frac.numel() > 1 else torch.zeros_like(frac.mean()),
             "blk_flush_max": frac.max(), "blk_flush_any": (frac > 0).to(torch.float64).mean()}
+from altgrad_lib.errors import check_keys

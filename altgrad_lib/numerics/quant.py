@@ -15,12 +15,13 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, is_block_kind
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.numerics.rounding import random_bits
@@ -118,10 +119,7 @@ class QuantSpec:
             return cls(fmt=d)
         if not isinstance(d, dict):
             raise TypeError(f"QuantSpec.from_dict expects a dict or str, got {type(d).__name__}")
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown QuantSpec key(s) {unknown}; valid keys: {', '.join(valid)}")
+        valid = check_keys(cls, d, "QuantSpec")
         if "fmt" not in d:
             raise ValueError(f"QuantSpec needs 'fmt'; valid keys: {', '.join(valid)}")
         return cls(**d)

@@ -24,11 +24,13 @@ decides `s`:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from altgrad_lib.errors import check_keys
 
 SCALING_KINDS = ("none", "current", "delayed", "per_row", "per_block")
 DELAYED_REDUCE = ("max", "most_recent")
@@ -115,10 +117,7 @@ class ScalingConfig:
             return cls.te_delayed() if d == "te_delayed" else cls(kind=d)
         if not isinstance(d, dict):
             raise TypeError(f"scaling config must be a dict, str or ScalingConfig, got {type(d).__name__}")
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown ScalingConfig key(s) {unknown}; valid keys: {', '.join(valid)}")
+        check_keys(cls, d, "ScalingConfig")
         return cls(**d)
 
 

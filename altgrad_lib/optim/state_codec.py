@@ -28,7 +28,7 @@ import re
 
 import torch
 
-from altgrad_lib.choices import STATE_TRANSFORMS as TRANSFORMS
+from altgrad_lib.choices import STATE_TRANSFORMS as TRANSFORMS  # noqa: F401  (lowp_state imports it from here)
 from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 _UNSIGNED = re.compile(r"^ue(\d)m(\d)$")

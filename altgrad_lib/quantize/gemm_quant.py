@@ -20,13 +20,14 @@ reduction dim that is not a multiple of d is zero-padded (zero rows add nothing 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.block_scaling import BlockScaling
 
 GEMMS = ("fprop", "dgrad", "wgrad")
@@ -66,10 +67,7 @@ class GemmOptions:
             return d
         if not isinstance(d, Mapping):
             raise TypeError(f"GemmOptions: expected a dict or null, got {d!r}")
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown GemmOptions key(s) {unknown}; valid keys: {', '.join(valid)}")
+        check_keys(cls, d, "GemmOptions")
         return cls(**d)
 
     def short_str(self) -> str:
