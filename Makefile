@@ -68,7 +68,7 @@ $(STAMP211): pyproject.toml
 
 test-torch211: $(STAMP211)
 	ALTGRAD_OUTPUTS=$$(mktemp -d) $(VENV211)/bin/python -m pytest -q tests/test_compile_grads.py \
-		tests/test_rounding.py::test_overflow_inf_nan_follow_the_spec_not_a_cast
+		tests/test_numerics_rounding.py::test_overflow_inf_nan_follow_the_spec_not_a_cast
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

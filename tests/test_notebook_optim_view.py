@@ -61,6 +61,9 @@ def _row(**kw):
      "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; TOST p 0.01)."),
     ({"verdict": "inconclusive"}, "X: inconclusive (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; "
                                   "MDE 0.0200 nats): these seeds cannot tell, which is not 'no effect'."),
+    ({"verdict": "not training its blocks", "control": "below control 1/3"},
+     "X: not training its blocks (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; below control 1/3): it is "
+     "not below the frozen-blocks control in every seed, so its gap says it failed to train, whatever its p."),
     ({"verdict": "too few seeds", "gap_lo": math.nan, "mde_nats": math.nan},
      "X: too few seeds (+0.1000 nats against R, worse in 3/3): these seeds cannot tell, which is not 'no effect'."),
 ])

@@ -96,6 +96,9 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
         return f"{what} is better ({gap}; Holm p {r.p_holm:.3g})."
     if str(r.verdict).startswith("equivalent"):
         return f"{what} is {r.verdict} nats ({gap}; TOST p {r.p_tost:.3g})."
+    if r.verdict == "not training its blocks":
+        return (f"{what}: not training its blocks ({gap}; {r.control}): it is not below the frozen-blocks control "
+                f"in every seed, so its gap says it failed to train, whatever its p.")
     mde = f"; MDE {r.mde_nats:.4f} nats" if math.isfinite(r.mde_nats) else ""
     return f"{what}: {r.verdict} ({gap}{mde}): these seeds cannot tell, which is not 'no effect'."
 
