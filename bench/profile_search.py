@@ -22,7 +22,7 @@ checkpoints re-evaluated on val batches 0..N-1 (cached per run; batches 0..eval_
 own final val loss, checked), i.e. the table an eval_iters=N profile would give without retraining. The table
 always shows every recipe that has finished runs for the candidate and seeds.
 
-    ALTGRAD_OUTPUTS=/work/profile-outputs OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/profile_search.py \
+    ALTGRAD_OUTPUTS=$(mktemp -d) OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/profile_search.py \
         "lr=3e-3,min_lr=3e-4" "n_layer=4,n_embd=128,lr=3e-3,min_lr=3e-4" --recipes hp control --seeds 0
 """
 from __future__ import annotations
