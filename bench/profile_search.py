@@ -1,4 +1,4 @@
-"""Measurement: choose the cpu profile by its resolving power (issue 16, item 4).
+"""Measurement: choose the cpu profile by its resolving power.
 
 A candidate is the shared cpu model (params/02_bf16_baseline/cpu.yaml) with some keys overridden. For each
 candidate and seed this trains (each run its own `altgrad train` process, single-threaded, at most --workers at a

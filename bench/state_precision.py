@@ -1,4 +1,4 @@
-"""Benchmark: 8-bit Adam states against FP32 states on notebook 05's cpu profile, paired by seed (issue 19, item 3).
+"""Benchmark: 8-bit Adam states against FP32 states on notebook 05's cpu profile, paired by seed.
 
 Every variant trains the profile's model (params/05_manifold_optimizer/cpu.yaml: 2 layers x 64, context 64,
 300 steps, corpus licenses, gpt2-4k, E4M3 weights fake-quantized in the forward, FP32 master weights) with
@@ -23,7 +23,6 @@ i.e. the error of one rounding without its accumulation.  Finished runs are reus
 from __future__ import annotations
 
 import argparse
-import collections
 import math
 import os
 import sys

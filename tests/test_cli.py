@@ -233,7 +233,7 @@ def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path):
     assert s.final_val_loss.isna().all() and s.diverged.all()                          # ...but is no result
 
 
-OPTIM_CASES = [   # issue 17, findings 3 and 5: each passed --print-config and --dry-run, then raised in train()
+OPTIM_CASES = [   # each passed --print-config and --dry-run, then raised in train()
     (["-p", "optimizer=grid_adamw", "-p", "optim={storage: grid_sr}"], ["no trainable weight has a format", "'hp'"]),
     (["-p", "optimizer=grid_adamw", "-p", "optim={weight_fmt: E4M33}"], ["E4M33", "valid built-ins"]),
     (["-p", "optimizer=grid_adamw", "-p", "optim={state_m: E9M9}"], ["E9M9", "valid built-ins"]),
@@ -272,7 +272,7 @@ def test_study_dry_run_checks_every_point_in_a_real_process(tmp_path):
 
 
 def test_study_workers_range_names_auto(tmp_path, capsys):
-    # issue 17, finding 11: "--workers -1" said ">= 1" although 0 (auto) is valid
+    # "--workers -1" said ">= 1" although 0 (auto) is valid
     assert main(["study", "-f", str(REPO / "params" / "studies" / "ci_formats.yaml"), "--workers", "-1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("altgrad study: error: --workers=-1 is invalid; valid: 0 (auto") and "N >= 1" in err
@@ -280,6 +280,6 @@ def test_study_workers_range_names_auto(tmp_path, capsys):
 
 
 def test_diagnostics_off_through_the_cli(capsys):
-    # issue 15, defect 8: `-p diagnostics=off` was a type error (YAML reads off as False)
+    # `-p diagnostics=off` was a type error (YAML reads off as False)
     assert main(["train", "-p", "diagnostics=off", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["diagnostics"] == "off"

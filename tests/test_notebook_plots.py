@@ -131,7 +131,7 @@ def _boxes_overlap(a, b) -> bool:
 
 
 def test_loss_curves_legend_never_covers_the_curves():
-    """Notebook 04 (issue 17.11): 8 runs x train/val; the legend sat on the curves. Checked on the drawn figure:
+    """Notebook 04: 8 runs x train/val; the legend sat on the curves. Checked on the drawn figure:
     the legend's box lies outside every axes' box."""
     rows = [(s, n, 8.0 - 0.02 * s) for s in range(51) for n in ("train/loss", "val/loss") if n == "train/loss" or
             s % 25 == 0]
@@ -151,7 +151,7 @@ def test_loss_curves_legend_never_covers_the_curves():
 
 
 def test_bars_labels_do_not_overlap():
-    """Notebook 03's throughput bars (issue 17.11): long variant names ran into each other. Checked on the drawn
+    """Notebook 03's throughput bars: long variant names ran into each other. Checked on the drawn
     figure: no two tick labels and no value label and title share pixels, and every value label is inside."""
     tps = pd.Series({"hp s0": 35725.0, "hp control s0": 38534.0, "fp8_hybrid sim s0": 16460.0,
                      "fp8_hybrid torchao s0": 15250.0})

@@ -88,7 +88,7 @@ def test_resume_after_crash_is_bit_exact(tmp_path, optimizer, optim):
 
 
 def test_an_unsigned_weight_grid_is_refused():
-    # issue 17, finding 5: E8M0FNU (FloatFormat.signed=False) cannot hold a negative weight
+    # E8M0FNU (FloatFormat.signed=False) cannot hold a negative weight
     cfg = TrainConfig.from_dict({**TINY, "optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}})
     with pytest.raises(ValueError, match=r"optim.weight_fmt='E8M0FNU': E8M0FNU has no sign bit, so it cannot be a "
                                          r"weight grid; use a signed format"):

@@ -147,7 +147,7 @@ def _stderr_of(code: str) -> str:
 
 
 def test_torchao_import_noise_stays_out_of_outputs():
-    """torchao logs 'Failed to load <_C*.so>' for its CUDA kernels on a CPU box (issue 17.11: it landed in notebook
+    """torchao logs 'Failed to load <_C*.so>' for its CUDA kernels on a CPU box (it landed in notebook
     outputs); our import drops exactly those records and leaves the loggers as they were."""
     plain = _stderr_of("import torchao")
     if "Failed to load" not in plain:

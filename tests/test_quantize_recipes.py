@@ -359,7 +359,7 @@ def test_bf16_autocast_does_not_round_the_quantized_operands_again():
     (lambda: QuantPolicy.from_dict({"name": "u", "layers": {"mlp_up": {"weight": {"fmt": "e8m0fnu"}}}}), "weight"),
 ])
 def test_unsigned_formats_are_refused_for_signed_operands(make, role):
-    # issue 17, finding 5: E8M0FNU has no sign bit (FloatFormat.signed=False); as an operand format every negative
+    # E8M0FNU has no sign bit (FloatFormat.signed=False); as an operand format every negative
     # X / W / dY value became NaN at step 0, recorded as a "diverged" result
     with pytest.raises(ValueError, match=rf"LayerSpec.{role}: format E8M0FNU has no sign bit, but the {role} tensor "
                                          r"holds negative values; use a signed format") as ei:

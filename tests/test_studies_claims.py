@@ -213,7 +213,7 @@ def test_seed_gaps_against_the_own_seed_baseline():
 
 
 def test_a_consistent_paired_effect_is_resolved_where_the_overlap_rule_said_noise():
-    """Issue 16's case: a recipe worse in every seed by a little, on a seed-to-seed spread larger than the gap. Welch
+    """The case that motivated paired claims: a recipe worse in every seed by a little, on a seed-to-seed spread larger than the gap. Welch
     and the old CI-overlap rule cannot see it; the paired test can, even after Holm over eight rows."""
     hp = np.array([5.20, 5.26, 5.17])
     rows = [{"recipe": "hp", "seed": s, "final_val_loss": v} for s, v in enumerate(hp)]

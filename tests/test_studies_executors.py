@@ -128,7 +128,7 @@ def test_auto_workers_one_per_core_on_cpu_one_on_gpu_and_the_env_override(monkey
 
 
 def test_omp_num_threads_is_the_per_worker_default(monkeypatch):
-    """ALTGRAD_WORKERS=1 under OMP_NUM_THREADS=1 said (and workers used) cores // workers threads (issue 17.11)."""
+    """ALTGRAD_WORKERS=1 under OMP_NUM_THREADS=1 said (and workers used) cores // workers threads."""
     from altgrad_lib.studies.executors import auto_executor
 
     monkeypatch.setattr("os.cpu_count", lambda: 4)

@@ -1,4 +1,4 @@
-"""Studies under faults (issue 17.7-17.9), with real `altgrad study` processes and real signals:
+"""Studies under faults, with real `altgrad study` processes and real signals:
 SIGTERM on the driver is forwarded to its workers, which checkpoint; the index says "interrupted"; SIGKILL on the
 driver leaves no worker behind; two studies on one outputs directory share the runs instead of failing them."""
 from __future__ import annotations

@@ -90,7 +90,7 @@ def test_bad_study_files_fail_with_one_line(d, match):
      r"unknown layer class 'mlp'; valid: \('\*', 'attn_qkv'"),
 ])
 def test_a_bad_recipe_fails_when_the_study_expands(tmp_path, axes, match):
-    # issue 15, defect 2: the recipe was the one setting TrainConfig did not check; a typo became a failed row
+    # the recipe was the one setting TrainConfig did not check; a typo became a failed row
     d = tiny_study_dict(tmp_path, axes={**axes, "seed": [0]})
     with pytest.raises(ValueError, match=match) as ei:
         Study.from_dict(d).expand()
@@ -106,7 +106,7 @@ def test_a_bad_recipe_fails_when_the_study_expands(tmp_path, axes, match):
     ({"axis": "recipe", "baseline": "hp", "by": ["lr"]}, r"'by' \['lr'\] not index column"),
 ])
 def test_comparisons_are_checked_when_the_study_loads(tmp_path, comparison, match):
-    # issue 17, finding 4: a bad baseline gave a traceback after every run trained; a foreign axis was accepted
+    # a bad baseline gave a traceback after every run trained; a foreign axis was accepted
     with pytest.raises(ValueError, match=match):
         Study.from_dict(tiny_study_dict(tmp_path, comparisons=[comparison]))
     ok = Study.from_dict(tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "bf16", "delta": 0.05}]))
@@ -120,13 +120,13 @@ def test_comparisons_are_checked_when_the_study_loads(tmp_path, comparison, matc
     ({"recipe": ["fmt:E4M3", "fmt:e4m3fn"]}, r"are the same run fmt_E4M3-s0-"),
 ])
 def test_duplicate_axis_values_are_an_error(tmp_path, axes, match):
-    # issue 17, finding 11: they were silently deduplicated
+    # they were silently deduplicated
     with pytest.raises(ValueError, match=match):
         Study.from_dict(tiny_study_dict(tmp_path, axes={"seed": [0], **axes}, comparisons=[])).expand()
 
 
 def test_every_point_is_checked_before_any_run_trains(tmp_path):
-    # issue 17, finding 3: bad optimizer settings passed --dry-run and left a run directory behind a traceback
+    # bad optimizer settings passed --dry-run and left a run directory behind a traceback
     d = tiny_study_dict(tmp_path, axes={"recipe": ["hp", "fp8_hybrid"], "seed": [0]})
     d["config"] = {**d["config"], "optimizer": "grid_adamw", "optim": {"storage": "grid_sr"}}   # hp: no weight grid
     s = Study.from_dict(d, out_dir=str(tmp_path / "study"))

@@ -119,7 +119,7 @@ def test_cpu_profiles_share_one_model_so_runs_are_trained_once():
 
 def test_kernel_log_noise_stays_out_of_the_sweep_output(tmp_path, capfd):
     """A real papermill run: the kernel's own log lines ([IPKernelApp] warnings, 'KeyboardInterrupt caught in
-    kernel' at shutdown, issue 17.11) do not reach the sweep's output; the cell's output reaches the notebook."""
+    kernel' at shutdown) do not reach the sweep's output; the cell's output reaches the notebook."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()

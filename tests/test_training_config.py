@@ -162,14 +162,14 @@ def test_every_key_has_a_meaning_and_the_validators_choices():
     ({"layers": {"*": None}}, r"'name' \(or 'recipe'\) is required"),
 ])
 def test_recipe_is_validated_by_train_config(recipe, match):
-    # issue 15, defect 2: the recipe was the only setting TrainConfig did not check
+    # the recipe was the only setting TrainConfig did not check
     with pytest.raises(ConfigError, match=match) as ei:
         TrainConfig(recipe=recipe)
     assert "\n" not in str(ei.value)
 
 
 def test_format_aliases_are_one_run_identity():
-    # issue 17, finding 6. The canonical spellings' names and hashes were computed on the code before this change
+    # The canonical spellings' names and hashes were computed on the code before this change
     # (commit c11fe59), so runs recorded under them are still found and reused.
     canon = TrainConfig(recipe="fmt:E4M3")
     assert (canon.auto_run_name(), canon.config_hash()[:16]) == ("fmt_E4M3-s0-2dda0a57", "2dda0a579050553b")
@@ -196,7 +196,7 @@ def test_format_aliases_are_one_run_identity():
 
 
 def test_diagnostics_off_survives_yaml(tmp_path):
-    # issue 15, defect 8: YAML 1.1 reads `off` as False
+    # YAML 1.1 reads `off` as False
     assert TrainConfig.from_yaml(None, ["diagnostics=off"]).diagnostics == "off"
     p = tmp_path / "x.yaml"
     p.write_text("diagnostics: off\n")

@@ -1,4 +1,4 @@
-"""Tests for altgrad_lib.training.interrupt (issue 17.9): SIGTERM / SIGINT during `altgrad train` finish the step,
+"""Tests for altgrad_lib.training.interrupt: SIGTERM / SIGINT during `altgrad train` finish the step,
 write a checkpoint, print one line and exit 75; re-running the same command resumes bit-identically."""
 from __future__ import annotations
 

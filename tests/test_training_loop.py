@@ -449,7 +449,7 @@ def test_an_overflowing_perplexity_is_inf_in_metrics_summary_and_run_tables(tmp_
     assert math.isinf(run.metric("val/ppl").iloc[-1])
     assert math.isinf(json.loads((run.dir / "summary.json").read_text())["final_val_ppl"])
     assert math.isinf(run_frame([run])["val_ppl"].iloc[0])
-# ------------------------------------------------------------------ smaller faults (issue 17.10, 17.11)
+# ------------------------------------------------------------------ smaller faults
 def test_lr_1e6_names_the_overflowing_gradient_instead_of_question_marks(tmp_path):
     run = train(tiny(tmp_path, recipe="hp", dropout=0.0, lr=1e6, warmup_steps=2, max_steps=6), progress=False)
     assert run.diverged, run

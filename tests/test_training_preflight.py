@@ -136,7 +136,7 @@ def test_model_check_leaves_the_global_rng_alone():
     (dict(optim={"weight_fmt": "E8M0FNU"}), ["optim.weight_fmt='E8M0FNU'", "no sign bit"]),
 ])
 def test_optimizer_settings_fail_in_preflight_before_any_directory(tmp_path, change, needles):
-    # issue 17, finding 3: these passed preflight / --print-config, then train() raised a traceback after
+    # these passed preflight / --print-config, then train() raised a traceback after
     # creating the run directory
     cfg = TrainConfig(**{**TINY, "out_dir": str(tmp_path / "runs"), "run_name": "x", "optimizer": "grid_adamw",
                          **change})
