@@ -205,3 +205,56 @@ def spawn_lock_holder(run_dir):
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     assert p.stdout.readline().strip() == "locked"
     return p
+
+
+# GEMM-faithful QuantizedLinear (quantize/gemm_quant.py): a layer, one step, data, and the hand-written pieces
+# of the reference of its three GEMMs (block_qdq along a chosen dim, an explicit dense RHT matrix)
+
+def gemm_layer(spec, seed=0, out=48, inp=64, dtype=torch.float32):
+    """A QuantizedLinear (out, in) with bias from a LayerSpec; rows of W scaled by 2^[-3, 3], so that row-wise and
+    column-wise block scales differ."""
+    import torch.nn as nn
+
+    from altgrad_lib.quantize.linear import QuantizedLinear
+    torch.manual_seed(seed)
+    lin = nn.Linear(inp, out, bias=True, dtype=dtype)
+    with torch.no_grad():
+        lin.weight.mul_(torch.exp2(torch.randint(-3, 4, (out, 1))).to(dtype))
+    return QuantizedLinear.from_linear(lin, spec, "mlp_up", "h.0.mlp.c_fc", seed=7)
+
+
+def gemm_step(m, x: torch.Tensor, dy: torch.Tensor):
+    """(Y, dX, dW) of one forward / backward of layer m with output gradient dy."""
+    x = x.clone().requires_grad_(True)
+    m.weight.grad = None
+    y = m(x)
+    y.backward(dy)
+    return y.detach(), x.grad, m.weight.grad.clone()
+
+
+def gemm_data(b=3, t=40, inp=64, out=48, seed=1):
+    """X (b, t, in) with columns of different magnitude, dY (b, t, out) ~ 1e-3."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, t, inp, generator=g) * torch.exp2(torch.randint(-4, 4, (1, 1, inp), generator=g).float())
+    dy = torch.randn(b, t, out, generator=g) * 1e-3
+    return x, dy
+
+
+def q_along(t: torch.Tensor, spec, dim: int) -> torch.Tensor:
+    """Quantize a 2D tensor with blocks along `dim` (0 or 1) by block_qdq, written out by hand."""
+    from altgrad_lib.numerics.block_scaling import block_qdq
+    from altgrad_lib.numerics.quant import QuantSpec
+    spec = QuantSpec.from_dict(spec)
+    if dim == 1:
+        return block_qdq(t, spec.fmt, spec.scaling)[0]
+    return block_qdq(t.t().contiguous(), spec.fmt, spec.scaling)[0].t()
+
+
+def rot_along(t: torch.Tensor, signs: torch.Tensor, dim: int) -> torch.Tensor:
+    """t·blockdiag(M) along dim, by an explicit dense matrix (not apply_rht)."""
+    from altgrad_lib.quantize.gemm_quant import rht_matrix
+    n = t.shape[dim]
+    npad = -(-n // 16) * 16
+    big = torch.block_diag(*[rht_matrix(signs)] * (npad // 16))
+    tp = torch.nn.functional.pad(t, (0, npad - n) if dim == 1 else (0, 0, 0, npad - n))
+    return tp @ big if dim == 1 else (tp.t() @ big).t()

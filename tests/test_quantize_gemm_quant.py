@@ -9,38 +9,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from altgrad_lib.numerics.block_scaling import block_qdq
 from altgrad_lib.quantize.gemm_quant import GemmOptions, apply_rht, hadamard, rht_matrix, rht_signs
 from altgrad_lib.numerics.quant import QuantSpec
 from altgrad_lib.quantize.recipes import LayerSpec
 from altgrad_lib.quantize.linear import QuantizedLinear
+from helpers import gemm_data as data, gemm_layer as make, gemm_step as run, q_along, rot_along as rot
 
 NV = {"fmt": "E2M1", "scaling": {"kind": "nvfp4"}}
 NV2D = {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}}
 MX4 = {"fmt": "E2M1", "scaling": {"kind": "mx"}}
-
-
-def make(spec: LayerSpec, seed=0, out=48, inp=64, dtype=torch.float32) -> QuantizedLinear:
-    torch.manual_seed(seed)
-    lin = nn.Linear(inp, out, bias=True, dtype=dtype)
-    with torch.no_grad():   # rows of different magnitude: row- and column-wise block scales then differ
-        lin.weight.mul_(torch.exp2(torch.randint(-3, 4, (out, 1))).to(dtype))
-    return QuantizedLinear.from_linear(lin, spec, "mlp_up", "h.0.mlp.c_fc", seed=7)
-
-
-def run(m: QuantizedLinear, x: torch.Tensor, dy: torch.Tensor):
-    x = x.clone().requires_grad_(True)
-    m.weight.grad = None
-    y = m(x)
-    y.backward(dy)
-    return y.detach(), x.grad, m.weight.grad.clone()
-
-
-def data(b=3, t=40, inp=64, out=48, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, t, inp, generator=g) * torch.exp2(torch.randint(-4, 4, (1, 1, inp), generator=g).float())
-    dy = torch.randn(b, t, out, generator=g) * 1e-3
-    return x, dy
 
 
 # ---------------------------------------------------------------------------------------------- per-tensor identity
@@ -66,23 +43,6 @@ def test_per_tensor_specs_bit_identical_to_classic_path(specs):
 
 
 # ---------------------------------------------------------------------------------------------- hand reference
-
-def q_along(t: torch.Tensor, spec, dim: int) -> torch.Tensor:
-    """Quantize a 2D tensor with blocks along `dim` (0 or 1) by block_qdq, written out by hand."""
-    spec = QuantSpec.from_dict(spec)
-    if dim == 1:
-        return block_qdq(t, spec.fmt, spec.scaling)[0]
-    return block_qdq(t.t().contiguous(), spec.fmt, spec.scaling)[0].t()
-
-
-def rot(t: torch.Tensor, signs: torch.Tensor, dim: int) -> torch.Tensor:
-    """t·blockdiag(M) along dim, by an explicit dense matrix (not apply_rht)."""
-    n = t.shape[dim]
-    npad = -(-n // 16) * 16
-    big = torch.block_diag(*[rht_matrix(signs)] * (npad // 16))
-    tp = torch.nn.functional.pad(t, (0, npad - n) if dim == 1 else (0, 0, 0, npad - n))
-    return tp @ big if dim == 1 else (tp.t() @ big).t()
-
 
 @pytest.mark.parametrize("rht", [(), ("wgrad",)])
 @pytest.mark.parametrize("w_spec", [NV, NV2D, MX4])

@@ -10,7 +10,10 @@ Every copy is quantized from the high-precision tensor (``columnwise_source="hp"
 column-wise copies, from the dequantized row-wise copy (``"dequantized"``). A tensor whose scaling does not
 depend on a dimension (per-tensor kinds none/current/delayed) is quantized once and the same copy serves every
 GEMM, which is what the old `QuantizedLinear` path does: with such specs this path is bit-identical to it.
-A GEMM listed in ``hp_gemms`` runs on the high-precision operands (TE's DisableQuantizationGEMM).
+A GEMM listed in ``hp_gemms`` runs on the high-precision operands (TE's DisableQuantizationGEMM). An operand
+listed in ``overrides`` (gemm_overrides.py) is quantized by its own Quantizer and spec, so no copy is shared
+between it and the other GEMMs; a column-wise copy is taken from a dequantized row-wise one only when both come
+from the same Quantizer.
 
 Random Hadamard transform (RHT): for a GEMM in ``rht`` both operands are multiplied along the reduction dim
 by the block-diagonal orthogonal matrix M = diag(s)·H_d / sqrt(d) (H_d Sylvester-Hadamard, s a seeded ±1
@@ -20,7 +23,7 @@ reduction dim that is not a multiple of d is zero-padded (zero rows add nothing 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 import torch
@@ -29,8 +32,9 @@ from torch import Tensor
 
 from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.block_scaling import BlockScaling
+from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
+                                                 overrides_short_str, overrides_to_dict)
 
-GEMMS = ("fprop", "dgrad", "wgrad")
 COLUMNWISE_SOURCES = ("hp", "dequantized")
 
 
@@ -42,6 +46,8 @@ class GemmOptions:
     rht: tuple[str, ...] = ("wgrad",)      # GEMMs whose operands get the random Hadamard transform
     rht_dim: int = 16
     columnwise_source: str = "hp"          # COLUMNWISE_SOURCES
+    # per-GEMM operand specs, {gemm: {operand: spec | null}} (gemm_overrides.py); normalized to a sorted tuple
+    overrides: Overrides = ()
 
     def __post_init__(self) -> None:
         for name in ("hp_gemms", "rht"):
@@ -57,9 +63,19 @@ class GemmOptions:
         if self.columnwise_source not in COLUMNWISE_SOURCES:
             raise ValueError(f"GemmOptions.columnwise_source={self.columnwise_source!r} is invalid; "
                              f"valid choices: {COLUMNWISE_SOURCES}")
+        ov = normalize_overrides(self.overrides)
+        both = sorted({g for g, _, _ in ov} & set(self.hp_gemms), key=GEMMS.index)
+        if both:
+            raise ValueError(f"GemmOptions.overrides names {both}, which hp_gemms keeps in high precision; "
+                             f"valid: override only GEMMs not in hp_gemms={list(self.hp_gemms)}")
+        object.__setattr__(self, "overrides", ov)
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        out = {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+               for f in fields(self) if f.name != "overrides"}
+        if self.overrides:     # only when set: recipes without overrides keep their old dict (and run hashes)
+            out["overrides"] = overrides_to_dict(self.overrides)
+        return out
 
     @classmethod
     def from_dict(cls, d: "Mapping | GemmOptions | None") -> "GemmOptions | None":
@@ -78,6 +94,8 @@ class GemmOptions:
             parts.append("hp:" + "+".join(self.hp_gemms))
         if self.columnwise_source != "hp":
             parts.append("col:deq")
+        if self.overrides:
+            parts.append("ov:" + overrides_short_str(self.overrides))
         return ",".join(parts) or "plain"
 
 
@@ -157,8 +175,8 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             y = F.linear(x, w)
         else:
             signs = layer.rht_signs if "fprop" in opts.rht else None
-            xf = _row(layer.x_quant, x2, train, signs)
-            wf = _row(layer.w_quant, w, train, signs)
+            xf = _row(operand_quantizer(layer, "fprop", "input"), x2, train, signs)
+            wf = _row(operand_quantizer(layer, "fprop", "weight"), w, train, signs)
             y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
             if signs is not None:          # padded / rotated copies are no use to the other GEMMs
                 xf = wf = None
@@ -170,28 +188,32 @@ class _GemmFaithfulLinear(torch.autograd.Function):
     def backward(ctx, grad_y):
         layer, train = ctx.layer, ctx.train
         opts: GemmOptions = layer.gemm
-        xq, wq, gq = layer.x_quant, layer.w_quant, layer.g_quant
+        q = lambda gemm, role: operand_quantizer(layer, gemm, role)  # noqa: E731
+        # fprop's copies xf / wf serve another GEMM only when that GEMM's operand has the same Quantizer
+        xq_f, wq_f = q("fprop", "input"), q("fprop", "weight")
         x2, w, xf, wf = ctx.saved_tensors
         dy2 = grad_y.reshape(-1, grad_y.shape[-1])
         deq = opts.columnwise_source == "dequantized"
-        dy_once: list[Tensor] = []
+        dy_once: dict[int, Tensor] = {}
 
-        def dy_per_tensor() -> Tensor:     # one quantized dY for every GEMM that can share it (the old path)
-            if not dy_once:
-                dy_once.append(_rowwise(gq, dy2, train))
-            return dy_once[0]
+        def dy_per_tensor(gq) -> Tensor:   # one quantized dY per Quantizer, for every GEMM that shares it
+            if id(gq) not in dy_once:
+                dy_once[id(gq)] = _rowwise(gq, dy2, train)
+            return dy_once[id(gq)]
 
-        grad_x = grad_w = g_d = None
+        grad_x = grad_w = g_d = gq_d = None
         if ctx.needs_input_grad[0]:
             if "dgrad" in opts.hp_gemms:
                 grad_x = dy2.mm(w)
             else:
                 signs = layer.rht_signs if "dgrad" in opts.rht else None
-                g_d = dy_per_tensor() if signs is None and _per_tensor(gq) else _row(gq, dy2, train, signs)
-                if signs is None and _per_tensor(wq) and wf is not None:
+                gq_d, wq = q("dgrad", "grad_output"), q("dgrad", "weight")
+                g_d = dy_per_tensor(gq_d) if signs is None and _per_tensor(gq_d) else _row(gq_d, dy2, train, signs)
+                same = wq is wq_f and wf is not None
+                if signs is None and _per_tensor(wq) and same:
                     w_d = wf
                 else:
-                    w_d = _col(wq, wf if deq and wf is not None else w, train, signs)   # W blocked along `out`
+                    w_d = _col(wq, wf if deq and same else w, train, signs)           # W blocked along `out`
                 grad_x = g_d.mm(w_d)
             grad_x = grad_x.reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
@@ -199,19 +221,23 @@ class _GemmFaithfulLinear(torch.autograd.Function):
                 grad_w = x2.t().mm(dy2).t()
             else:
                 signs = layer.rht_signs if "wgrad" in opts.rht else None
-                if signs is None and _per_tensor(xq) and xf is not None:
+                xq, gq = q("wgrad", "input"), q("wgrad", "grad_output")
+                same = xq is xq_f and xf is not None
+                if signs is None and _per_tensor(xq) and same:
                     x_w = xf
                 else:
-                    x_w = _col(xq, xf if deq and xf is not None else x2, train, signs)  # X blocked along tokens
+                    x_w = _col(xq, xf if deq and same else x2, train, signs)          # X blocked along tokens
                 if signs is None and _per_tensor(gq):
-                    g_w = dy_per_tensor()
+                    g_w = dy_per_tensor(gq)
                 else:
-                    src = g_d if deq and g_d is not None and g_d.shape == dy2.shape else dy2
-                    g_w = _col(gq, src, train, signs)                                    # dY along tokens
+                    # dgrad's row-wise copy, unless rotated along `out` (then it is dY·M, not dY)
+                    row = deq and gq is gq_d and g_d is not None and "dgrad" not in opts.rht
+                    g_w = _col(gq, g_d if row else dy2, train, signs)                  # dY along tokens
                 grad_w = x_w.t().mm(g_w).t()
         return grad_x, grad_w, None
 
 
 def gemm_faithful_linear(x: Tensor, w: Tensor, layer) -> Tensor:
-    """X·Wᵀ through _GemmFaithfulLinear; `layer` has x_quant, w_quant, g_quant, gemm and rht_signs."""
+    """X·Wᵀ through _GemmFaithfulLinear; `layer` has x_quant, w_quant, g_quant, gemm, rht_signs (and gemm_quants,
+    the overrides' Quantizers)."""
     return _GemmFaithfulLinear.apply(x, w, layer)

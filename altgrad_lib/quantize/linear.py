@@ -8,6 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.quantize.gemm_overrides import override_key
 from altgrad_lib.quantize.gemm_quant import gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec
 
@@ -65,6 +66,10 @@ class QuantizedLinear(nn.Linear):
         self.gemm = layer_spec.gemm_options     # None: the classic path; else GEMM-faithful (gemm_quant.py)
         if self.gemm is not None:               # RHT sign vector: a buffer, so checkpoints carry it
             self.register_buffer("rht_signs", rht_signs(self.gemm.rht_dim, module_seed(seed, fqn, "rht")))
+        if self.gemm is not None and self.gemm.overrides:   # per-GEMM operand overrides: a Quantizer each
+            self.gemm_quants = nn.ModuleDict({
+                override_key(g, r): Quantizer(s, seed=module_seed(seed, fqn, f"{g}/{r}"))
+                for g, r, s in self.gemm.overrides if s is not None})
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, layer_spec: LayerSpec, layer_class: str = "", fqn: str = "",
@@ -74,7 +79,7 @@ class QuantizedLinear(nn.Linear):
         new.weight = linear.weight  # same Parameter object: keeps weight tying and optimizer references
         new.bias = linear.bias
         dev = linear.weight.device
-        for q in (new.x_quant, new.w_quant, new.g_quant):
+        for q in (new.x_quant, new.w_quant, new.g_quant, getattr(new, "gemm_quants", None)):
             if q is not None:
                 q.to(dev)
         if new.gemm is not None:

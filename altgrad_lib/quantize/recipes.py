@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 from altgrad_lib.quantize.block_recipes import block_recipe, is_block_recipe
+from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
@@ -49,18 +50,8 @@ def layer_class_of(fqn: str) -> str | None:
 
 # ----------------------------------------------------------------------------- specs and policies
 
-def _spec_from(value: Any, where: str) -> QuantSpec | None:
-    if value is None or isinstance(value, QuantSpec):
-        return value
-    if isinstance(value, str):                       # shorthand: "E4M3" = that format, default scaling/rounding
-        return QuantSpec(fmt=value)
-    if isinstance(value, Mapping):
-        return QuantSpec.from_dict(dict(value))
-    raise TypeError(f"{where}: expected a QuantSpec dict, a format name or null, got {value!r}")
-
-
 def _spec_to_dict(spec: QuantSpec | None) -> dict | None:
-    return None if spec is None else spec.to_dict()   # LayerSpec holds QuantSpec or None (_spec_from)
+    return None if spec is None else spec.to_dict()   # LayerSpec holds QuantSpec or None (operand_spec)
 
 
 @dataclass(frozen=True)
@@ -69,20 +60,18 @@ class LayerSpec:
     input: QuantSpec | None = None        # X, forward (and saved for dW)
     weight: QuantSpec | None = None       # W, forward (and reused for dX)
     grad_output: QuantSpec | None = None  # dY, quantized once before dX = dY·W and dW = dYᵀ·X
-    # GEMM-faithful path (gemm_quant.py): per-GEMM switches; None = the classic path above, unless a role uses
-    # a block kind (nvfp4 / mx), which always takes the GEMM-faithful path with default GemmOptions
+    # GEMM-faithful path (gemm_quant.py): per-GEMM switches and operand overrides (gemm_overrides.py); None = the
+    # classic path above, unless a role uses a block kind (nvfp4 / mx): then the GEMM-faithful path with defaults
     gemm: GemmOptions | None = None
 
     def __post_init__(self) -> None:
-        for role in ROLES:
-            spec = _spec_from(getattr(self, role), f"LayerSpec.{role}")
-            if spec is not None and not spec.fmt.signed:
-                # X, W and dY hold negative values: an unsigned format turns them into NaN (formats.py) at step 0.
-                # Unsigned E8M0FNU is the MX *block-scale* format (numerics/scaling.py), never an operand's.
-                raise ValueError(f"LayerSpec.{role}: format {spec.fmt.name} has no sign bit, but the {role} tensor "
-                                 f"holds negative values; use a signed format (e.g. E4M3, E5M2)")
-            object.__setattr__(self, role, spec)
+        for role in ROLES:   # operand_spec: "E4M3", a dict or a QuantSpec; refuses an unsigned format
+            object.__setattr__(self, role, operand_spec(getattr(self, role), f"LayerSpec.{role}", role))
         object.__setattr__(self, "gemm", GemmOptions.from_dict(self.gemm))
+        opts = self.gemm_options
+        err = None if opts is None else delayed_rht_error({r: getattr(self, r) for r in ROLES}, opts)
+        if err:
+            raise ValueError(err)
 
     @property
     def gemm_options(self) -> GemmOptions | None:
@@ -95,7 +84,8 @@ class LayerSpec:
 
     @property
     def is_quantized(self) -> bool:
-        return any(getattr(self, r) is not None for r in ROLES)
+        overrides = () if self.gemm is None else self.gemm.overrides
+        return any(getattr(self, r) is not None for r in ROLES) or any(s is not None for _, _, s in overrides)
 
     @classmethod
     def from_dict(cls, d: Mapping | None) -> "LayerSpec | None":
@@ -106,7 +96,7 @@ class LayerSpec:
         bad = set(d) - set(ROLES) - {"gemm"}
         if bad:
             raise ValueError(f"LayerSpec: unknown key(s) {sorted(bad)}; valid keys: {ROLES + ('gemm',)}")
-        return cls(**{r: _spec_from(d.get(r), f"LayerSpec.{r}") for r in ROLES}, gemm=d.get("gemm"))
+        return cls(**{r: operand_spec(d.get(r), f"LayerSpec.{r}", r) for r in ROLES}, gemm=d.get("gemm"))
 
     def to_dict(self) -> dict:
         out = {r: _spec_to_dict(getattr(self, r)) for r in ROLES}
@@ -268,12 +258,18 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
         if isinstance(out.get("recipe"), str):
             out["recipe"] = canonical_recipe(out["recipe"])
         for spec in (out.get("layers") or {}).values():
-            for role in ROLES if isinstance(spec, dict) else ():
-                v = spec.get(role)
-                if isinstance(v, str):
-                    spec[role] = get_format(v).name
-                elif isinstance(v, dict) and isinstance(v.get("fmt"), str):
-                    v["fmt"] = get_format(v["fmt"]).name
+            if not isinstance(spec, dict):
+                continue
+            gemm = spec.get("gemm")
+            ov = gemm.get("overrides") if isinstance(gemm, dict) else None
+            # the role specs and the per-GEMM operand overrides (gemm_overrides.py), each {operand: spec}
+            for ops in [spec] + [v for v in (ov.values() if isinstance(ov, dict) else ()) if isinstance(v, dict)]:
+                for role in ROLES:
+                    v = ops.get(role)
+                    if isinstance(v, str):
+                        ops[role] = get_format(v).name
+                    elif isinstance(v, dict) and isinstance(v.get("fmt"), str):
+                        v["fmt"] = get_format(v["fmt"]).name
         return out
 
 
