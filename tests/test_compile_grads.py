@@ -6,7 +6,8 @@ compares every parameter's gradient: non-zero wherever eager's is, and equal to 
 `aot_eager` (the same ATen kernels as eager), to a relative 1e-2 through inductor (fused reductions reorder
 sums; the torch 2.11 failure had relative error 1.0). The same cases run on CUDA when a GPU is present.
 The block recipes (nvfp4, mxfp4) go through the GEMM-faithful autograd Function with stochastic rounding of dY
-and the random Hadamard transform on wgrad: checked on torch 2.13 and 2.11 (CPU).
+and the random Hadamard transform on wgrad: checked on torch 2.13 and 2.11 (CPU); so is nvfp4 with per-GEMM
+operand overrides (their own quantizers and SR stream).
 """
 from __future__ import annotations
 
@@ -28,14 +29,22 @@ _STATEFUL = {"name": "sr_delayed", "layers": {"*": {
 _ROW_BLOCK = {"name": "row_block", "layers": {"*": {
     "input": {"fmt": "E2M5", "scaling": {"kind": "per_block", "block_size": 16}},
     "weight": {"fmt": "E3M4", "scaling": "per_row"}, "grad_output": {"fmt": "E5M2", "scaling": "per_row"}}}}
+# nvfp4 with per-GEMM operand overrides (gemm_overrides.py): wgrad's operands in MXFP8 (dY stochastic: the
+# override's own SR stream), dgrad's W per-tensor E4M3
+_OVERRIDES = {"name": "nvfp4_ov", "recipe": "nvfp4", "layers": {"*": {
+    "input": {"fmt": "E2M1", "scaling": "nvfp4"}, "weight": {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},
+    "grad_output": {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
+    "gemm": {"overrides": {"wgrad": {"input": {"fmt": "E4M3", "scaling": "mx"},
+                                     "grad_output": {"fmt": "E4M3", "scaling": "mx", "rounding": "stochastic"}},
+                           "dgrad": {"weight": "E4M3"}}}}}}
 
 # (recipe, backend, compile backend)
 INDUCTOR = [("fp8_hybrid", "sim"), ("fp8_hybrid_all", "torchao"), ("fp8_hybrid_all", "scaled_mm"),
-            (_STATEFUL, "sim"), ("nvfp4", "sim"), ("mxfp4", "sim")]
+            (_STATEFUL, "sim"), ("nvfp4", "sim"), ("mxfp4", "sim"), (_OVERRIDES, "sim")]
 AOT_EAGER = [("hp", "sim"), ("fp8_hybrid", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"),
              ("fmt:E3M4", "sim"), ("fmt:E1M6:E4M3", "sim"), ("fmt:E7M0", "sim"), (_ROW_BLOCK, "sim"),
              (_STATEFUL, "sim"), ("fp8_hybrid_all", "scaled_mm"),
-             ("nvfp4", "sim"), ("mxfp4", "sim")]
+             ("nvfp4", "sim"), ("mxfp4", "sim"), (_OVERRIDES, "sim")]
 CASES = [(r, b, "inductor") for r, b in INDUCTOR] + [(r, b, "aot_eager") for r, b in AOT_EAGER]
 
 
