@@ -366,3 +366,29 @@ def test_hessian_interval_config():
             DiagnosticsConfig(hessian_interval=bad)
     with pytest.raises(ValueError, match="hessian_interval"):
         DiagnosticsConfig(groups=("curvature",))
+
+
+def test_hessian_mode_removes_per_gemm_dy_overrides_and_restores_them():
+    """dY quantization off means the per-GEMM dY overrides (quantize/gemm_overrides.py) too: inside hessian_mode a
+    layer's backward equals the one with dY unquantized; on exit the same Quantizer objects are back."""
+    ov = {"rht": [], "overrides": {"wgrad": {"input": "E5M2", "grad_output": "E4M3"}, "dgrad": {"grad_output": "E4M3"}}}
+    spec = LayerSpec(input="E4M3", weight="E4M3", grad_output="E5M2", gemm=ov)
+    no_dy = LayerSpec(input="E4M3", weight="E4M3", gemm={"rht": [], "overrides": {"wgrad": {"input": "E5M2"}}})
+    torch.manual_seed(0)
+    lin = nn.Linear(32, 16, dtype=torch.float64)
+    model = nn.Sequential(QuantizedLinear.from_linear(lin, spec, "mlp_up", "0"))
+    ref = QuantizedLinear.from_linear(copy.deepcopy(lin), no_dy, "mlp_up", "0").eval()
+    x = torch.randn(8, 32, dtype=torch.float64)
+    before = dict(model[0].gemm_quants.items())
+
+    def grads(m):
+        m.zero_grad(set_to_none=True)
+        m(x).pow(2).sum().backward()
+        return m.weight.grad.clone()
+
+    with cv.hessian_mode(model):
+        assert set(model[0].gemm_quants) == {"wgrad_input"}
+        inside = grads(model[0])
+    assert torch.equal(inside, grads(ref))
+    assert dict(model[0].gemm_quants.items()) == before and model[0].training
+    assert not torch.equal(grads(model[0]), inside)          # dY quantized again (E4M3 / E5M2 differ from fp64)

@@ -4,6 +4,7 @@ own counters, say "unavailable" instead of a silent zero under torch.compile, an
 on steps that log nothing."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -283,3 +284,45 @@ def test_grid_storage_probe_sees_the_weights_training_uses(tmp_path, monkeypatch
     df = read_diagnostics(run.dir)
     assert not set(df[df["role"] == "W"]["layer"]) & on_grid          # no W quantization happens there
     assert set(df[df["role"] == "X"]["layer"]) >= on_grid            # X and dY are still measured
+
+
+def test_per_gemm_overrides_are_monitored_and_removed_in_the_shadow(tmp_path):
+    """An override (quantize/gemm_overrides.py) is its own quantizer: counter and replay rows under "<gemm>.<role>"
+    agree (each override is called once per step), the role quantizers on the GEMM-faithful path get replay rows
+    too, and the FP32 shadow removes the overrides as well (its gradients then equal an unquantized model's)."""
+    recipe = {"name": "ov", "layers": {"*": {"input": "E4M3", "weight": "E4M3", "grad_output": "E5M2", "gemm": {
+        "rht": [], "overrides": {"wgrad": {"input": "E5M2", "grad_output": {"fmt": "E4M3", "scaling": "delayed"}},
+                                 "dgrad": {"weight": {"fmt": "E2M1", "scaling": "mx"}}}}}}}
+    run = train(tiny(tmp_path, recipe=recipe, dropout=0.0, max_steps=2, diagnostics=FULL1), progress=False,
+                verbose=False)
+    df = read_diagnostics(run.dir).set_index(["step", "layer", "role", "metric"])["value"]
+    roles = {r for (_, _, r, _) in df.index}
+    assert {"X", "W", "dY", "wgrad.X", "wgrad.dY", "dgrad.W"} <= roles
+    n = 0
+    for (step, layer, role, metric), v in df.items():
+        if metric == "ctr.sat_frac" and role in ("wgrad.X", "wgrad.dY"):
+            assert v == df[(step, layer, role, "overflow_frac")], (step, layer, role)
+            assert df[(step, layer, role, "ctr.flush_frac")] == df[(step, layer, role, "flush_frac")]
+            n += 1
+    assert n == 2 * 5 * 2          # steps x Linears (lm_head too: "*" covers it) x overridden per-tensor roles
+    assert (df.xs("dgrad.W", level="role").xs("blk_log2s_std", level="metric") >= 0).all()   # block stats
+
+    from altgrad_lib.model import GPT, GPTConfig
+    from altgrad_lib.monitors.probe import Probe
+    from altgrad_lib.quantize.convert import quantize_model
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=128))
+    quant = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=128))
+    quant.load_state_dict(plain.state_dict())
+    only = {"name": "only", "layers": {"*": {"gemm": {"rht": [], "overrides": recipe["layers"]["*"]["gemm"]["overrides"]}}}}
+    quantize_model(quant, only, verbose=False)
+    x, y = torch.randint(0, 128, (2, 16)), torch.randint(0, 128, (2, 16))
+    shadow = Probe(quant, contextlib.nullcontext).shadow_grads(x, y, None)
+    _, loss = plain(x, y)
+    loss.backward()
+    for n_, p in plain.named_parameters():
+        assert torch.allclose(shadow[n_], p.grad, rtol=1e-5, atol=1e-7), n_
+    _, lq = quant(x, y)                                  # the overrides alone do change the gradients
+    lq.backward()
+    fc = dict(quant.named_parameters())["transformer.h.0.mlp.c_fc.weight"]
+    assert not torch.allclose(fc.grad, dict(plain.named_parameters())["transformer.h.0.mlp.c_fc.weight"].grad)

@@ -101,6 +101,7 @@ def _check_backend(model: nn.Module) -> None:
 @contextlib.contextmanager
 def hessian_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode, dY quantization off; on exit every training flag, buffer, quantizer state and RNG restored."""
+    from altgrad_lib.quantize.gemm_overrides import override_key, override_quantizers
     from altgrad_lib.quantize.linear import QuantizedLinear
 
     _check_backend(model)
@@ -108,16 +109,24 @@ def hessian_mode(model: nn.Module) -> Iterator[None]:
     snap = state.snapshot_state(model)          # buffers + extra_state (SR generators) + torch/CUDA RNG
     rng = state.capture_rng_state()             # + numpy, python
     g_quants = [(m, m.g_quant) for m in model.modules() if isinstance(m, QuantizedLinear) and m.g_quant is not None]
+    # per-GEMM overrides of dY (quantize/gemm_overrides.py) too: a layer whose gemm_quants lacks one keeps it hp
+    own = [(m, m.gemm_quants) for m in model.modules() if isinstance(m, QuantizedLinear)
+           and getattr(m, "gemm_quants", None) is not None]
     try:
         model.eval()
         for m, _ in g_quants:
             m.g_quant = None
+        for m, qs in own:
+            m.gemm_quants = nn.ModuleDict({override_key(g, r): q for g, r, q in override_quantizers(m)
+                                           if r != "grad_output"})
         # the fused attention kernels (flash / memory-efficient, CPU and CUDA) have no double backward
         with sdpa_kernel(SDPBackend.MATH):
             yield
     finally:
         for m, q in g_quants:
             m.g_quant = q
+        for m, qs in own:
+            m.gemm_quants = qs
         for m, flag in flags:
             m.training = flag
         state.restore_snapshot(model, snap)

@@ -25,6 +25,8 @@ Two monitors use it:
                      since the previous diagnostic step. Under torch.compile the dY
                      quantizer of a stateless scaling kind runs without counters (quantize.linear.grad_counters_live),
                      so those rows are NaN and events.csv says "unavailable" — never a silent zero.
+Per-GEMM operand overrides (quantize/gemm_overrides.py) have quantizers of their own, reported under the role
+"<gemm>.<X|W|dY>", e.g. "wgrad.X".
 """
 from __future__ import annotations
 
@@ -91,6 +93,7 @@ def _or_nan(q: Any, t: torch.Tensor) -> torch.Tensor:
 class CountersMonitor(Monitor):
     def __init__(self, att) -> None:
         super().__init__(att)
+        from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
         from altgrad_lib.quantize.linear import grad_counters_live
         self.points: list[tuple[str, str, Any, bool]] = []   # fqn, role, quantizer, counters live
         for fqn, mod in att.quantized.items():
@@ -100,6 +103,9 @@ class CountersMonitor(Monitor):
                     # count=False quantizers keep no counters; compiled dY of stateless scaling neither
                     live = q.count and (role != "dY" or grad_counters_live(q, att.compiled))
                     self.points.append((fqn, role, q, live))
+            # per-GEMM operand overrides: their own quantizers, called through quantize() (always counted)
+            for gemm, role, q in override_quantizers(mod):
+                self.points.append((fqn, override_label(gemm, role), q, q.count))
         self.last: list[torch.Tensor] | None = None   # counters at the previous diagnostic step
         self.noted = False
 

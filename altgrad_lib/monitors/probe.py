@@ -22,6 +22,7 @@ from torch import nn
 
 from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
+from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
 
 def _quantized_sim(model: nn.Module) -> dict[str, nn.Module]:
@@ -74,16 +75,20 @@ class Probe:
         patched: list[nn.Module] = []
         if numerics:
             for fqn, mod in _quantized_sim(self.copy).items():
-                for role, q in (("X", mod.x_quant), ("W", mod.w_quant)):
-                    if q is not None and not q.is_block:
-                        handles += _health_hooks(q, fqn, role, out["health"])
-                for role, q in (("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)):
-                    if q is not None and q.is_block:       # nvfp4 / mx: the GEMM-faithful path calls quantize()
+                # the GEMM-faithful path (mod.gemm set) calls quantize(), never forward(): no forward hooks there
+                points = [("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)]
+                points += [(override_label(g, r), q) for g, r, q in override_quantizers(mod)]   # per-GEMM overrides
+                for role, q in points:
+                    if q is None:
+                        continue
+                    if q.is_block:                          # nvfp4 / mx: always the GEMM-faithful path
                         _patch_block_quantizer(q, fqn, role, out["health"])
-                        patched.append(q)
-                if mod.g_quant is not None and not mod.g_quant.is_block:
-                    _patch_grad_quantizer(mod.g_quant, fqn, out["health"])
-                    patched.append(mod.g_quant)
+                    elif role in ("X", "W") and mod.gemm is None:
+                        handles += _health_hooks(q, fqn, role, out["health"])
+                        continue
+                    else:
+                        _patch_quantizer(q, fqn, role, out["health"])
+                    patched.append(q)
         if activations:
             from altgrad_lib.model import MLP, CausalSelfAttention
             for fqn, mod in self.copy.named_modules():
@@ -102,7 +107,8 @@ class Probe:
         try:
             with self._rng(snap), self.autocast():
                 _, loss = self.copy(x, y)
-            if numerics and any(m.g_quant is not None for m in _quantized_sim(self.copy).values()):
+            if numerics and any(m.g_quant is not None or override_quantizers(m)
+                                for m in _quantized_sim(self.copy).values()):
                 with self._rng(snap):   # autograd.grad: the copy's .grad stay None
                     torch.autograd.grad(loss, self._params(), allow_unused=True)
         finally:
@@ -117,17 +123,21 @@ class Probe:
         """Gradients (by parameter name) of the same step with every quantizer removed and autocast off."""
         self._load(snap)
         mods = _quantized_sim(self.copy)
-        saved = {fqn: (m.x_quant, m.w_quant, m.g_quant) for fqn, m in mods.items()}
+        saved = {fqn: (m.x_quant, m.w_quant, m.g_quant, getattr(m, "gemm_quants", None)) for fqn, m in mods.items()}
         names = [n for n, p in self.copy.named_parameters() if p.requires_grad]
         try:
-            for m in mods.values():
+            for fqn, m in mods.items():
                 m.x_quant = m.w_quant = m.g_quant = None
+                if saved[fqn][3] is not None:     # no Quantizer for an overridden operand: high precision
+                    m.gemm_quants = None
             with self._rng(snap):
                 _, loss = self.copy(x, y)
                 grads = torch.autograd.grad(loss, self._params(), allow_unused=True)
         finally:
             for fqn, m in mods.items():
-                m.x_quant, m.w_quant, m.g_quant = saved[fqn]
+                m.x_quant, m.w_quant, m.g_quant, own = saved[fqn]
+                if own is not None:
+                    m.gemm_quants = own
         return {n: g for n, g in zip(names, grads) if g is not None}
 
 
@@ -153,14 +163,16 @@ def _health_hooks(q: nn.Module, fqn: str, role: str, sink: dict) -> list[Any]:
     return [q.register_forward_pre_hook(pre), q.register_forward_hook(post)]
 
 
-def _patch_grad_quantizer(q: nn.Module, fqn: str, sink: dict) -> None:
+def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
+    """Health of a per-tensor quantizer called through quantize() (dY; X, W and overrides on the GEMM-faithful
+    path), from its last call in the step."""
     orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
 
     def quantize(g: torch.Tensor) -> torch.Tensor:
         s = q.scaler.scale_peek(g)
         eps0 = q.scaler.eps_hits.clone()
         out = orig(g)
-        sink[(fqn, "dY")] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        sink[(fqn, role)] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
         return out
     q.quantize = quantize
 

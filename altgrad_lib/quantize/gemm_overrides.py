@@ -26,6 +26,7 @@ from altgrad_lib.numerics.quant import QuantSpec
 GEMMS = ("fprop", "dgrad", "wgrad")
 GEMM_OPERANDS = {"fprop": ("input", "weight"), "dgrad": ("grad_output", "weight"), "wgrad": ("grad_output", "input")}
 ROLE_ATTR = {"input": "x_quant", "weight": "w_quant", "grad_output": "g_quant"}   # QuantizedLinear's role quantizers
+ROLE_LABEL = {"input": "X", "weight": "W", "grad_output": "dY"}                   # the monitors' role names
 
 Overrides = tuple[tuple[str, str, "QuantSpec | None"], ...]   # (gemm, operand, spec), in GEMMS x operand order
 
@@ -100,6 +101,19 @@ def overrides_short_str(overrides: Overrides) -> str:
 def override_key(gemm: str, role: str) -> str:
     """Name of an override's Quantizer in QuantizedLinear.gemm_quants (and in its state_dict)."""
     return f"{gemm}_{role}"
+
+
+def override_quantizers(layer) -> list[tuple[str, str, object]]:
+    """(gemm, role, Quantizer) of each override with a Quantizer of a QuantizedLinear (none on the classic path)."""
+    own = getattr(layer, "gemm_quants", None)
+    if own is None or layer.gemm is None:
+        return []
+    return [(g, r, own[override_key(g, r)]) for g, r, _ in layer.gemm.overrides if override_key(g, r) in own]
+
+
+def override_label(gemm: str, role: str) -> str:
+    """The monitors' role name of an override's Quantizer, e.g. "wgrad.X" (the role's own is "X")."""
+    return f"{gemm}.{ROLE_LABEL[role]}"
 
 
 def operand_quantizer(layer, gemm: str, role: str):
