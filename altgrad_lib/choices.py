@@ -13,6 +13,12 @@ RECIPE_ALIASES = {"bf16": "hp"}
 LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)
 NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")                       # quantize.recipes.get_policy
 BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")                                     # quantize.block_recipes
+BLOCK_SWITCHES = {    # the ':'-switches of each block recipe (quantize.block_recipes' docstring says what they do)
+    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+}
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers

@@ -112,3 +112,19 @@ def test_probe_reports_block_operand_health():
     for role in ("X", "dY"):
         assert {"mse", "blk_flush_mean", "blk_flush_std", "blk_flush_max", "blk_flush_any",
                 "blk_log2s_std"} <= set(out[(fqn, role)])
+
+
+def test_every_switch_parses_and_is_listed_by_help_and_readme(capsys):
+    from pathlib import Path
+
+    from altgrad_lib.choices import BLOCK_SWITCHES
+    from altgrad_lib.cli import main
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())      # undo the line wrapping
+    for base, switches in BLOCK_SWITCHES.items():
+        assert f"{base}[:<switch>...]" in help_text and f"`{base}`" in readme
+        for sw in switches:
+            get_policy(f"{base}:{sw.replace('<N>', '1')}")
+            assert f"`{sw}`" in readme and f" {sw}" in help_text, (base, sw)

@@ -182,3 +182,22 @@ def test_delayed_scaling_with_rht_is_refused_where_one_history_would_mix_copies(
     gemm_step(m, x, dy)
     hist = m.x_quant.scaler.amax_history
     assert int(m.x_quant.scaler.n_updates) == 2 and float(hist[1]) == float(x.abs().max()) != float(hist[0])
+
+
+def test_the_readme_example_is_a_valid_recipe():
+    """README's `overrides` YAML example, as a `-f` file would give it: accepted by TrainConfig, and it makes the
+    overrides it shows."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from altgrad_lib.training.config import TrainConfig
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "overrides:" in b)
+    cfg = TrainConfig(**yaml.safe_load(block))
+    spec = get_policy(cfg.recipe).spec_for("mlp_down")
+    assert [(g, r, s.short_str()) for g, r, s in spec.gemm.overrides] == [
+        ("dgrad", "weight", "e4m3fn/cur/rne"), ("wgrad", "grad_output", "e4m3fn/mx32f/rne"),
+        ("wgrad", "input", "e4m3fn/mx32f/rne")]
+    assert get_policy(cfg.recipe).spec_for("lm_head") is None

@@ -115,6 +115,17 @@ def test_exotic_formats_and_bad_shapes_give_clear_errors(backend):
         _quantized(lin, backend, recipe="fp8_e4m3")
     with pytest.raises(ValueError, match=r"multiples of 16"):
         _quantized(nn.Linear(128, 72), backend)
+    # gemm options (GEMM-faithful path) would be silently ignored by a path that quantizes each tensor once
+    gemm = {"name": "g", "layers": {"*": {"input": "E4M3", "weight": "E4M3", "grad_output": "E5M2",
+                                          "gemm": {"overrides": {"wgrad": {"input": "E5M2"}}}}}}
+    with pytest.raises(ValueError, match=rf"gemm options \(rht:wgrad,ov:wgrad.i=e5m2/cur/rne\) are not possible on "
+                                         rf"backend '{backend}'; use backend='sim' or drop 'gemm'"):
+        _quantized(lin, backend, recipe=gemm)
+    from altgrad_lib.errors import ConfigError
+    from altgrad_lib.training.config import TrainConfig
+    from altgrad_lib.training.preflight import check_policy
+    with pytest.raises(ConfigError, match=rf"TrainConfig.backend='{backend}' with recipe 'g': .*gemm options"):
+        check_policy(TrainConfig(recipe=gemm, backend=backend))   # preflight: before any run directory
 
 
 @pytest.mark.parametrize("backend", ["torchao", "scaled_mm"])

@@ -15,13 +15,7 @@ the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g. "nvfp4
 """
 from __future__ import annotations
 
-from altgrad_lib.choices import BLOCK_RECIPES  # noqa: E402  (one copy of the names)
-_SWITCHES = {
-    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-}
+from altgrad_lib.choices import BLOCK_RECIPES, BLOCK_SWITCHES  # noqa: E402  (one copy of the names)
 
 
 def is_block_recipe(name: str) -> bool:
@@ -34,7 +28,7 @@ def block_recipe(name: str) -> tuple[dict, int]:
     base = base.lower()
     if base not in BLOCK_RECIPES:
         raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES}")
-    valid = _SWITCHES[base]
+    valid = BLOCK_SWITCHES[base]
     on: set[str] = set()
     hp_last = 0
     for sw in switches:

@@ -47,11 +47,20 @@ def hw_dtype(spec, backend: str, role: str, fqn: str) -> torch.dtype:
     return dtype
 
 
+def check_hw_gemm(backend: str, layer_spec, where: str) -> None:
+    """A LayerSpec with `gemm` options (GEMM-faithful path) cannot run on a hardware backend: these paths quantize
+    each tensor once, for every GEMM, so hp_gemms, the RHT and operand overrides would be silently ignored."""
+    if getattr(layer_spec, "gemm", None) is not None:
+        raise ValueError(f"{where}: gemm options ({layer_spec.gemm.short_str()}) are not possible on backend "
+                         f"{backend!r}; use backend='sim' or drop 'gemm'")
+
+
 def check_hw_layer(backend: str, layer_spec, fqn: str, linear: nn.Linear) -> tuple[torch.dtype, ...]:
     """Validate one Linear for a hardware backend; returns (x_dtype, w_dtype, g_dtype)."""
     if backend not in HW_BACKENDS:
         raise ValueError(f"unknown hardware backend {backend!r}; valid choices: {HW_BACKENDS}")
     dtypes = tuple(hw_dtype(getattr(layer_spec, r), backend, r, fqn) for r in ("input", "weight", "grad_output"))
+    check_hw_gemm(backend, layer_spec, fqn)
     if linear.in_features % GEMM_MULTIPLE or linear.out_features % GEMM_MULTIPLE:
         raise ValueError(
             f"{fqn}: shape (out={linear.out_features}, in={linear.in_features}) must be multiples of "

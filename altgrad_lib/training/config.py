@@ -20,8 +20,8 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from altgrad_lib.choices import (BACKENDS, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS, PRECISIONS,
-                                 RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
+from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS,
+                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
 
@@ -82,9 +82,11 @@ class TrainConfig:
     # quantization
     recipe: str | dict = _key("hp", "quantization recipe name ('bf16' is an alias of 'hp': high precision, nothing "
                                     "quantized), or a per-layer policy dict "
-                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output}}}; "
-                                      "block recipes take ':'-switches disable_rht, disable_sr, disable_2d, rceil, "
-                                      "wgrad_hp, hp_attn, hp_last=<N> (block_recipes.py)",
+                                      "{name, backend, layers: {<layer class>|'*': {input, weight, grad_output, "
+                                      "gemm}}} (gemm: per-GEMM switches and operand overrides, gemm_overrides.py); "
+                                      "block recipes take ':'-switches "
+                                      f"{', '.join(dict.fromkeys(sw for v in BLOCK_SWITCHES.values() for sw in v))} "
+                                      "(block_recipes.py)",
                               RECIPES)
     backend: str = _key("sim", "sim = simulated formats (any ExMy); torchao / scaled_mm = real FP8 GEMMs "
                                "(E4M3/E5M2 only)", BACKENDS)

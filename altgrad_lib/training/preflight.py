@@ -52,13 +52,14 @@ def check_policy(cfg: TrainConfig) -> Any:
     with as_config_error("TrainConfig.recipe"):
         policy = get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
     if policy.backend != "sim":
-        from altgrad_lib.quantize.hw_fp8 import hw_dtype
+        from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
 
         with as_config_error(f"TrainConfig.backend={policy.backend!r} with recipe {cfg.recipe_name!r}"):
             for cls, spec in policy.layers.items():
                 if spec is not None:
                     for role in ("input", "weight", "grad_output"):
                         hw_dtype(getattr(spec, role), policy.backend, role, cls)
+                    check_hw_gemm(policy.backend, spec, cls)
     return policy
 
 
