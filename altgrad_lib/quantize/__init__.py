@@ -5,6 +5,7 @@ quantized linear itself, the model surgery that swaps it in, and the hardware FP
     block_recipes.py  nvfp4 / mxfp4 / mxfp8 / mxfp6 and their switches ("nvfp4:disable_rht:hp_last=1")
     linear.py      QuantizedLinear: X, W fake-quantized in the forward, dY in the backward
     gemm_quant.py  GEMM-faithful operands: fprop / dgrad / wgrad each quantized along its own reduction dim; RHT
+    gemm_overrides.py  per-GEMM operand specs (gemm.overrides): a QuantSpec (own Quantizer) or hp per GEMM operand
     convert.py     quantize_model / quantized_modules: swap nn.Linear per layer class, the table of what is where
     hw_fp8.py      peer paths for E4M3/E5M2: torchao float8 training and a torch._scaled_mm linear
     layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)

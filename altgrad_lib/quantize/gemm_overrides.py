@@ -94,7 +94,7 @@ def overrides_to_dict(overrides: Overrides) -> dict:
 
 
 def overrides_short_str(overrides: Overrides) -> str:
-    """e.g. "wgrad.i=e4m3fn/mx32f/rne+dgrad.w=hp"."""
+    """e.g. "dgrad.w=hp+wgrad.i=e4m3fn/mx32f/rne" (GEMMS x operand order)."""
     return "+".join(f"{g}.{r[0]}={'hp' if s is None else s.short_str()}" for g, r, s in overrides)
 
 
