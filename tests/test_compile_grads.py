@@ -32,7 +32,8 @@ _ROW_BLOCK = {"name": "row_block", "layers": {"*": {
 # nvfp4 with per-GEMM operand overrides (gemm_overrides.py): wgrad's operands in MXFP8 (dY stochastic: the
 # override's own SR stream), dgrad's W per-tensor E4M3
 _OVERRIDES = {"name": "nvfp4_ov", "recipe": "nvfp4", "layers": {"*": {
-    "input": {"fmt": "E2M1", "scaling": "nvfp4"}, "weight": {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},
+    "input": {"fmt": "E2M1", "scaling": "nvfp4"},
+    "weight": {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},
     "grad_output": {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
     "gemm": {"overrides": {"wgrad": {"input": {"fmt": "E4M3", "scaling": "mx"},
                                      "grad_output": {"fmt": "E4M3", "scaling": "mx", "rounding": "stochastic"}},

@@ -314,7 +314,8 @@ def test_per_gemm_overrides_are_monitored_and_removed_in_the_shadow(tmp_path):
     plain = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=128))
     quant = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=128))
     quant.load_state_dict(plain.state_dict())
-    only = {"name": "only", "layers": {"*": {"gemm": {"rht": [], "overrides": recipe["layers"]["*"]["gemm"]["overrides"]}}}}
+    overrides = recipe["layers"]["*"]["gemm"]["overrides"]
+    only = {"name": "only", "layers": {"*": {"gemm": {"rht": [], "overrides": overrides}}}}
     quantize_model(quant, only, verbose=False)
     x, y = torch.randint(0, 128, (2, 16)), torch.randint(0, 128, (2, 16))
     shadow = Probe(quant, contextlib.nullcontext).shadow_grads(x, y, None)

@@ -64,7 +64,8 @@ def test_an_override_is_its_own_quantizer():
     for u, v in zip(gemm_step(same, x, dy), gemm_step(plain, x, dy)):
         assert torch.equal(u, v)
     # dY in wgrad overridden with the role's SR spec: its own generator (seeded from its own name), so dW differs
-    sr_own = gemm_layer(LayerSpec(input=NV, weight=NV2D, grad_output=sr, gemm={"overrides": {"wgrad": {"grad_output": sr}}}))
+    sr_own = gemm_layer(LayerSpec(input=NV, weight=NV2D, grad_output=sr,
+                                  gemm={"overrides": {"wgrad": {"grad_output": sr}}}))
     sr_role = gemm_layer(LayerSpec(input=NV, weight=NV2D, grad_output=sr))
     a, b = gemm_step(sr_own, x, dy), gemm_step(sr_role, x, dy)
     assert not torch.equal(a[2], b[2])
@@ -86,8 +87,8 @@ def test_override_to_high_precision_and_dequantized_columnwise_source():
     x2 = x.reshape(-1, 64)
     assert torch.equal(gw, q_along(q_along(x2, NV, 1), NV, 0).t().mm(q_along(dy2, NV, 0)).t())
     # X of wgrad overridden (same spec): its own Quantizer, so its copy comes from the high-precision X
-    o = gemm_layer(LayerSpec(input=NV, weight=NV, grad_output=NV,
-                             gemm={"rht": [], "columnwise_source": "dequantized", "overrides": {"wgrad": {"input": NV}}}))
+    o = gemm_layer(LayerSpec(input=NV, weight=NV, grad_output=NV, gemm={
+        "rht": [], "columnwise_source": "dequantized", "overrides": {"wgrad": {"input": NV}}}))
     _, _, gw = gemm_step(o, x, dy)
     assert torch.equal(gw, q_along(x2, NV, 0).t().mm(q_along(q_along(dy2, NV, 1), NV, 0)).t())
 
