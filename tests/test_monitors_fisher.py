@@ -1,8 +1,8 @@
 """Tests for altgrad_lib.monitors.fisher against a dense Fisher computed independently with torch.
 
-The oracle differentiates the *original* model (not the monitor's proxy) token by token and label by label with
-plain torch.autograd.grad: the exact Fisher F = 1/(B·T) Σ_{n,t} Σ_y p_y ∇log p_y ∇log p_yᵀ over a vocabulary of 8,
-and the Monte-Carlo Fisher of the same sampled labels. Models are one-block GPTs with C = 4 in float64
+The oracle differentiates the *original* model (not the monitor's proxy) token by token and label by label
+with plain torch.autograd.grad: the exact Fisher F = 1/(B·T) Σ_{n,t} Σ_y p_y ∇log p_y ∇log p_yᵀ over a
+vocabulary of 8, and the Monte-Carlo Fisher of the same sampled labels. Models are one-block GPTs with C = 4 in float64
 (a 192-parameter block), so dense matrices and their eigvalsh take milliseconds.
 
 K-FAC is an approximation; it is tested where its factorisation is exact (one token row; all rows of a layer
@@ -31,9 +31,9 @@ RECIPES = (None, "fp8_hybrid", "fmt:E2M1")
 CONVERGED = dict(iters=2000, tol=1e-12)   # the test is about the operator, not the stopping rule
 
 
-def tiny_gpt(recipe=None, seed: int = 0, T: int = 3) -> GPT:
+def tiny_gpt(recipe=None, seed: int = 0, T: int = 3, dropout: float = 0.0) -> GPT:
     torch.manual_seed(seed)
-    m = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=1, n_head=2, n_embd=4, vocab_multiple=1, dropout=0.0))
+    m = GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=1, n_head=2, n_embd=4, vocab_multiple=1, dropout=dropout))
     if recipe is not None:
         quantize_model(m, recipe, verbose=False)
     return m.double()
@@ -167,7 +167,7 @@ def _nng(m, idx, yhat):
     with hessian_mode(m):
         proxy, blocks = fi.fisher_proxy(m)
     ids = blocks["transformer.h.0"]
-    return proxy, ids, fi.nngeometry_backend(proxy, ids), fi.examples(proxy, idx, yhat)
+    return proxy, ids, fi.nngeometry_backend(proxy, ids), fi.nngeometry_examples(proxy, idx, yhat)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -272,6 +272,28 @@ def test_measuring_changes_nothing_in_the_live_model():
     assert all(q.g_quant is not None for q in m.modules() if isinstance(q, QuantizedLinear))
 
 
+def _train(measure: bool) -> list[float]:
+    m = tiny_gpt(SR_DELAYED, seed=2, dropout=0.1)
+    m.train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    torch.manual_seed(11)
+    losses = []
+    for step in range(4):
+        x, y = tokens(3, 3, step), tokens(3, 3, step + 7)
+        opt.zero_grad()
+        loss = m(x, y)[1]
+        loss.backward()
+        if measure and step in (1, 2):     # between backward and step: the worst place for a monitor
+            fi.fisher_rows(m, x, step=step, iters=3)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_training_is_bit_identical_with_and_without_measurements():
+    assert _train(measure=True) == _train(measure=False)
+
+
 def test_rows_are_tidy_and_say_what_they_measure():
     rows = fi.fisher_rows(tiny_gpt("fp8_hybrid"), tokens(2, 3), step=9, iters=3)
     assert {r["metric"] for r in rows} == set(fi.METRICS) and {r["layer"] for r in rows} == {"transformer.h.0"}
@@ -311,6 +333,37 @@ def test_fisher_monitor_in_diagnostics_uses_a_fixed_probe(tmp_path):
     # the monitor stops its power iteration at a relative change ≤ 1e-3 (fisher_rows' tol), so compare at that
     assert v[(2, "transformer.h.0", "fisher_lambda_max")] == pytest.approx(lam, rel=1e-3)
     assert v[(1, "transformer.h.0", "fisher_lambda_max")] == pytest.approx(lam, rel=1e-3)
+
+
+def test_fisher_monitor_state_survives_a_resume(tmp_path):
+    """The probe is checkpointed: a Diagnostics restarted from step 1's state measures step 2 on the same probe."""
+    from altgrad_lib.monitors import read_diagnostics
+    from altgrad_lib.monitors.config import DiagnosticsConfig
+    from altgrad_lib.monitors.diagnostics import Diagnostics
+    cfg = DiagnosticsConfig(preset="off", fisher_interval=2, fisher_samples=2, fisher_iters=5)
+    m = tiny_gpt("fp8_hybrid")
+
+    def steps(d, todo):
+        for step in todo:
+            b = tokens(3, 3, step)       # another batch every step: only the first is the probe
+            d.after_backward(step, b, b, None)
+            d.after_step(step, 1.0, 0.5, 0.1)
+
+    whole = Diagnostics(cfg, tmp_path / "a", m)
+    whole.start(0, None)
+    steps(whole, (1, 2))
+    whole.close()
+    first = Diagnostics(cfg, tmp_path / "b", m)
+    first.start(0, None)
+    steps(first, (1,))
+    state = first.state_dict()
+    first.close()
+    again = Diagnostics(cfg, tmp_path / "b", m)
+    again.start(1, state)
+    steps(again, (2,))
+    again.close()
+    a, b = read_diagnostics(tmp_path / "a"), read_diagnostics(tmp_path / "b")
+    assert a.equals(b) and set(a["step"]) == {1, 2}
 
 
 def test_fisher_config_is_validated_with_one_line_errors():

@@ -1,5 +1,5 @@
-"""Fisher information per transformer block: the exact Monte-Carlo Fisher (trace, top eigenvalue, diagonal) and
-NNGeometry's K-FAC, on a fixed probe batch.
+"""Fisher information per transformer block on a fixed probe batch: trace and diagonal from labels sampled from the
+model, top eigenvalue by Fisher-vector products, and NNGeometry's K-FAC.
 
 Which Fisher
     The **true Fisher of the model's predictive distribution**, F = 1/(B·T) Σ_n E_ŷ~p(·|x_n)[g_n gₙᵀ] with
@@ -35,17 +35,18 @@ Rows (layer = block fqn, e.g. transformer.h.0):
     fisher_trace       tr F = mean_n |g_n|² / T (= trace of the diagonal Fisher); unbiased Monte-Carlo estimate
     diag_max           largest entry of that diag F (the diagonal Fisher's top eigenvalue; the max of B-sample
                        estimates, so biased upwards for small B)
-    fisher_lambda_max  λ_max(F) of the label-expectation Fisher (no sampling: Σ_y p_y over the vocabulary, i.e. the
-                       Gauss-Newton matrix), by power iteration on F·v = Jᵀ(diag p − p pᵀ)J v / (B·T). Not taken from
-                       the B sampled gradients: their Fisher has rank ≤ B, so its λ_max ≥ trace / B whatever F is.
+    fisher_lambda_max  λ_max(F) of the label-expectation Fisher (no sampling: Σ_y p_y over the vocabulary, i.e.
+                       the Gauss-Newton matrix), by power iteration on F·v = Jᵀ(diag p − p pᵀ)J v / (B·T). Not
+                       from the B sampled gradients: their Fisher has rank ≤ B, so its λ_max ≥ trace / B anyway.
     fisher_power_iters Fisher-vector products used
     kfac_trace         Σ_layers tr A · tr G                             NNGeometry PMatKFAC (sampled labels)
     kfac_lambda_max    max_layers λ_max(A)·λ_max(G) (K-FAC is block-diagonal over layers)
 
 Cost: for the sampled rows one forward and B backward passes of the copy (B = the probe's sequences); for λ_max
 one double-backward graph and 2 backward passes per Fisher-vector product (≤ fisher_iters per block); for K-FAC
-one forward and backward with NNGeometry's hooks and eigvalsh of each layer's factors. bench/results/fisher.md
-has the measured seconds.
+one forward and backward with NNGeometry's hooks and eigvalsh of each layer's factors. Measured on the cpu profile
+(8 x 64 tokens, 2 blocks of 64): ~1 s on one thread, ~12 training steps, a quarter of curvature_rows
+(bench/results/fisher.md).
 """
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ def per_sequence_grads(proxy: nn.Module, idx: Tensor, yhat: Tensor, params: list
 
 def nngeometry_backend(proxy: nn.Module, layer_ids: list[str]) -> Any:
     """NNGeometry's TorchHooksJacobianBackend on the proxy's inner Linears `layer_ids` (a LayerCollection built by
-    hand), whose function is Σ_t log p(ŷ_t) / √T; examples are (dummy, token ids, sampled labels) = dummies(...)."""
+    hand), whose function is Σ_t log p(ŷ_t) / √T; examples: nngeometry_examples(...)."""
     from nngeometry.backend import TorchHooksJacobianBackend
     from nngeometry.layercollection import LayerCollection, LinearLayer
 
@@ -165,7 +166,7 @@ def nngeometry_backend(proxy: nn.Module, layer_ids: list[str]) -> Any:
     return TorchHooksJacobianBackend(model=proxy, function=function, layer_collection=lc)
 
 
-def examples(proxy: nn.Module, idx: Tensor, yhat: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def nngeometry_examples(proxy: nn.Module, idx: Tensor, yhat: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """NNGeometry's `examples` for nngeometry_backend: one batch of all B sequences."""
     return torch.zeros(idx.shape[0], dtype=proxy.transformer.wte.weight.dtype, device=idx.device), idx, yhat
 
@@ -174,15 +175,16 @@ def kfac_blocks(proxy: nn.Module, idx: Tensor, yhat: Tensor, layer_ids: list[str
     """NNGeometry's K-FAC factors (A, G) per layer id of the proxy, A rescaled to the mean over token rows."""
     from nngeometry.object import PMatKFAC
 
-    kfac = PMatKFAC(generator=nngeometry_backend(proxy, layer_ids), examples=examples(proxy, idx, yhat))
+    gen = nngeometry_backend(proxy, layer_ids)
+    kfac = PMatKFAC(generator=gen, examples=nngeometry_examples(proxy, idx, yhat))
     T = idx.shape[1]
     return {lid: (a / T, g) for lid, (a, g) in kfac.data.items()}
 
 
 class FisherVP:
     """v -> F v for the label-expectation Fisher of the proxy's logits on `idx` w.r.t. `params` (a list of leaf
-    tensors), F = 1/(B·T) Σ_tokens Jᵀ(diag p − p pᵀ)J. J v by the double-vjp trick: Jᵀu is built once with a graph
-    (linear in the dummy u), and differentiating ⟨Jᵀu, v⟩ w.r.t. u gives J v."""
+    tensors), F = 1/(B·T) Σ_tokens Jᵀ(diag p − p pᵀ)J. J v by the double-vjp trick: Jᵀu is built once with a
+    graph (linear in the dummy u), and differentiating ⟨Jᵀu, v⟩ w.r.t. u gives J v."""
 
     def __init__(self, proxy: nn.Module, idx: Tensor, params: list[Tensor]) -> None:
         for p in params:
