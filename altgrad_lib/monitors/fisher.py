@@ -46,7 +46,8 @@ Cost: for the sampled rows one forward and B backward passes of the copy (B = th
 one double-backward graph and 2 backward passes per Fisher-vector product (≤ fisher_iters per block); for K-FAC
 one forward and backward with NNGeometry's hooks and eigvalsh of each layer's factors. Measured on the cpu profile
 (8 x 64 tokens, 2 blocks of 64): ~1 s on one thread, ~12 training steps, a quarter of curvature_rows
-(bench/results/fisher.md).
+(bench/results/fisher.md). Memory: a few (B, T, vocab) tensors (logits, probabilities, the double-backward graph)
+on top of one training step's activations for B sequences; tested on CPU only.
 """
 from __future__ import annotations
 
@@ -124,10 +125,11 @@ def _loglik(logits: Tensor, yhat: Tensor) -> Tensor:
 
 
 def sample_labels(logits: Tensor, seed: int) -> Tensor:
-    """One label per token drawn from softmax(logits) with a private CPU generator (no global RNG is touched)."""
-    p = torch.softmax(logits.detach().double(), dim=-1).cpu()
-    g = torch.Generator().manual_seed(seed)
-    return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=g).view(p.shape[:-1]).to(logits.device)
+    """One label per token drawn from softmax(logits) with a private generator on the logits' device (the global
+    RNG streams are not touched)."""
+    p = torch.softmax(logits.detach(), dim=-1)
+    g = torch.Generator(device=p.device).manual_seed(seed)
+    return torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=g).view(p.shape[:-1])
 
 
 def per_sequence_grads(proxy: nn.Module, idx: Tensor, yhat: Tensor, params: list[Tensor]) -> Tensor:
