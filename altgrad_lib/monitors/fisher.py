@@ -45,7 +45,7 @@ Rows (layer = block fqn, e.g. transformer.h.0):
 Cost: for the sampled rows one forward and B backward passes of the copy (B = the probe's sequences); for λ_max
 one double-backward graph and 2 backward passes per Fisher-vector product (≤ fisher_iters per block); for K-FAC
 one forward and backward with NNGeometry's hooks and eigvalsh of each layer's factors. Measured on the cpu profile
-(8 x 64 tokens, 2 blocks of 64): ~1 s on one thread, ~12 training steps, a quarter of curvature_rows
+(8 x 64 tokens, 2 blocks of 64): 0.6-1 s on one thread, ~12 training steps, a fifth of curvature_rows
 (bench/results/fisher.md). Memory: a few (B, T, vocab) tensors (logits, probabilities, the double-backward graph)
 on top of one training step's activations for B sequences; tested on CPU only.
 """
