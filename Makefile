@@ -10,6 +10,7 @@ STAMP     := $(VENV)/.altgrad-installed
 # The CPU wheel of torch lies on local disk; asking for it first keeps pip from pulling a 5 GB CUDA build.
 TORCH_PIN := torch==2.13.0
 WHISPER   := openai-whisper==20250625
+NNGEOMETRY := nngeometry==0.4
 
 export HF_HUB_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
@@ -29,6 +30,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,notebooks,ray]'
 	# gpt2.tiktoken (official GPT-2 BPE ranks) ships inside openai-whisper; its heavy deps are not needed.
 	$(PY) -m pip install -q --no-deps $(WHISPER)
+	# nngeometry (K-FAC Fisher monitor) declares torchvision, which it never imports and which would replace torch
+	$(PY) -m pip install -q --no-deps $(NNGEOMETRY)
 	touch $@
 
 setup: $(STAMP)

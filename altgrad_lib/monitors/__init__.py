@@ -15,7 +15,9 @@ creates one `Diagnostics` object. Files, one job each:
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
-The curvature group (curvature.CurvatureMonitor) runs only when DiagnosticsConfig.hessian_interval > 0.
+    fisher.py       per-block Fisher (true Fisher, sampled labels): trace, diagonal, λ_max, NNGeometry K-FAC
+The curvature group (curvature.CurvatureMonitor) runs only when DiagnosticsConfig.hessian_interval > 0, the fisher
+group (fisher.FisherMonitor) only when fisher_interval > 0.
 
 What is written (next to metrics.csv; `read_diagnostics(run_dir)`, `read_events(run_dir)`):
     diagnostics.csv  step:int, layer:str (module fqn; "" = whole model, "*" = all parameters), role:str,
@@ -35,6 +37,8 @@ Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fr
     activations  [X] kurtosis (every Linear); [head<i>] attn_entropy (layer = attention fqn, nats);
                  [hidden] dead_frac fired_frac (layer = MLP fqn)
     curvature    [ste_surrogate|exact] lambda_max lr_lambda_max power_iters (layer "model" and each block)
+    fisher       [ste_surrogate|exact] fisher_trace diag_max fisher_lambda_max fisher_power_iters kfac_trace
+                 kfac_lambda_max (each block)
     events       loss_spike grad_norm_spike loss_nonfinite kurtosis_alarm kurtosis_trend attn_entropy_drop
                  unavailable:<group>
 """

@@ -18,6 +18,11 @@ Groups (what each measures: see the module named in MONITORS):
     curvature    top Hessian eigenvalue of the STE surrogate (curvature.STE_NOTE) and lr·λ_max, whole model and
                  per block, on a fixed batch; switched on by hessian_interval > 0 alone (in no preset: one
                  measurement costs up to hessian_iters x (1 + blocks) Hessian-vector products)
+    fisher       Fisher information of the model's predictive distribution (Monte-Carlo true Fisher, labels
+                 sampled from the model) per block: trace and diagonal from per-sequence gradients, top
+                 eigenvalue by power iteration on Fisher-vector products, nngeometry's K-FAC trace / top
+                 eigenvalue; switched on by fisher_interval > 0 alone (in no preset: fisher_samples backward
+                 passes, up to 2 x fisher_iters per block, one nngeometry pass; bench/results/fisher.md)
 A new monitor (e.g. curvature) plugs in with one MONITORS entry "group": "module:Class" (see base.Monitor).
 """
 from __future__ import annotations
@@ -36,8 +41,10 @@ MONITORS: dict[str, str] = {
     "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
     "events": "altgrad_lib.monitors.events:EventsMonitor",
     "curvature": "altgrad_lib.monitors.curvature:CurvatureMonitor",   # only through hessian_interval
+    "fisher": "altgrad_lib.monitors.fisher:FisherMonitor",            # only through fisher_interval
 }
-INTERVAL_GROUPS = ("curvature",)   # groups switched on by their own interval field, never by a preset / groups
+INTERVAL_FIELDS = {"curvature": "hessian_interval", "fisher": "fisher_interval"}
+INTERVAL_GROUPS = tuple(INTERVAL_FIELDS)   # groups switched on by their own interval field, never by a preset / groups
 CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
@@ -71,6 +78,9 @@ class DiagnosticsConfig:
     baseline_run: str = ""              # run dir whose diagnostics.csv (weights group) is the KL reference
     hessian_interval: int = 0           # curvature group every N steps (0 = off), on the first due step's batch
     hessian_iters: int = 20             # power-iteration cap per λ_max (stops earlier at rel. change < 1e-3)
+    fisher_interval: int = 0            # fisher group every N steps (0 = off), on the first due step's inputs
+    fisher_samples: int = 8             # probe sequences (one backward pass each; at most the batch size)
+    fisher_iters: int = 20              # power-iteration cap per Fisher λ_max (stops earlier at rel. change < 1e-3)
     output_format: str = "csv"
 
     def __post_init__(self) -> None:
@@ -84,20 +94,21 @@ class DiagnosticsConfig:
             bad = [g for g in groups if g not in valid]
             if bad:
                 raise _err("groups", bad[0] if len(bad) == 1 else bad,
-                           f"{valid} (curvature: set hessian_interval)")
+                           f"{valid} (curvature: set hessian_interval; fisher: set fisher_interval)")
             object.__setattr__(self, "groups", groups)
         gi = dict(self.group_intervals or {})
         for g, n in gi.items():
             if g not in MONITORS or g in INTERVAL_GROUPS:
                 raise _err("group_intervals", g, f"{tuple(x for x in MONITORS if x not in INTERVAL_GROUPS)} "
-                                                 f"(curvature: set hessian_interval)")
+                                                 f"(curvature: set hessian_interval; fisher: set fisher_interval)")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise _err(f"group_intervals[{g!r}]", n, "an int >= 1")
         object.__setattr__(self, "group_intervals", gi)
-        hi = self.hessian_interval
-        if isinstance(hi, bool) or not isinstance(hi, int) or hi < 0:
-            raise _err("hessian_interval", hi, "an int >= 0 (0 = off)")
-        for name in ("window", "dcode_max", "hessian_iters"):
+        for name in INTERVAL_FIELDS.values():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise _err(name, v, "an int >= 0 (0 = off)")
+        for name in ("window", "dcode_max", "hessian_iters", "fisher_samples", "fisher_iters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise _err(name, v, "an int >= 1")
@@ -145,7 +156,7 @@ class DiagnosticsConfig:
     @property
     def active_groups(self) -> tuple[str, ...]:
         base = self.groups if self.groups is not None else PRESETS[self.preset][0]
-        return base + (("curvature",) if self.hessian_interval > 0 else ())
+        return base + tuple(g for g, f in INTERVAL_FIELDS.items() if getattr(self, f) > 0)
 
     @property
     def every(self) -> int:
@@ -153,8 +164,8 @@ class DiagnosticsConfig:
         return self.interval or PRESETS[self.preset][1] or PRESETS["full"][1]
 
     def interval_of(self, group: str) -> int:
-        if group == "curvature":
-            return self.hessian_interval
+        if group in INTERVAL_FIELDS:
+            return getattr(self, INTERVAL_FIELDS[group])
         return int(self.group_intervals.get(group, self.every))
 
     def due(self, group: str, step: int) -> bool:
@@ -165,5 +176,6 @@ class DiagnosticsConfig:
         if not self.enabled:
             return "diag:off"
         h = f",hessian@{self.hessian_interval}" if self.hessian_interval else ""
+        h += f",fisher@{self.fisher_interval}" if self.fisher_interval else ""
         groups = [g for g in self.active_groups if g not in INTERVAL_GROUPS]
         return f"diag:{self.preset}@{self.every}[{','.join(groups)}{h}]"
