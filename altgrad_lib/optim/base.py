@@ -23,6 +23,8 @@ Grid storage with stochastic rounding draws its bits from counter_rng (a hash of
 fused into the compiled update; one integer of state, `sr_offset`, in state_dict()).  Both paths draw in
 parameter order, so they consume the same bits.  `self.generator` (torch, seeded) remains for stochastic
 rounding of low-precision states; its state is in state_dict() too, as are the diagnostic counters.
+`set_osc_reset(...)` adds TetraJet-v2's oscillation reset after the steps (optim/osc_reset.py; its open round's
+tensors are in state_dict() under "altgrad").
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.stats import StepStats
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
+from altgrad_lib.optim.osc_reset import OscReset
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
 from altgrad_lib.numerics.rounding import default_sr_bits
@@ -67,6 +70,7 @@ class GridOptimizer(torch.optim.Optimizer):
         self._offset_t = torch.zeros((), dtype=torch.int64, device=dev)      # sr_offset as a tensor (no recompiles)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = StepStats(device=dev)
+        self.osc_reset: OscReset | None = None             # set_osc_reset (optim/osc_reset.py); None = off
         fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
@@ -96,6 +100,8 @@ class GridOptimizer(torch.optim.Optimizer):
         if g["lr"] < 0 or g.get("weight_decay", 0.0) < 0:
             raise ValueError(f"lr={g['lr']!r} and weight_decay={g.get('weight_decay')!r} must be >= 0")
         self._check_group(g)
+        if getattr(self, "osc_reset", None) is not None:
+            OscReset.check_groups([g])
         if hasattr(self, "_lr_t"):
             self._lr_t.append(torch.zeros((), dtype=torch.float32, device=g["params"][0].device))
             for p in g["params"]:
@@ -135,6 +141,8 @@ class GridOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.osc_reset is not None:
+            self.osc_reset.before_step(self, self._calls)
         self._calls += 1
         due = self.track_stats and (self._calls - 1) % self.stats_every == 0
         for gi, group in enumerate(self.param_groups):
@@ -170,7 +178,14 @@ class GridOptimizer(torch.optim.Optimizer):
                 self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
         if due:
             self.stats.end_step()
+        if self.osc_reset is not None:
+            self.osc_reset.after_step(self, self._calls)
         return loss
+
+    def set_osc_reset(self, period: int = 200, window: int = 50, threshold: float = 8.0, start: int = 0) -> None:
+        """Turn on TetraJet-v2's oscillation reset (optim/osc_reset.py); groups with a format need storage fp32 or kahan."""
+        OscReset.check_groups(self.param_groups)
+        self.osc_reset = OscReset(period, window, threshold, start)
 
     def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,
                    lr_t: torch.Tensor) -> None:
@@ -280,7 +295,8 @@ class GridOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
         sd["altgrad"] = {"generator": self.generator.get_state(), "stats": self.stats.state_dict(),
-                         "seed": self.seed, "sr_offset": self.sr_offset, "calls": self._calls}
+                         "seed": self.seed, "sr_offset": self.sr_offset, "calls": self._calls,
+                         "osc_reset": None if self.osc_reset is None else self.osc_reset.state_dict()}
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -306,6 +322,8 @@ class GridOptimizer(torch.optim.Optimizer):
         self._calls = int(extra.get("calls", 0))
         self.sr_offset = int(extra["sr_offset"])
         self.stats.load_state_dict(extra["stats"])
+        if self.osc_reset is not None:
+            self.osc_reset.load_state_dict(extra.get("osc_reset"))
         self._flat = [self._flatten(g) for g in self.param_groups]     # the loaded states are new tensors
 
     # ---- printing
