@@ -116,7 +116,7 @@ def run(size: str, modes: list[str], steps: int, only: list[str] | None = None) 
             opt = build_optimizer(m, base_cfg.replace(optimizer=name, optim={**optim, "compile": mode == "compiled"}))
             g0 = counters["stats"]["unique_graphs"]
             t0 = time.perf_counter()
-            for _ in range(2):                          # warm-up (compiles: one graph per param group)
+            for _ in range(2):                          # warm-up (compiles: a graph per param group + the step consts)
                 _timed_step(opt, ps, grads, True)
             cases.append({"case": case, "mode": mode, "opt": opt, "ps": ps, "t": [], "t_ref": [],
                           "bpp": state_bytes(opt)["bytes_per_param"],
