@@ -331,10 +331,11 @@ def _keep_nan(x: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
     The kernels already send NaN to NaN through their integer logic, but inductor's *scalar* CPU code
     (ATEN_CPU_CAPABILITY=default, i.e. CPUs without AVX2) turned some NaN inputs into -0.0 in the compiled
     kernel while the vectorized code and eager were right; a float-domain select is kept by every backend.
+    x != x rather than isnan: inductor's CPU code vectorizes the comparison but runs isnan as a scalar loop.
     """
     if not torch.compiler.is_compiling():
         return res                              # eager ops follow the integer logic exactly
-    return torch.where(torch.isnan(x), x, res)
+    return torch.where(x != x, x, res)
 
 
 def _float_bits(v: float, wdt: torch.dtype) -> int:
