@@ -167,3 +167,42 @@ def test_the_optimizer_refuses_grid_storage():
     opt = _flat_groups("adamw", "grid_rne", _model_params())
     with pytest.raises(ValueError, match=r"storage in \('fp32', 'kahan'\) \(got 'grid_rne'"):
         opt.set_osc_reset()
+
+
+def test_the_factory_passes_the_settings_and_refuses_a_run_without_grid_weights():
+    from altgrad_lib.optim.factory import build_optimizer, step_metrics
+    from test_optim_factory import TINY, _model
+    from altgrad_lib.training.loop import TrainConfig
+
+    optim = {"storage": "kahan", "osc_reset": True, "osc_reset_period": 7, "osc_reset_window": 3,
+             "osc_reset_threshold": 2.5, "osc_reset_start": 4}
+    cfg = TrainConfig.from_dict({**TINY, "optim": optim})
+    opt = build_optimizer(_model(cfg), cfg)
+    o = opt.osc_reset
+    assert (o.period, o.window, o.threshold, o.start) == (7, 3, 2.5, 4) and step_metrics(opt) == {}
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True}})
+    with pytest.raises(ValueError, match="optim.osc_reset=True but no trainable weight has a format"):
+        build_optimizer(_model(cfg), cfg)
+
+
+def test_training_resumes_bit_exactly_from_a_checkpoint_inside_a_round(tmp_path):
+    """Through training's own checkpoints: the round opens after step 2, the step-3 checkpoint holds its sums, the
+    run crashes after step 4 and resumes from step 3; the reset after step 4 and everything after are the same."""
+    from helpers import Crash, assert_same_state, crash_at
+    from test_optim_factory import TINY, _lines
+    from altgrad_lib.training.loop import TrainConfig, train
+
+    optim = {"storage": "fp32", "osc_reset": True, "osc_reset_period": 4, "osc_reset_window": 2,
+             "osc_reset_threshold": 1.0, "osc_reset_start": 2}
+    kw = {**TINY, "optim": optim}
+    ref = train(TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "ref")}), progress=False, verbose=False)
+    cfg = TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "crash")})
+    with pytest.raises(Crash):
+        train(cfg, progress=False, verbose=False, on_step=crash_at(4))
+    run = train(cfg, progress=False, verbose=False)
+    assert run.status == "completed" and _lines(run.dir) == _lines(ref.dir)
+    assert any("optim/osc_reset_frac" in ln for ln in _lines(ref.dir))           # the reset after step 4 happened
+    sa = torch.load(ref.dir / "checkpoints" / "last.pt", weights_only=False)
+    sb = torch.load(run.dir / "checkpoints" / "last.pt", weights_only=False)
+    assert_same_state(sa["model"], sb["model"], "model")
+    assert_same_state(sa["optimizer"], sb["optimizer"], "optimizer")
