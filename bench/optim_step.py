@@ -55,7 +55,8 @@ CASES = {   # name -> (optimizer, optim): every storage mode with our plain Adam
 # the step timer: wall (perf_counter) or this thread's CPU time (thread_time: with --threads 1 every op of a step runs
 # on this thread, so time spent waiting for a core on a loaded machine is not counted)
 CLOCK = [time.perf_counter]
-COMPILED = (*(f"adamw(ours) {m}" for m in STORAGE), "grid_adamw fp32", "grid_adamw grid_sr", "grid_adamw error_feedback")
+COMPILED = (*(f"adamw(ours) {m}" for m in STORAGE), "grid_adamw fp32", "grid_adamw grid_sr",
+            "grid_adamw error_feedback")
 
 
 def make_model(size: str) -> torch.nn.Module:
@@ -166,8 +167,8 @@ def main() -> None:
     # one graph per (optimizer, param group); the default limit of 8 would silently fall back to eager
     torch._dynamo.config.recompile_limit = 256
     print(f"load average before: {os.getloadavg()}")
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"clock {a.clock}")
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
+          f"threads, clock {a.clock}")
     rows = []
     for size in a.sizes:
         rows += run(size, a.modes, a.steps, a.cases)

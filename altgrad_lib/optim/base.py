@@ -191,7 +191,7 @@ class GridOptimizer(torch.optim.Optimizer):
         return loss
 
     def set_osc_reset(self, period: int = 200, window: int = 50, threshold: float = 8.0, start: int = 0) -> None:
-        """Turn on TetraJet-v2's oscillation reset (optim/osc_reset.py); groups with a format need storage fp32 or kahan."""
+        """Turn on TetraJet-v2's oscillation reset (optim/osc_reset.py); groups with a format need fp32 or kahan."""
         OscReset.check_groups(self.param_groups)
         self.osc_reset = OscReset(period, window, threshold, start)
 
