@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.numerics.rounding import _bits_supported, quantize_tensor
+from altgrad_lib.numerics.rounding import _bits_supported, _split_supported, quantize_tensor
 from helpers import ALL, MLD_REF, TORCH_REF, assert_same, gfloat_info, mld_round, probe_inputs
 
 
@@ -47,7 +47,7 @@ def _overflow_spec(fmt, x: float, saturate: bool) -> float:
     return math.nan                           # fn / fnuz without saturation: overflow and inf -> NaN
 
 
-@pytest.mark.parametrize("impl", ["auto", "float", "bits"])
+@pytest.mark.parametrize("impl", ["auto", "float", "bits", "split"])
 @pytest.mark.parametrize("saturate", [True, False])
 @pytest.mark.parametrize("name", ALL)
 def test_overflow_inf_nan_follow_the_spec_not_a_cast(name, saturate, impl):
@@ -79,6 +79,8 @@ def _impl_quantize(fmt, x, impl, rounding="nearest", saturate=True):
         return fmt.quantize(x, rounding=rounding, saturate=saturate)
     if impl == "bits" and not _bits_supported(x.dtype, fmt.kernel):
         pytest.skip(f"impl='bits' does not support {fmt.name}")
+    if impl == "split" and not (rounding == "nearest" and saturate and _split_supported(x.dtype, fmt.kernel)):
+        pytest.skip(f"impl='split' does not support {fmt.name} {rounding} saturate={saturate} {x.dtype}")
     return quantize_tensor(x, fmt.kernel, rounding, saturate, allow_native=False, impl=impl)
 
 
@@ -124,6 +126,55 @@ def test_rne_rtz_match_gfloat(name, mode, impl):
     assert_same(_impl_quantize(fmt, x, impl, mode, sat), ref, x, f"{name} {mode} vs gfloat (float64, {impl})")
     ref_sat = torch.from_numpy(gfloat.round_ndarray(fi, x.numpy(), rnd, sat=True))
     assert_same(_impl_quantize(fmt, x.float(), impl, mode, True).double(), ref_sat, x, f"{name} sat (float32, {impl})")
+
+
+SPLIT = [n for n in ALL if _split_supported(torch.float32, get_format(n).kernel)]
+
+
+def test_split_covers_the_formats_weights_are_stored_in():
+    assert {"E4M3", "E5M2", "E3M4", "E2M1", "E2M3", "E3M2", "E4M3_IEEE"} <= set(SPLIT)
+    assert "E4M3FNUZ" not in SPLIT and "E7M0" not in SPLIT                  # no -0 code; M = 0 ties
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_rne_matches_gfloat_saturated(name):
+    """The float-only kernel (saturating nearest, float32) against gfloat, eager."""
+    fmt = get_format(name)
+    x = probe_inputs(fmt, n_random=5000)
+    x = x[torch.isfinite(x)]
+    ref = torch.from_numpy(gfloat.round_ndarray(gfloat_info(fmt), x.double().numpy(), RoundMode.TiesToEven, sat=True))
+    assert_same(_impl_quantize(fmt, x, "split").double(), ref, x, f"{name} split vs gfloat")
+
+
+def _tie_neighbourhoods(fmt) -> torch.Tensor:
+    """Every fp32 value of the binade below min_normal (all mantissas, both signs), and for every fp32
+    exponent the patterns at, one below and one above each rounding tie of the format, plus 0, inf, NaN."""
+    p = fmt.kernel
+    drop = 23 - p.mbits
+    e_min = p.emin + 127
+    full = [(torch.arange(1 << 23, dtype=torch.int32) | (e << 23)) for e in (e_min - 1,) if 0 <= e < 255]
+    k = torch.arange(1 << p.mbits, dtype=torch.int32) << drop
+    half = 1 << (drop - 1)
+    ties = torch.cat([k + half + d for d in (-1, 0, 1)])
+    near = [(ties | (e << 23)) for e in range(255)]
+    bits = torch.cat(full + near + [torch.tensor([0, 0x7F800000, 0x7FC00000], dtype=torch.int32)])
+    x = bits.view(torch.float32)
+    return torch.cat([x, -x])
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_compiled_equals_the_float_kernel_at_every_tie(name):
+    """Compiled (what the optimizer's graphs run; inductor must not contract or reassociate the subtractions)
+    against the eager float kernel at every tie of every binade, and on whole binades around min_normal."""
+    fmt = get_format(name)
+    x = _tie_neighbourhoods(fmt)
+    ref = quantize_tensor(x, fmt.kernel, "nearest", True, allow_native=False, impl="float")
+    try:
+        got = torch.compile(lambda t: quantize_tensor(t, fmt.kernel, "nearest", True, allow_native=False))(x)
+    except Exception as e:                                      # e.g. no C++ compiler for inductor
+        pytest.skip(f"torch.compile is unavailable here: {type(e).__name__}: {e}")
+    assert_same(got, ref, x, f"{name} split compiled vs float eager")
+    assert_same(quantize_tensor(x, fmt.kernel, "nearest", True, impl="split"), ref, x, f"{name} split eager")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])

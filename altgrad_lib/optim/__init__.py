@@ -16,6 +16,8 @@ numerics/grid.py):
   state_codec.py  low-precision state transforms (sqrt, COAT expand) and unsigned UE<x>M<y> state formats
   lowp_state.py   StateFormat: m / v as 8-bit codes + per-tensor or per-block fp32 scales; state_bytes
   manifold.py     FP8Manifold: geoopt Manifold (projx = round, egrad2rgrad = stiffness, retr = step + round)
+  osc_reset.py    TetraJet-v2's oscillation reset (optim.osc_reset): latent weights whose grid value oscillates
+                  are moved to their grid value (fp32 master or kahan storage)
   stats.py        the optimizer's step statistics: stall rate, update visibility, oscillation ratio, Δcode
                   histogram, code usage / entropy, StepStats
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig

@@ -106,9 +106,19 @@ class AdamW(GridOptimizer):
         v.mul_(b2).addcmul_(g, g, value=1 - b2)
         self._store(st, "m", group, m)
         self._store(st, "v", group, v)
-        t = st["step"]
-        bc1, bc2_sqrt = 1 - b1**t, (1 - b2**t).sqrt()
+        bc1, bc2_sqrt = self._bias_corrections(st, group)
         return (m / bc1) / (v.sqrt() / bc2_sqrt + group["eps"])
+
+    def _step_consts(self, group: dict[str, Any], t: torch.Tensor) -> dict[str, torch.Tensor]:
+        b1, b2 = group["betas"]
+        return {"bc1": 1 - b1**t, "bc2_sqrt": (1 - b2**t).sqrt()}
+
+    def _bias_corrections(self, st: dict[str, Any], group: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1 - b1^t, sqrt(1 - b2^t)): the flat step's precomputed values (base._step_consts) or computed here."""
+        if "bc1" in st:
+            return st["bc1"], st["bc2_sqrt"]
+        c = self._step_consts(group, st["step"])
+        return c["bc1"], c["bc2_sqrt"]
 
     def _update(self, w, g, st, group, fmt, s, lr_t):
         u = self._direction(w, g, st, group)
@@ -116,11 +126,11 @@ class AdamW(GridOptimizer):
 
     # ---- error_feedback storage (error_feedback.py): the residual goes into m in units of this step's dw/dm
     def _feedback(self, w, r, st, group, fmt, s, lr_t):
-        b1, b2 = group["betas"]
-        t = st["step"]
+        b1 = group["betas"][0]
+        bc1, bc2_sqrt = self._bias_corrections(st, group)
         v = self._load(st, "v", group, w)        # an 8-bit v (state_v) is decoded: D of the stored v, not the fp32 one
-        D = v.sqrt() / (1 - b2**t).sqrt() + group["eps"]                # as in _direction
-        inject(st["m"], r, self._dw_dm(w, st, group, fmt, s, lr_t) / ((1 - b1**t) * D), b1)
+        D = v.sqrt() / bc2_sqrt + group["eps"]                          # as in _direction
+        inject(st["m"], r, self._dw_dm(w, st, group, fmt, s, lr_t) / (bc1 * D), b1)
 
     def _dw_dm(self, w, st, group, fmt, s, lr_t):
         """dw/dm of this step times (1 - b1^t) D: lr for AdamW (and StiffnessAdamW: its m is in units of g S)."""

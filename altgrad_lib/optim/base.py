@@ -17,12 +17,17 @@ is stepped as one flat buffer: its elementwise states (m, v, Kahan buffers, mome
 per state key (self.state[p][k] are views into it, so state_dict() is unchanged), the per-tensor constants
 (grid scale, Madam's bound) are expanded once into per-element vectors, and an eager step is torch.cat of the
 weights and gradients, one update over the flat buffer and a foreach copy back.  Compiled (compile=True), the
-group's tensors go through one graph instead (one static-shape graph per group: no cat, no copy back).  Groups with low-precision states, with some gradients missing, or with track_stats
-(per-tensor diagnostics) take the per-parameter loop; both paths compute the same elementwise arithmetic.
+group's tensors go through one graph instead (one static-shape graph per group: no cat, no copy back), and the
+step's scalars (`_step_consts`: Adam's bias corrections) through one small graph of their own, so the update's
+loop does not recompute a pow of the step for every vector.  Groups with low-precision states, with some gradients
+missing, or with track_stats (per-tensor diagnostics) take the per-parameter loop; both paths compute the same
+elementwise arithmetic.
 Grid storage with stochastic rounding draws its bits from counter_rng (a hash of seed and element index,
 fused into the compiled update; one integer of state, `sr_offset`, in state_dict()).  Both paths draw in
 parameter order, so they consume the same bits.  `self.generator` (torch, seeded) remains for stochastic
 rounding of low-precision states; its state is in state_dict() too, as are the diagnostic counters.
+`set_osc_reset(...)` adds TetraJet-v2's oscillation reset after the steps (optim/osc_reset.py; its open round's
+tensors are in state_dict() under "altgrad").
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.stats import StepStats
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
+from altgrad_lib.optim.osc_reset import OscReset
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
 from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
 from altgrad_lib.numerics.rounding import default_sr_bits
@@ -67,6 +73,7 @@ class GridOptimizer(torch.optim.Optimizer):
         self._offset_t = torch.zeros((), dtype=torch.int64, device=dev)      # sr_offset as a tensor (no recompiles)
         self._lr_t: list[torch.Tensor] = [torch.zeros((), dtype=torch.float32, device=dev) for _ in self.param_groups]
         self.stats = StepStats(device=dev)
+        self.osc_reset: OscReset | None = None             # set_osc_reset (optim/osc_reset.py); None = off
         fused = type(self)._update_and_write
         self._kernel: Callable = torch.compile(type(self)._update) if compile else type(self)._update
         self._fused: Callable = torch.compile(fused) if compile else fused   # update + rounding: one kernel
@@ -74,6 +81,11 @@ class GridOptimizer(torch.optim.Optimizer):
         # one graph (no cat, no copy back), static shapes (automatic-dynamic's SymInts / SymFloats buy nothing here)
         self._group_fused: Callable | None = (torch.compile(type(self)._group_update_and_write, dynamic=False)
                                               if compile else None)
+        # the group's per-step scalars, compiled apart from the update so inductor computes them once (the same
+        # float expression it used to inline into the update's loop: bit-identical) instead of per vector
+        consts = type(self)._step_consts
+        self._consts: Callable | None = (None if consts is GridOptimizer._step_consts else
+                                         torch.compile(consts, dynamic=False) if compile else consts)
         self._flat: list[dict[str, Any] | None] = []
         for group in self.param_groups:       # grid state (and projection onto the grid) before the first forward
             for p in group["params"]:
@@ -96,6 +108,8 @@ class GridOptimizer(torch.optim.Optimizer):
         if g["lr"] < 0 or g.get("weight_decay", 0.0) < 0:
             raise ValueError(f"lr={g['lr']!r} and weight_decay={g.get('weight_decay')!r} must be >= 0")
         self._check_group(g)
+        if getattr(self, "osc_reset", None) is not None:
+            OscReset.check_groups([g])
         if hasattr(self, "_lr_t"):
             self._lr_t.append(torch.zeros((), dtype=torch.float32, device=g["params"][0].device))
             for p in g["params"]:
@@ -135,6 +149,8 @@ class GridOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.osc_reset is not None:
+            self.osc_reset.before_step(self, self._calls)
         self._calls += 1
         due = self.track_stats and (self._calls - 1) % self.stats_every == 0
         for gi, group in enumerate(self.param_groups):
@@ -170,20 +186,30 @@ class GridOptimizer(torch.optim.Optimizer):
                 self.stats.record(q_old, q_new, w_new - w_old, fmt, s)
         if due:
             self.stats.end_step()
+        if self.osc_reset is not None:
+            self.osc_reset.after_step(self, self._calls)
         return loss
+
+    def set_osc_reset(self, period: int = 200, window: int = 50, threshold: float = 8.0, start: int = 0) -> None:
+        """Turn on TetraJet-v2's oscillation reset (optim/osc_reset.py); groups with a format need fp32 or kahan."""
+        OscReset.check_groups(self.param_groups)
+        self.osc_reset = OscReset(period, window, threshold, start)
 
     def _step_flat(self, params: list[torch.Tensor], group: dict[str, Any], flat: dict[str, Any], fmt,
                    lr_t: torch.Tensor) -> None:
         torch._foreach_add_(flat["steps"], 1)
         self._offset_t.fill_(self.sr_offset)
+        # per-step scalars (Adam's bias corrections) computed once here: inside a compiled kernel a scalar pow of
+        # the step is recomputed for every vector of elements (~0.4 ms per 10^6 elements, bench/results/optim_step.md)
+        consts = {} if self._consts is None else self._consts(self, group, flat["steps"][0])
         if self._group_fused is not None:
             self._group_fused(self, [p.detach() for p in params], [p.grad for p in params],
-                              [self.state[p] for p in params], group, fmt, lr_t, self._offset_t)
+                              [self.state[p] for p in params], group, fmt, lr_t, self._offset_t, consts)
             self._advance(group, fmt, sum(flat["numels"]))
             return
         # eager: chunks of <= CHUNK elements, so temporaries stay small (a fresh >= 32 MiB tensor page-faults under
         # glibc) and cache-resident; a chunk inside one tensor is updated in place, others are cat'ed and copied back
-        st = {"step": flat["steps"][0]}
+        st = {"step": flat["steps"][0], **consts}
         for a, b, pieces in flat["chunks"]:
             ws = [params[i].detach().view(-1)[lo:hi] for i, lo, hi in pieces]
             gs = [params[i].grad.reshape(-1)[lo:hi] for i, lo, hi in pieces]
@@ -196,6 +222,10 @@ class GridOptimizer(torch.optim.Optimizer):
             if len(ws) > 1:
                 torch._foreach_copy_(ws, list(w.split([hi - lo for _, lo, hi in pieces])))
         self._advance(group, fmt, sum(flat["numels"]))
+
+    def _step_consts(self, group: dict[str, Any], t: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Scalars of a step shared by a group's tensors, from the step count t (override; see _step_flat)."""
+        return {}
 
     def _sr_bits(self, w: torch.Tensor, group: dict[str, Any], fmt, offset_t: torch.Tensor) -> torch.Tensor | None:
         """The stochastic-rounding integers of w's elements (None unless the group stores with grid_sr)."""
@@ -231,10 +261,12 @@ class GridOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _group_update_and_write(self, ps: list[torch.Tensor], grads: list[torch.Tensor], sts: list[dict[str, Any]],
-                                group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor) -> None:
+                                group: dict[str, Any], fmt, lr_t: torch.Tensor, offset_t: torch.Tensor,
+                                consts: dict[str, torch.Tensor]) -> None:
         """The compiled form of the flat step: every tensor of the group in one graph, SR offsets in order."""
         off = 0
         for p, g, st in zip(ps, grads, sts):
+            st = {**st, **consts}                 # a shallow copy: the state tensors themselves are updated in place
             s = st.get("grid_scale")
             w_new = self._update(p, g, st, group, fmt, s, lr_t)
             rbits = self._sr_bits(w_new, group, fmt, offset_t + off)
@@ -280,7 +312,8 @@ class GridOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> dict[str, Any]:
         sd = super().state_dict()
         sd["altgrad"] = {"generator": self.generator.get_state(), "stats": self.stats.state_dict(),
-                         "seed": self.seed, "sr_offset": self.sr_offset, "calls": self._calls}
+                         "seed": self.seed, "sr_offset": self.sr_offset, "calls": self._calls,
+                         "osc_reset": None if self.osc_reset is None else self.osc_reset.state_dict()}
         return sd
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -306,6 +339,8 @@ class GridOptimizer(torch.optim.Optimizer):
         self._calls = int(extra.get("calls", 0))
         self.sr_offset = int(extra["sr_offset"])
         self.stats.load_state_dict(extra["stats"])
+        if self.osc_reset is not None:
+            self.osc_reset.load_state_dict(extra.get("osc_reset"))
         self._flat = [self._flatten(g) for g in self.param_groups]     # the loaded states are new tensors
 
     # ---- printing

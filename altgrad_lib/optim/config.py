@@ -19,6 +19,10 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   track_stats   stall rate / Δcode metrics (optim/*): True every step, N every N-th step (from the first);
                 (with update_visibility = PULSE's 1 - S1 and osc_ratio, optim/stats.py); compile: torch.compile
   osc_window    measured steps per oscillation-ratio window (TetraJet-v2's sum|ΔQ| / sum|Δw|; default 50)
+  osc_reset     TetraJet-v2's oscillation reset (optim/osc_reset.py; default False): every osc_reset_period steps
+                (default 200) from step osc_reset_start (default 0) it measures each element's sum|ΔQ| / sum|Δw| over
+                osc_reset_window steps (default 50) and moves the latent weight of those >= osc_reset_threshold
+                (default 8) to its grid value; needs storage fp32 or kahan (a latent weight below the grid)
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
 """
@@ -27,12 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from altgrad_lib.choices import (EF_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
+from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
                                  ULP_MODES)
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
-               "osc_window")
+               "osc_window", "osc_reset", "osc_reset_period", "osc_reset_window", "osc_reset_threshold",
+               "osc_reset_start")
 _ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel", "state_m_transform",
          "state_v_transform", "state_scale")
 OWN_KEYS = {
@@ -58,6 +63,11 @@ class OptimConfig:
     track_stats: bool | int = False
     compile: bool = False
     osc_window: int = 50
+    osc_reset: bool = False
+    osc_reset_period: int = 200       # TetraJet-v2's configs: period 200, window 50, threshold 8
+    osc_reset_window: int = 50
+    osc_reset_threshold: float = 8.0
+    osc_reset_start: int = 0
     eps: float = 1e-8
     state_m: str | None = None
     state_v: str | None = None
@@ -98,6 +108,7 @@ class OptimConfig:
                 raise ValueError(f"optim.{name}={v!r} is invalid; valid: a number >= 0")
         if isinstance(self.osc_window, bool) or not isinstance(self.osc_window, int) or self.osc_window < 1:
             raise ValueError(f"optim.osc_window={self.osc_window!r} is invalid; valid: an int >= 1 (steps)")
+        self._check_osc_reset()
         for name in ("grid_headroom", "state_block", "state_min_numel"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -116,6 +127,27 @@ class OptimConfig:
                              f"(measure every N-th step)")
         if not 0 <= self.beta2 < 1 or not 0 <= self.momentum < 1:
             raise ValueError(f"optim.beta2={self.beta2!r} and optim.momentum={self.momentum!r} must be in [0, 1)")
+
+    def _check_osc_reset(self) -> None:
+        if not isinstance(self.osc_reset, bool):
+            raise ValueError(f"optim.osc_reset={self.osc_reset!r} is invalid; valid choices: True, False")
+        for name, lo in (("osc_reset_period", 2), ("osc_reset_window", 1), ("osc_reset_start", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: an int >= {lo} (steps)")
+        if self.osc_reset_window >= self.osc_reset_period:
+            raise ValueError(f"optim.osc_reset_window={self.osc_reset_window!r} must be < optim.osc_reset_period="
+                             f"{self.osc_reset_period!r} (one measured window per period)")
+        t = self.osc_reset_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            raise ValueError(f"optim.osc_reset_threshold={t!r} is invalid; valid: a number > 0")
+        if self.osc_reset and self.storage not in MASTER_MODES:
+            raise ValueError(f"optim.osc_reset=True needs optim.storage in {MASTER_MODES} (got {self.storage!r}): "
+                             f"only they keep a latent weight below the grid to reset (optim/osc_reset.py)")
+        unused = [k for k in self.explicit if k.startswith("osc_reset_")]
+        if unused and not self.osc_reset:
+            raise ValueError(f"optim key(s) {unused} are set but optim.osc_reset is False; set osc_reset: true or "
+                             f"remove them")
 
     @classmethod
     def from_dict(cls, name: str, optim: Mapping[str, Any] | None) -> "OptimConfig":

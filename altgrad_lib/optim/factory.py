@@ -63,6 +63,9 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
                f"recipe {cfg.recipe_name!r} quantizes no weight")
         raise ValueError(f"optim.storage={oc.storage!r} but no trainable weight has a format ({why}): set "
                          f"optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
+    if oc.osc_reset and not fmts:
+        raise ValueError(f"optim.osc_reset=True but no trainable weight has a format (recipe {cfg.recipe_name!r}): "
+                         f"set optim.weight_fmt, e.g. 'E4M3'")
     peak = oc.peak_lr(cfg.lr)
     own_units = oc.name in ("grid_adamw", "madam")       # lr not in weight units: convert the decay
     groups: dict[tuple, dict[str, Any]] = {}
@@ -95,6 +98,8 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
     else:
         opt = GridSGD(glist, lr=peak, momentum=oc.momentum, **stiff, ulp_mode=oc.ulp_mode, **common)
     opt.stats.osc_window = oc.osc_window
+    if oc.osc_reset:
+        opt.set_osc_reset(oc.osc_reset_period, oc.osc_reset_window, oc.osc_reset_threshold, oc.osc_reset_start)
     if on_grid(oc.storage):
         _drop_weight_quantizers(model, fmts)
     return opt
@@ -118,6 +123,9 @@ def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, s
 
 
 def step_metrics(optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """Diagnostics since the last call (stall rate, Δcode fractions) when the optimizer tracks them, else {}."""
+    """Diagnostics since the last call (stall rate, Δcode fractions) when the optimizer tracks them, and the
+    fraction of grid weights the last oscillation reset moved (once, after it), else {}."""
     stats = getattr(optimizer, "stats", None)
-    return stats.pop() if stats is not None and getattr(optimizer, "track_stats", False) else {}
+    out = stats.pop() if stats is not None and getattr(optimizer, "track_stats", False) else {}
+    osc = getattr(optimizer, "osc_reset", None)
+    return {**out, **osc.pop()} if osc is not None else out
