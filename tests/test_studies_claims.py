@@ -137,6 +137,22 @@ def test_claims_table_unresolved_positive_control_comes_first():
     assert "NOT resolved" in lines[0] and "fp8" in lines[0] and "fp4: resolved" in lines[1]
 
 
+def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_only_when_significant():
+    """A known-harmful recipe that ends above the frozen-blocks control in one seed is 'not training its blocks';
+    as a positive control it is still detected when its paired gap to the baseline is Holm-significant."""
+    f = _study_frame()
+    t = claims.claims_table(f, "recipe", "hp", positive_controls=["bad"]).set_index("level")
+    assert t.loc["bad", "verdict"] == claims.NOT_TRAINING and t.loc["bad", "p_holm"] < 0.05
+    assert t.loc["bad", "positive_control"] == "resolved"
+    line = [ln for ln in claims.positive_control_lines(t.reset_index()) if "bad" in ln][0]
+    assert "resolved" in line and "NOT" not in line and "not training its blocks: below control 3/4" in line
+    noisy = f.copy()                          # same mean harm, but seed noise swamps it: not significant
+    noisy.loc[noisy.recipe == "bad", "final_val_loss"] += np.array([-0.5, 0.5, 0.6, -0.45])
+    t = claims.claims_table(noisy, "recipe", "hp", positive_controls=["bad"]).set_index("level")
+    assert t.loc["bad", "verdict"] == claims.NOT_TRAINING and not t.loc["bad", "p_holm"] < 0.05
+    assert t.loc["bad", "positive_control"] == "NOT resolved"
+
+
 def test_claims_table_refusals():
     f = _study_frame()
     with pytest.raises(ValueError, match="state `delta`"):

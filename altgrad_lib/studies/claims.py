@@ -224,7 +224,8 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     variant's control check (the control of the variant's own level if the frame has one, else the baseline's:
     `control_level`, default the baseline level; a notebook whose control has its own label passes it). One table =
     one Holm family. `positive_controls`: levels that must come out worse
-    (column positive_control: "resolved" / "NOT resolved"). Columns: COLUMNS plus the `by` columns, `axis`, sd_nats.
+    (column positive_control: "resolved" when its verdict is "worse", or "not training its blocks" with a Holm-significant
+    harmful gap; else "NOT resolved"). Columns: COLUMNS plus the `by` columns, `axis`, sd_nats.
     """
     by = [b for b in by if b not in (axis, seed, CONTROL)]
     missing = sorted({axis, seed, value, *by} - set(frame.columns))
@@ -275,7 +276,11 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     table["p_holm"] = holm(table.p_paired.to_numpy())
     table["verdict"] = [verdict(r, alpha, lower_is_better) for r in table.to_dict("records")]
     pc = table.positive_control == "?"
-    table.loc[pc, "positive_control"] = np.where(table.loc[pc, "verdict"] == "worse", "resolved", "NOT resolved")
+    # A positive control asks "does this bench detect a known harm?": one so harmful that it is no better than the
+    # frozen-blocks control in some seed ("not training its blocks") is detected when its paired gap is significant.
+    sig = (table.p_holm < alpha) & ((table.gap_nats > 0) if lower_is_better else (table.gap_nats < 0))
+    harm = (table.verdict == "worse") | ((table.verdict == NOT_TRAINING) & sig)
+    table.loc[pc, "positive_control"] = np.where(harm[pc], "resolved", "NOT resolved")
     unknown = sorted(set(map(str, positive)) - set(map(str, table.level)))
     if unknown:
         raise ValueError(f"claims_table: positive control(s) {unknown} are not levels of {axis}; "
@@ -347,8 +352,9 @@ def positive_control_lines(table: pd.DataFrame) -> list[str]:
     out = []
     for r in table[table.positive_control.astype(str) != ""].to_dict("records"):
         if r["positive_control"] == "resolved":
+            also = f"; {NOT_TRAINING}: {r['control']}" if r["verdict"] == NOT_TRAINING else ""
             out.append(f"positive control {r['level']}: resolved (worse by {r['gap_nats']:+.4f} nats, "
-                       f"Holm p {r['p_holm']:.3g}, {r['signs']})")
+                       f"Holm p {r['p_holm']:.3g}, {r['signs']}{also})")
         else:
             out.append(f"positive control {r['level']} NOT resolved ({r['verdict']}; gap {r['gap_nats']:+.4f} nats, "
                        f"MDE {r['mde_nats']:.4f}): this study cannot resolve an effect a known-harmful recipe has, "
