@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from altgrad_lib.studies.variants import HP, HP_CONTROL  # noqa: E402
 from state_precision import _peer_optimizer, adamw_groups  # noqa: E402
 
 PROFILE = "params/05_manifold_optimizer/cpu.yaml"
@@ -37,17 +38,23 @@ NOTEBOOK_KEYS = ("formats", "variants", "pairs", "references", "grid_lr", "madam
                  "osc_window")
 OURS = ("adamw grid_sr", "adamw error_feedback_sr")
 PEERS = {"torchao _AdamW bf16 SR": "torchao", "optimi AdamW Kahan": "optimi"}
-HP, HP_CONTROL = "hp", "hp control"   # = studies.variants.HP / HP_CONTROL
 
 
 NOTES = """
-How the runs differ (module docstring for the set-up): **ours** keep FP32 gradients and FP32 Adam states; only
+## How the runs differ
+
+All runs: notebook 05's cpu profile model, batches and init (paired by seed), FP32 forward and backward GEMMs.
+**Peers**: torchao / optimi on the same parameter set as ours (optim.factory.weight_formats: every block Linear
+weight), held as torch.bfloat16 Parameters (initialised as the fp32 init's RNE cast); a parametrization gives the
+forward their exact fp32 cast, so their gradient arrives rounded to bf16 (RNE); embeddings, LayerNorms, biases
+stay fp32. A peer's TrainConfig is hp's (the optimizer is swapped in `_make_optimizer`; its run directory is
+`<peer>-bf16-s<seed>`). **ours** keep FP32 gradients and FP32 Adam states; only
 the block Linear weights live on the BF16 grid (FP32 tensors holding BF16 values; `adamw grid_sr` rounds
 w − lr·u stochastically onto it, `adamw error_feedback_sr` also feeds the rounding residual into m, see
 optim/error_feedback.py). **torchao 0.18** `_AdamW` (torchao/optim/adam.py, `single_param_adam`): states are
 `zeros_like(p)` (block_size inf), so bf16 for a bf16 weight; each step upcasts p, grad, m, v to fp32, does AdamW
 there, writes m and v back with `copy_` (round-to-nearest-even to bf16) and p with `_fp32_to_bf16_sr`
-(adds 16 random low bits from `torch.randint`: stochastic rounding) — only where `p.dtype is torch.bfloat16`;
+(rounds away from zero with probability low-16-bits / 2^16, drawn by `torch.randint`: stochastic rounding) — only where `p.dtype is torch.bfloat16`;
 fp32 parameters get plain AdamW. **optimi 0.3.3** `AdamW(kahan_sum=True)` (optimi/adam.py,
 `_single_param_adam`): m, v and the Kahan buffer are bf16 and updated by bf16 in-place ops (each op rounds to
 nearest), the step is accumulated in the Kahan buffer and its error carried to the next step; fp32 parameters
@@ -62,7 +69,7 @@ def overrides() -> dict[str, dict]:
     prof = yaml.safe_load(open(PROFILE))
     ours, _ = V.optimizer_runs(["BF16"], OURS, stats_every=prof["stats_every"], osc_window=prof["osc_window"])
     peers = {label: dict(recipe="hp") for label in PEERS}   # torch AdamW's config; the optimizer is swapped below
-    return {V.HP: dict(recipe="hp"), V.HP_CONTROL: dict(recipe="hp", freeze_blocks=True), **ours, **peers}
+    return {HP: dict(recipe="hp"), HP_CONTROL: dict(recipe="hp", freeze_blocks=True), **ours, **peers}
 
 
 def config(label: str, seed: int, out: str, steps: int | None = None):
