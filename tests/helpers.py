@@ -258,3 +258,22 @@ def rot_along(t: torch.Tensor, signs: torch.Tensor, dim: int) -> torch.Tensor:
     big = torch.block_diag(*[rht_matrix(signs)] * (npad // 16))
     tp = torch.nn.functional.pad(t, (0, npad - n) if dim == 1 else (0, 0, 0, npad - n))
     return tp @ big if dim == 1 else (tp.t() @ big).t()
+
+
+def losses_with_probe(model, batches, loss_fn, probe=None, probe_steps=(1, 2), lr: float = 1e-2) -> list[float]:
+    """Train `model` with torch AdamW on `batches`, calling `probe(model, batch, step)` between backward and step
+    (the worst place for a monitor) on `probe_steps`: the losses, for a monitor's "training is bit-identical
+    with and without measurements" test."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    torch.manual_seed(11)
+    losses = []
+    for step, b in enumerate(batches):
+        opt.zero_grad()
+        loss = loss_fn(model, b)
+        loss.backward()
+        if probe is not None and step in probe_steps:
+            probe(model, b, step)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses

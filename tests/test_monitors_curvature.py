@@ -22,6 +22,7 @@ from altgrad_lib.numerics.quant import QuantSpec
 from altgrad_lib.quantize.recipes import LayerSpec
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.convert import quantize_model
+from helpers import losses_with_probe
 
 SR_DELAYED = {"name": "sr_delayed", "layers": {"*": {
     "input": {"fmt": "E4M3", "scaling": {"kind": "delayed"}},
@@ -254,21 +255,10 @@ def test_measuring_restores_training_flags_state_rngs_and_grads():
 
 
 def _train(measure: bool) -> list[float]:
-    m = tiny_gpt(SR_DELAYED, seed=2, dropout=0.1)
-    m.train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    torch.manual_seed(11)
-    losses = []
-    for step in range(4):
-        b = gpt_batch(step)
-        opt.zero_grad()
-        loss = cv.gpt_loss(m, b)
-        loss.backward()
-        if measure and step in (1, 2):                 # between backward and step: the worst place for a monitor
-            cv.curvature_rows(m, b, step=step, lr=1e-2, iters=4, trace_samples=2)
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
+    probe = (lambda m, b, step: cv.curvature_rows(m, b, step=step, lr=1e-2, iters=4, trace_samples=2)) \
+        if measure else None
+    return losses_with_probe(tiny_gpt(SR_DELAYED, seed=2, dropout=0.1), [gpt_batch(step) for step in range(4)],
+                             cv.gpt_loss, probe)
 
 
 def test_training_is_bit_identical_with_and_without_measurements():

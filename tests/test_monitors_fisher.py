@@ -24,7 +24,7 @@ from altgrad_lib.monitors.curvature import hessian_mode
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.state import snapshot_state
-from helpers import SR_DELAYED, assert_same_state
+from helpers import SR_DELAYED, assert_same_state, losses_with_probe
 
 V = 8
 RECIPES = (None, "fp8_hybrid", "fmt:E2M1")
@@ -273,21 +273,9 @@ def test_measuring_changes_nothing_in_the_live_model():
 
 
 def _train(measure: bool) -> list[float]:
-    m = tiny_gpt(SR_DELAYED, seed=2, dropout=0.1)
-    m.train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    torch.manual_seed(11)
-    losses = []
-    for step in range(4):
-        x, y = tokens(3, 3, step), tokens(3, 3, step + 7)
-        opt.zero_grad()
-        loss = m(x, y)[1]
-        loss.backward()
-        if measure and step in (1, 2):     # between backward and step: the worst place for a monitor
-            fi.fisher_rows(m, x, step=step, iters=3)
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
+    batches = [(tokens(3, 3, step), tokens(3, 3, step + 7)) for step in range(4)]
+    probe = (lambda m, b, step: fi.fisher_rows(m, b[0], step=step, iters=3)) if measure else None
+    return losses_with_probe(tiny_gpt(SR_DELAYED, seed=2, dropout=0.1), batches, lambda m, b: m(*b)[1], probe)
 
 
 def test_training_is_bit_identical_with_and_without_measurements():

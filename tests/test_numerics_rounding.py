@@ -162,6 +162,14 @@ def _tie_neighbourhoods(fmt) -> torch.Tensor:
     return torch.cat([x, -x])
 
 
+def test_split_is_cpu_only():
+    """Triton contracts a*K - a into an FMA by default, which breaks the split; non-CPU tensors are refused
+    (meta stands in for CUDA here: the check runs before any arithmetic)."""
+    fmt = get_format("E4M3")
+    with pytest.raises(ValueError, match="CPU tensors.*device meta"):
+        quantize_tensor(torch.zeros(4, device="meta"), fmt.kernel, "nearest", True, allow_native=False, impl="split")
+
+
 @pytest.mark.parametrize("name", SPLIT)
 def test_split_compiled_equals_the_float_kernel_at_every_tie(name):
     """Compiled (what the optimizer's graphs run; inductor must not contract or reassociate the subtractions)

@@ -18,7 +18,8 @@ Four implementations, bit-identical (tests check each against the oracles and ag
   bits by the two fp32 subtractions' own rounding; the subnormal range adds and subtracts c = 2^(emin + 23 - M),
   whose fp32 spacing is the format's subnormal spacing.  Exact because inductor compiles without FMA
   contraction or reassociation (ffp-contract=off, no unsafe-math); tests compare it with the oracles eager
-  and with the "float" kernel compiled over every fp32 value (tests/test_numerics_rounding.py).
+  and with the "float" kernel compiled over every fp32 value (tests/test_numerics_rounding.py).  CPU tensors only:
+  Triton (CUDA) fuses multiply-subtract into FMA by default, so compiled CUDA keeps "bits".
 - eager fast path for formats identical to a torch float8 dtype (E4M3, E5M2, fnuz): torch's cast plus
   our overflow conventions (only for float32/bfloat16/float16 inputs; float64 would double-round).
 Overflow (result > max), infinities, NaN and the sign are then applied per the format's conventions.
@@ -131,11 +132,12 @@ def quantize_tensor(
     if (allow_native and p.native is not None and rounding == "nearest" and saturate
             and x.dtype in _NATIVE_INPUTS and not compiling and impl == "auto"):
         return _native_rne(x, p, saturate)
-    split_ok = rounding == "nearest" and saturate and _split_supported(x.dtype, p)
+    # CPU only: Triton contracts a*K - a into one FMA by default (enable_fp_fusion), which breaks Veltkamp's split
+    split_ok = rounding == "nearest" and saturate and _split_supported(x.dtype, p) and x.device.type == "cpu"
     if impl == "split" and not split_ok:
-        raise ValueError(f"impl='split' supports saturating nearest on float32 for signed formats with "
+        raise ValueError(f"impl='split' supports saturating nearest on float32 CPU tensors for signed formats with "
                          f"subnormals and an fp32-normal half-spacing; got rounding={rounding!r}, "
-                         f"saturate={saturate!r}, dtype {x.dtype}")
+                         f"saturate={saturate!r}, dtype {x.dtype}, device {x.device.type}")
     if impl == "split" or (impl == "auto" and compiling and split_ok):
         return _quantize_split(x, p)
     bits_ok = rounding != "stochastic" and _bits_supported(x.dtype, p)

@@ -29,7 +29,7 @@ Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
                                  ULP_MODES)
@@ -49,6 +49,20 @@ OWN_KEYS = {
 }
 DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01}
 _EF_OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw")     # those with a first moment to hold the residual
+
+
+def check_schedule(period: Any, window: Any, threshold: Any, start: Any,
+                   name: Callable[[str], str] = lambda k: f"osc_reset {k}") -> None:
+    """One-line errors for a bad oscillation-reset schedule (optim/osc_reset.py); `name` spells a setting as its
+    caller's user writes it."""
+    for key, v, lo in (("period", period, 2), ("window", window, 1), ("start", start, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name(key)}={v!r} is invalid; valid: an int >= {lo} (steps)")
+    if window >= period:
+        raise ValueError(f"{name('window')}={window!r} must be < {name('period')}={period!r} "
+                         f"(one measured window per period)")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
+        raise ValueError(f"{name('threshold')}={threshold!r} is invalid; valid: a number > 0")
 
 
 @dataclass(frozen=True)
@@ -131,16 +145,8 @@ class OptimConfig:
     def _check_osc_reset(self) -> None:
         if not isinstance(self.osc_reset, bool):
             raise ValueError(f"optim.osc_reset={self.osc_reset!r} is invalid; valid choices: True, False")
-        for name, lo in (("osc_reset_period", 2), ("osc_reset_window", 1), ("osc_reset_start", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"optim.{name}={v!r} is invalid; valid: an int >= {lo} (steps)")
-        if self.osc_reset_window >= self.osc_reset_period:
-            raise ValueError(f"optim.osc_reset_window={self.osc_reset_window!r} must be < optim.osc_reset_period="
-                             f"{self.osc_reset_period!r} (one measured window per period)")
-        t = self.osc_reset_threshold
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
-            raise ValueError(f"optim.osc_reset_threshold={t!r} is invalid; valid: a number > 0")
+        check_schedule(self.osc_reset_period, self.osc_reset_window, self.osc_reset_threshold, self.osc_reset_start,
+                       name=lambda k: f"optim.osc_reset_{k}")
         if self.osc_reset and self.storage not in MASTER_MODES:
             raise ValueError(f"optim.osc_reset=True needs optim.storage in {MASTER_MODES} (got {self.storage!r}): "
                              f"only they keep a latent weight below the grid to reset (optim/osc_reset.py)")

@@ -37,19 +37,14 @@ import torch
 from altgrad_lib.choices import MASTER_MODES
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.grid import to_grid
+from altgrad_lib.optim.config import check_schedule
 
 
 class OscReset:
     """The schedule and the open round's per-element sums (see the module docstring)."""
 
     def __init__(self, period: int = 200, window: int = 50, threshold: float = 8.0, start: int = 0) -> None:
-        for name, v, lo in (("period", period, 2), ("window", window, 1), ("start", start, 0)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ValueError(f"osc_reset {name}={v!r} is invalid; valid: an int >= {lo} (steps)")
-        if window >= period:
-            raise ValueError(f"osc_reset window={window!r} must be < period={period!r} (one round per period)")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold > 0:
-            raise ValueError(f"osc_reset threshold={threshold!r} is invalid; valid: a number > 0")
+        check_schedule(period, window, threshold, start)
         self.period, self.window, self.threshold, self.start = period, window, float(threshold), start
         self.track: list[dict[str, torch.Tensor]] | None = None      # per grid weight: w, dq, dw (open round)
         self.reset_count, self.reset_of = 0, 0                       # the last reset: elements moved, of how many
