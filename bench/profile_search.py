@@ -62,6 +62,20 @@ RECIPES = {
     "E2M1": {"recipe": _xwdy("E2M1")},
     "fp8_hybrid": {"recipe": "fp8_hybrid"},
     "E4M3": {"recipe": _xwdy("E4M3")},
+    # per-tensor E2M1 with stochastic rounding on dY (the rounding NVFP4 uses there), X and W round to nearest
+    "E2M1srdY": {"recipe": {"name": "E2M1-XW-srdY", "layers": {
+        "*": {"input": "E2M1", "weight": "E2M1", "grad_output": {"fmt": "E2M1", "rounding": "stochastic"}},
+        "lm_head": None}}},
+    # per-tensor E2M1 with stochastic rounding on X, W and dY
+    "E2M1sr": {"recipe": {"name": "E2M1-XWdY-sr", "layers": {
+        "*": {k: {"fmt": "E2M1", "rounding": "stochastic"} for k in ("input", "weight", "grad_output")},
+        "lm_head": None}}},
+    # E2M1srdY on every Linear, lm_head included
+    "E2M1srdYall": {"recipe": {"name": "E2M1-XW-srdY-all", "layers": {
+        "*": {"input": "E2M1", "weight": "E2M1", "grad_output": {"fmt": "E2M1", "rounding": "stochastic"}}}}},
+    # E2M1sr on every Linear, lm_head included
+    "E2M1srall": {"recipe": {"name": "E2M1-XWdY-sr-all", "layers": {
+        "*": {k: {"fmt": "E2M1", "rounding": "stochastic"} for k in ("input", "weight", "grad_output")}}}},
 }
 T_MDE = {n: stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.80, n - 1) for n in range(2, 11)}
 
@@ -175,10 +189,10 @@ def summarize(cand: dict, recipes: list[str], seeds: list[int]) -> dict:
         w = val["control"] - val["hp"]
         row["window/seed"] = " ".join(f"{v:.3f}" for v in w)
         row["window_min"] = float(np.nanmin(w))
-    if "E2M1" in val:
-        g = paired(val["E2M1"], val["hp"])
-        row |= {"E2M1-hp/seed": " ".join(f"{v:+.3f}" for v in val["E2M1"] - val["hp"]), "E2M1_gap": g["mean"],
-                "E2M1_p": g["p"]}
+    for r in (r for r in val if r.startswith("E2M1")):   # the positive-control candidates
+        g = paired(val[r], val["hp"])
+        row |= {f"{r}-hp/seed": " ".join(f"{v:+.3f}" for v in val[r] - val["hp"]), f"{r}_gap": g["mean"],
+                f"{r}_p": g["p"]}
     for r in ("fp8_hybrid", "E4M3"):
         if r in val:
             g = paired(val[r], val["hp"])
