@@ -5,11 +5,13 @@ candidate and seed this trains (each run its own `altgrad train` process, single
 time; finished runs under $ALTGRAD_OUTPUTS are reused) the recipes asked for, out of:
     hp         nothing quantized
     control    hp with the transformer blocks frozen (`freeze_blocks: true`)
-    E2M1       the positive control: per-tensor E2M1 on X, W and dY of every block Linear, lm_head high precision
+    E2M1       round 2's positive control: per-tensor E2M1 on X, W and dY of every block Linear, lm_head high precision
+    E2M1sr     the profile's positive control (round 3): the same with stochastic rounding on X, W and dY
+    E2M1srdY / E2M1srdYall / E2M1srall   round 3's other SR variants (SR on dY only; every Linear incl. lm_head)
     fp8_hybrid / E4M3   near-null comparisons (E4M3 = E4M3 on X, W, dY, lm_head high precision)
 and prints, per candidate:
     window      control - hp final val loss, nats, per seed
-    E2M1 gap    E2M1 - hp, per seed, mean, paired t p (two-sided, scipy ttest_rel over the seeds)
+    E2M1* gap   each E2M1 variant - hp, per seed, mean, paired t p (two-sided, scipy ttest_rel over the seeds)
     sd_d, MDE   of fp8_hybrid - hp and E4M3 - hp: MDE = (t_.975,n-1 + t_.80,n-1) * sd_d / sqrt(n), 80 % power
     cpu_s       user+sys CPU seconds of each run's process (os.wait4), mean per recipe; only for runs trained by
                 this script (a reused run keeps the cpu_s.json written when it was trained)

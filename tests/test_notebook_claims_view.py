@@ -69,7 +69,15 @@ def test_expectation_lines_follow_the_verdicts():
                                               "absent": ("worse", "paper C")})
     assert len(lines) == 2 and lines[0].startswith("E2M1: agrees with paper A (worse vs hp")
     fp8 = t[t.level == "fp8"].iloc[0].verdict
-    want = "DISAGREES" if fp8.startswith("equivalent") else "cannot tell"
-    assert want in lines[1] and fp8 in lines[1]
+    want = "not reproduced beyond ±δ" if fp8.startswith("equivalent") else "cannot tell"
+    assert want in lines[1] and fp8 in lines[1] and "DISAGREES" not in lines[1]
     flipped = claims_view.expectation_lines(t, {"E2M1": ("better", "paper A")})
     assert flipped[0].startswith("E2M1: DISAGREES with paper A") and "finds worse" in flipped[0]
+    # equivalence where a direction was expected bounds the effect by δ; equivalence expected and a difference
+    # found is a disagreement
+    eq = t.copy()
+    eq.loc[eq.level == "E2M1", "verdict"] = "equivalent within ±0.04"
+    assert claims_view.expectation_lines(eq, {"E2M1": ("worse", "paper A")})[0].startswith(
+        "E2M1: not reproduced beyond ±δ: paper A reports worse vs hp, the bench finds equivalent within ±0.04")
+    assert claims_view.expectation_lines(t, {"E2M1": ("equivalent", "paper A")})[0].startswith(
+        "E2M1: DISAGREES with paper A: paper A reports equivalent vs hp, the bench finds worse")

@@ -80,9 +80,11 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
 
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
     """Each claims row against a published expectation {level: (verdict expected, source)}: "agrees" when the
-    verdict is the expected one, "DISAGREES" when it is another decisive verdict (worse / better / equivalent),
-    else "cannot tell" (the verdict, e.g. inconclusive or too few seeds, with the row's MDE). Levels the table
-    lacks are skipped. The sentences are built from the table only."""
+    verdict is the expected one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the
+    bench finds equivalence: that rules out an effect larger than δ here, not a smaller one in the same direction;
+    "DISAGREES" for any other decisive verdict (the opposite direction, or a difference where equivalence was
+    expected); else "cannot tell" (the verdict, e.g. inconclusive or too few seeds, with the row's MDE). Levels the
+    table lacks are skipped. The sentences are built from the table only."""
     decisive = ("worse", "better", "equivalent")
     out = []
     for level, (want, source) in expected.items():
@@ -94,6 +96,9 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
         nums = f"gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, MDE {_nats(r.mde_nats)}"
         if got.startswith(want):
             out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
+        elif got.startswith("equivalent") and want in ("worse", "better"):
+            out.append(f"{level}: not reproduced beyond ±δ: {source} reports {want} vs {r.baseline}, the bench finds "
+                       f"{got} ({nums}); a smaller effect in that direction is not excluded")
         elif got.startswith(decisive):
             out.append(f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
                        f"finds {got} ({nums})")
