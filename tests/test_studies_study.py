@@ -43,6 +43,18 @@ def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
                                  for p in pts}, (path.name, c)
 
 
+def test_the_readme_study_example_loads_and_expands(tmp_path):
+    """README's study YAML, as a user would save it under params/studies/: it loads (its positive control is one of
+    its levels), and expands to 4 recipes x 3 seeds plus the control point."""
+    import re
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+                 if "positive_controls:" in b)
+    s = Study.from_dict(yaml.safe_load(block), base_dir=ROOT / "params" / "studies", out_dir=str(tmp_path / "st"))
+    pts = s.expand()
+    assert len(pts) == 4 * 3 + 1 and s.positive_controls == ("fmt:E2M1",)
+    assert {p.config.max_steps for p in pts} == {300}
+
+
 def test_run_names_are_stable_and_match_notebook_runs():
     s = Study.from_yaml(CI_STUDY)
     a, b = s.expand(), Study.from_yaml(CI_STUDY).expand()
