@@ -22,7 +22,9 @@ the sd over the K blocks of the per-block difference is the sampling error of th
 eval set of eval_iters batches (--eval-block B: blocks of B batches instead). `--reeval N` tabulates the final
 checkpoints re-evaluated on val batches 0..N-1 (cached per run; batches 0..eval_iters-1 must reproduce the run's
 own final val loss, checked), i.e. the table an eval_iters=N profile would give without retraining. The table
-always shows every recipe that has finished runs for the candidate and seeds.
+always shows every recipe that has finished runs for the candidate and seeds. `--study-noise DIR` measures the
+same sampling error on a finished study's own runs (e.g. `make run`'s outputs/studies/cpu_formats) against each
+claims row's MDE.
 
     ALTGRAD_OUTPUTS=$(mktemp -d) OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/profile_search.py \
         "lr=3e-3,min_lr=3e-4" "n_layer=4,n_embd=128,lr=3e-3,min_lr=3e-4" --recipes hp control --seeds 0
@@ -226,6 +228,29 @@ def eval_noise(cand: dict, other: str, seed: int, k: int, block: int = 0) -> dic
             "val_tokens": int(len(corpus.split_data("val")))}
 
 
+def study_eval_noise(study_dir: Path, n: int) -> pd.DataFrame:
+    """The evaluation's own sampling error on a finished study's runs (`outputs/studies/<name>/`, its study.csv
+    and claims.csv): per claims row and seed, the sd over val batches 0..n-1 of the per-batch loss difference
+    (level - baseline, same batches, final checkpoints); one evaluation of eval_iters batches carries the worst
+    seed's sd / sqrt(eval_iters), set against the row's MDE."""
+    st = pd.read_csv(study_dir / "study.csv")
+    frozen = st["freeze_blocks"].astype(bool) if "freeze_blocks" in st else pd.Series(False, index=st.index)
+    st = st[~frozen & (st.status == "completed")]
+    cfgs = {(r.recipe, r.seed): TrainConfig.from_dict(yaml.safe_load((Path(r.run_dir) / "config.yaml").read_text()))
+            for r in st.itertuples()}
+    rows = []
+    for r in pd.read_csv(study_dir / "claims.csv").itertuples():
+        seeds = sorted(s for s in st.seed.unique() if (r.level, s) in cfgs and (r.baseline, s) in cfgs)
+        sd = [float((val_losses(cfgs[(r.level, s)], n) - val_losses(cfgs[(r.baseline, s)], n)).std(ddof=1))
+              for s in seeds]
+        e = cfgs[(r.baseline, seeds[0])].eval_iters
+        err = max(sd) / math.sqrt(e)
+        rows.append({"level": r.level, "baseline": r.baseline, "seeds": len(seeds), "batches": n,
+                     "per-batch sd of the difference (max over seeds)": max(sd), "eval_iters": e,
+                     "sampling error of one eval": err, "row MDE": r.mde_nats, "MDE / error": r.mde_nats / err})
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("candidates", nargs="*", default=[""], help="key=value,key=value overrides of the cpu profile")
@@ -237,12 +262,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-block", type=int, default=0, help="val batches per block (default: eval_iters)")
     ap.add_argument("--reeval", type=int, default=0, metavar="N",
                     help="table from the final checkpoints re-evaluated on val batches 0..N-1 (0: the runs' own eval)")
+    ap.add_argument("--study-noise", metavar="DIR", help="only the evaluation's sampling error on the finished "
+                    "study in DIR (outputs/studies/<name>: study.csv, claims.csv), on --reeval batches (default 64)")
     ap.add_argument("--csv", help="append the rows to this CSV")
     ap.add_argument("--md", help="write a markdown report (header, --notes, tables) to this file")
     ap.add_argument("--notes", help="markdown file put between the header and the tables (method, recommendation)")
     a = ap.parse_args(argv)
     global REEVAL
     REEVAL = a.reeval
+    if a.study_noise:
+        noise = study_eval_noise(Path(a.study_noise), a.reeval or 64)
+        print(noise.to_string(index=False))
+        if a.md:
+            Path(a.md).write_text(header("evaluation sampling error of a study") + md_table(noise))
+        return
     cands = [parse_candidate(c) for c in a.candidates]
     for c in cands:   # fail on a bad key before training anything
         for r in a.recipes:
