@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from altgrad_lib.studies.variants import HP, HP_CONTROL  # noqa: E402
-from state_precision import _peer_optimizer, adamw_groups  # noqa: E402
+from state_precision import _peer_optimizer  # noqa: E402
 
 PROFILE = "params/05_manifold_optimizer/cpu.yaml"
 NOTEBOOK_KEYS = ("formats", "variants", "pairs", "references", "grid_lr", "madam_lr", "seeds", "stats_every",
@@ -108,7 +108,9 @@ def _peer_maker(kind: str):
         if kind == "torchao":
             return _peer_optimizer("_AdamW", bf16_stochastic_round=True)(model, cfg, device)
         import optimi
-        return optimi.AdamW(adamw_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8,
+
+        from altgrad_lib.training.loop import adamw_param_groups
+        return optimi.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8,
                             kahan_sum=True, foreach=False)
     return make
 

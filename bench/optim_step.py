@@ -33,6 +33,7 @@ import time
 
 import torch
 
+from altgrad_lib.choices import STORAGE_MODES as STORAGE
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.optim.factory import build_optimizer
 from altgrad_lib.optim.lowp_state import state_bytes
@@ -41,7 +42,6 @@ from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.training.config import TrainConfig
 
 SIZES = {"cpu": dict(n_layer=4, n_head=4, n_embd=128), "10x": dict(n_layer=6, n_head=6, n_embd=384)}
-STORAGE = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # choices.STORAGE_MODES
 CASES = {   # name -> (optimizer, optim): every storage mode with our plain AdamW, then the other optimizers
     **{f"adamw(ours) {m}": ("adamw", {"storage": m}) for m in STORAGE},
     "stiffness_adamw fp32": ("stiffness_adamw", {}),

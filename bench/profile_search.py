@@ -56,8 +56,18 @@ BASE_YAML = ROOT / "params" / "02_bf16_baseline" / "cpu.yaml"
 SEARCH = {"diagnostics": "off", "eval_interval": 0, "ckpt_interval": 0}
 
 
+XWDY = ("input", "weight", "grad_output")
+
+
 def _xwdy(fmt: str) -> dict:
     return {"name": f"{fmt}-XWdY", "layers": {"*": {"input": fmt, "weight": fmt, "grad_output": fmt}, "lm_head": None}}
+
+
+def _e2m1_sr(name: str, sr_roles: tuple[str, ...], lm_head_hp: bool) -> dict:
+    """Per-tensor E2M1 on X, W and dY, stochastic rounding on `sr_roles` (nearest elsewhere)."""
+    sr = {"fmt": "E2M1", "rounding": "stochastic"}
+    layers: dict = {"*": {r: sr if r in sr_roles else "E2M1" for r in XWDY}}
+    return {"name": name, "layers": {**layers, "lm_head": None} if lm_head_hp else layers}
 
 
 RECIPES = {
@@ -66,20 +76,11 @@ RECIPES = {
     "E2M1": {"recipe": _xwdy("E2M1")},
     "fp8_hybrid": {"recipe": "fp8_hybrid"},
     "E4M3": {"recipe": _xwdy("E4M3")},
-    # per-tensor E2M1 with stochastic rounding on dY (the rounding NVFP4 uses there), X and W round to nearest
-    "E2M1srdY": {"recipe": {"name": "E2M1-XW-srdY", "layers": {
-        "*": {"input": "E2M1", "weight": "E2M1", "grad_output": {"fmt": "E2M1", "rounding": "stochastic"}},
-        "lm_head": None}}},
-    # per-tensor E2M1 with stochastic rounding on X, W and dY
-    "E2M1sr": {"recipe": {"name": "E2M1-XWdY-sr", "layers": {
-        "*": {k: {"fmt": "E2M1", "rounding": "stochastic"} for k in ("input", "weight", "grad_output")},
-        "lm_head": None}}},
-    # E2M1srdY on every Linear, lm_head included
-    "E2M1srdYall": {"recipe": {"name": "E2M1-XW-srdY-all", "layers": {
-        "*": {"input": "E2M1", "weight": "E2M1", "grad_output": {"fmt": "E2M1", "rounding": "stochastic"}}}}},
-    # E2M1sr on every Linear, lm_head included
-    "E2M1srall": {"recipe": {"name": "E2M1-XWdY-sr-all", "layers": {
-        "*": {k: {"fmt": "E2M1", "rounding": "stochastic"} for k in ("input", "weight", "grad_output")}}}},
+    # round 3: SR on dY only (the rounding NVFP4 uses there) or on X, W and dY; lm_head hp or quantized too
+    "E2M1srdY": {"recipe": _e2m1_sr("E2M1-XW-srdY", ("grad_output",), lm_head_hp=True)},
+    "E2M1sr": {"recipe": _e2m1_sr("E2M1-XWdY-sr", XWDY, lm_head_hp=True)},
+    "E2M1srdYall": {"recipe": _e2m1_sr("E2M1-XW-srdY-all", ("grad_output",), lm_head_hp=False)},
+    "E2M1srall": {"recipe": _e2m1_sr("E2M1-XWdY-sr-all", XWDY, lm_head_hp=False)},
 }
 T_MDE = {n: stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.80, n - 1) for n in range(2, 11)}
 

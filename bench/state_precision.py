@@ -67,13 +67,6 @@ def config(variant: str, seed: int, out: str):
                        optim={} if peer else spec, out_dir=out, run_name=f"{name}-s{seed}", ckpt_interval=0)
 
 
-def adamw_groups(model, cfg) -> list[dict]:
-    """train._make_optimizer's torch AdamW parameter groups: weight decay on matrices only."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-
-
 def _peer_optimizer(cls_name: str, **kwargs):
     """train._make_optimizer's torch AdamW groups, with torchao's class instead (kwargs: its own options)."""
     import torch
@@ -100,7 +93,9 @@ def _peer_optimizer(cls_name: str, **kwargs):
             return sd
 
     def make(model, cfg, device):
-        opt = cls(adamw_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
+        from altgrad_lib.training.loop import adamw_param_groups
+
+        opt = cls(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
         opt._lr_tensors = [g["lr"] for g in opt.param_groups]          # tensors since torchao's __init__
         return opt
     return make

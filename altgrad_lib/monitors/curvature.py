@@ -116,7 +116,7 @@ def hessian_mode(model: nn.Module) -> Iterator[None]:
         model.eval()
         for m, _ in g_quants:
             m.g_quant = None
-        for m, qs in own:
+        for m, _ in own:
             m.gemm_quants = nn.ModuleDict({override_key(g, r): q for g, r, q in override_quantizers(m)
                                            if r != "grad_output"})
         # the fused attention kernels (flash / memory-efficient, CPU and CUDA) have no double backward

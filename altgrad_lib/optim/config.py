@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
-                                 ULP_MODES)
+from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS,
+                                 STORAGE_MODES, ULP_MODES)
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",

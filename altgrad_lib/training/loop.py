@@ -58,16 +58,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def adamw_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """torch AdamW's parameter groups: weight decay only on matrices (Linear/Embedding weights), never on
+    LayerNorm gains or biases; frozen parameters left out."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     if cfg.optimizer != "adamw" or cfg.optim:   # the format-aware optimizers (altgrad_lib/optim/factory.py)
         from altgrad_lib.optim.factory import build_optimizer
         return build_optimizer(model, cfg, device)
-    # weight decay only on matrices (Linear/Embedding weights), never on LayerNorm gains or biases
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+    return torch.optim.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                              fused=(device.type == "cuda") or None)
 
 
