@@ -4,7 +4,7 @@ all-BF16 AdamW, on notebook 05's cpu profile, 3 seeds, paired by seed.
 Runs (params/05_manifold_optimizer/cpu.yaml: 2 x 64, byte-level tokens, 600 steps; lr 2e-3 when
 results/bf16_peers.md was measured, lr 1e-3 since the round-3 cpu profile):
   hp                      torch.optim.AdamW on FP32 weights (notebook 05's `hp`, the reference)
-  hp control              the same with the blocks frozen (freeze_blocks): the window, hence δ
+  hp control              the same with the blocks frozen (freeze_blocks): the window
   BF16 adamw grid_sr      ours, notebook 05's configs (studies.variants.optimizer_runs): FP32 grads and Adam
   BF16 adamw error_feedback_sr   states, the block Linear weights stored on the BF16 grid (SR / error feedback)
   torchao _AdamW bf16 SR  torchao.optim._AdamW(bf16_stochastic_round=True) on the block Linear weights held as
@@ -132,7 +132,7 @@ def run_one(label: str, seed: int, out: str, steps: int | None = None) -> tuple[
 
 
 def claims(frame):
-    """Every BF16 run vs hp (one Holm family, δ = 10 % of the hp window), and ours vs each peer (a second family,
+    """Every BF16 run vs hp (one Holm family, δ = claims.DELTA_NATS), and ours vs each peer (a second family,
     same δ): claims.claims_table with the frozen-blocks control `hp control`."""
     import pandas as pd
     from altgrad_lib.studies import claims as C
@@ -145,11 +145,7 @@ def claims(frame):
         sub = frame[frame.label.isin([peer, *[f"BF16 {v}" for v in OURS], HP_CONTROL])]
         peer_rows.append(C.claims_table(sub, "label", peer, control_level=HP_CONTROL, delta=delta,
                                         comparison=f"ours vs {peer}"))
-    peers = pd.concat(peer_rows, ignore_index=True)
-    peers["p_holm"] = C.holm(peers.p_paired.to_numpy())   # one family over both peers
-    peers["verdict"] = [C.verdict({**r, "control_ok": False if r["verdict"] == C.NOT_TRAINING else None})
-                        for r in peers.to_dict("records")]
-    tables.append(peers)
+    tables.append(C.judge(pd.concat(peer_rows, ignore_index=True)))   # one family over both peers
     return pd.concat(tables, ignore_index=True), delta
 
 
@@ -178,7 +174,7 @@ def main() -> None:
     view = readable(table, keys=["comparison"])
     view.insert(3, "no worse than +δ (CI hi < δ)", [bool(h < delta) for h in table.gap_hi])
     text = (head + "\n## Final val loss (nats/token)\n\n" + md_table(losses.map(lambda x: f"{x:.4f}").reset_index())
-            + f"\n## Paired claims (studies/claims.py; δ = 10 % of the hp window = {delta:.4f} nats)\n\n"
+            + f"\n## Paired claims (studies/claims.py; δ = {delta:.4f} nats, claims.DELTA_NATS)\n\n"
             + md_table(view) + NOTES)
     print(text)
     if a.md:

@@ -53,8 +53,8 @@ def test_readable_keeps_the_numbers():
     r = claims_view.readable(t).set_index("level")
     row = t.set_index("level").loc["E2M1"]
     assert r.loc["E2M1", "verdict"] == row.verdict == "worse"
-    assert r.loc["E2M1", "gap nats [95 % CI]"] == f"{row.gap_nats:+.4f} [{row.gap_lo:+.4f}, {row.gap_hi:+.4f}]"
-    assert r.loc["E2M1", "MDE nats"] == f"{row.mde_nats:.4f}" and r.loc["fp8", "δ nats"] == "0.0400"
+    assert r.loc["E2M1", "gap nats [CI]"] == f"{row.gap_nats:+.4f} [{row.ci_lo:+.4f}, {row.ci_hi:+.4f}]"
+    assert r.loc["E2M1", "MDE nats"] == f"{row.mde_nats:.4f}" and r.loc["fp8", "δ nats"] == "0.0100"
     s = claims_view.verdict_sentence(t, "fp8")
     assert s.startswith(f"fp8: {t.set_index('level').loc['fp8', 'verdict']} (gap")
     assert claims_view.verdict_sentence(t, "nope") == "nope: no claim (not compared)"

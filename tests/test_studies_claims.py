@@ -92,11 +92,18 @@ def test_verdict_rules():
     row = {"n": 3, "control_ok": True, "p_holm": 0.01, "gap_nats": 0.1, "p_tost": 0.9, "delta_nats": 0.03}
     assert claims.verdict(row) == "worse" and claims.verdict({**row, "gap_nats": -0.1}) == "better"
     assert claims.verdict(row, lower_is_better=False) == "better"
-    assert claims.verdict({**row, "control_ok": False}) == claims.NOT_TRAINING   # whatever its p-value
+    # not beating the frozen-blocks control: "worse" when the harm is Holm-significant, else not training
+    assert claims.verdict({**row, "control_ok": False}) == "worse (below its frozen-blocks control)"
+    assert claims.verdict({**row, "control_ok": False, "p_holm": 0.3}) == claims.NOT_TRAINING
+    assert claims.verdict({**row, "control_ok": False, "gap_nats": -0.1}) == claims.NOT_TRAINING
     assert claims.verdict({**row, "p_holm": 0.2, "p_tost": 0.01}) == "equivalent within ±0.03"
     assert claims.verdict({**row, "p_holm": 0.2}) == claims.INCONCLUSIVE
     assert claims.verdict({**row, "p_holm": math.nan, "p_tost": math.nan}) == claims.INCONCLUSIVE
     assert claims.verdict({**row, "n": 1}).startswith("too few seeds")
+    # no margin: worse/better still come out; an otherwise open row says the equivalence was not tested
+    assert claims.verdict({**row, "delta_nats": math.nan}) == "worse"
+    assert claims.verdict({**row, "p_holm": 0.2, "p_tost": math.nan, "delta_nats": math.nan}) == \
+        "inconclusive (equivalence not tested: state delta)"
 
 
 def _study_frame():
@@ -117,16 +124,19 @@ def _study_frame():
 def test_claims_table_pairs_by_seed_and_flags_the_control():
     t = claims.claims_table(_study_frame(), "recipe", "hp", positive_controls=["fp4"]).set_index("level")
     assert set(t.index) == {"fp4", "fp8", "bad", "boom"}            # the control is never a compared level
-    assert list(t.window_nats) == pytest.approx([0.3] * 4) and list(t.delta_nats) == pytest.approx([0.03] * 4)
+    assert list(t.window_nats) == pytest.approx([0.3] * 4)
+    assert list(t.delta_nats) == [claims.DELTA_NATS] * 4 == [0.01] * 4   # absolute, not a share of the window
     assert t.loc["fp4", "verdict"] == "worse" and t.loc["fp4", "positive_control"] == "resolved"
     assert t.loc["fp4", "gap_window"] == pytest.approx(t.loc["fp4", "gap_nats"] / 0.3)
-    assert t.loc["fp8", "verdict"] == "equivalent within ±0.03"
-    assert t.loc["bad", "verdict"] == claims.NOT_TRAINING and t.loc["bad", "control"] == "below control 3/4"
-    assert t.loc["boom", "n"] == 3 and t.loc["boom", "n_nonfinite"] == 1 and t.loc["boom", "seeds"] == "1 2 3"
+    assert t.loc["fp8", "verdict"] == "equivalent within ±0.01"
+    assert t.loc["bad", "verdict"] == "worse (below its frozen-blocks control)"
+    assert t.loc["bad", "control"] == "beat the frozen-blocks control in 3/4"
+    assert t.loc["boom", "n"] == 3 and t.loc["boom", "n_diverged"] == 1 and t.loc["boom", "seeds"] == "1 2 3"
+    assert t.loc["boom", "verdict"] == "diverged in 1/4 seeds" and (t.n_diverged_baseline == 0).all()
     assert list(t.p_holm) == pytest.approx(list(claims.holm(t.p_paired.to_numpy())))
     lines = claims.positive_control_lines(t.reset_index())
     assert lines == [lines[0]] and lines[0].startswith("positive control fp4: resolved")
-    assert "Holm" in claims.describe(t) and "0.03" in claims.describe(t)
+    assert "Holm" in claims.describe(t) and "δ = 0.01 nats" in claims.describe(t)
 
 
 def test_claims_table_unresolved_positive_control_comes_first():
@@ -138,14 +148,15 @@ def test_claims_table_unresolved_positive_control_comes_first():
 
 
 def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_only_when_significant():
-    """A known-harmful recipe that ends above the frozen-blocks control in one seed is 'not training its blocks';
-    as a positive control it is still detected when its paired gap to the baseline is Holm-significant."""
+    """A known-harmful recipe that ends above the frozen-blocks control in one seed is "worse (below its
+    frozen-blocks control)" when its paired gap to the baseline is Holm-significant (and, as a positive control,
+    resolved); without that significance it is 'not training its blocks' and not resolved."""
     f = _study_frame()
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["bad"]).set_index("level")
-    assert t.loc["bad", "verdict"] == claims.NOT_TRAINING and t.loc["bad", "p_holm"] < 0.05
+    assert t.loc["bad", "verdict"] == claims.WORSE_THAN_CONTROL and t.loc["bad", "p_holm"] < 0.05
     assert t.loc["bad", "positive_control"] == "resolved"
     line = [ln for ln in claims.positive_control_lines(t.reset_index()) if "bad" in ln][0]
-    assert "resolved" in line and "NOT" not in line and "not training its blocks: below control 3/4" in line
+    assert "resolved" in line and "NOT" not in line and "beat the frozen-blocks control in 3/4" in line
     noisy = f.copy()                          # same mean harm, but seed noise swamps it: not significant
     noisy.loc[noisy.recipe == "bad", "final_val_loss"] += np.array([-0.5, 0.5, 0.6, -0.45])
     t = claims.claims_table(noisy, "recipe", "hp", positive_controls=["bad"]).set_index("level")
@@ -155,12 +166,11 @@ def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_only_when_s
 
 def test_claims_table_refusals():
     f = _study_frame()
-    with pytest.raises(ValueError, match="state `delta`"):
-        claims.claims_table(f[~f.freeze_blocks], "recipe", "hp")
+    # no control and no delta: the table is no longer refused, δ is the stated default in nats
+    assert claims.claims_table(f[~f.freeze_blocks], "recipe", "hp").delta_nats.eq(claims.DELTA_NATS).all()
     upside = f.assign(final_val_loss=np.where(f.freeze_blocks, f.final_val_loss - 1.0, f.final_val_loss))
-    t = claims.claims_table(upside, "recipe", "hp")   # the control beat hp: no margin, no equivalence verdict
-    assert t.delta_nats.isna().all() and not t.verdict.str.startswith("equivalent").any()
-    assert "n/a (window <= 0" in claims.describe(t)
+    t = claims.claims_table(upside, "recipe", "hp")   # the control beat hp: δ stays what was stated before the runs
+    assert t.delta_nats.eq(claims.DELTA_NATS).all() and t.gap_window.isna().all()
     assert claims.claims_table(f[~f.freeze_blocks], "recipe", "hp", delta=0.02).delta_nats.eq(0.02).all()
     with pytest.raises(ValueError, match=r"positive control\(s\) \['E2M1'\]"):
         claims.claims_table(f, "recipe", "hp", positive_controls=["E2M1"])
@@ -196,7 +206,8 @@ def test_control_check_tidy_seeds_are_ints_and_entropy_counts():
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["fp4"])
     lines = claims.headline(t, clear, sentence)
     assert lines[0].startswith("SMOKE TEST, no claims drawn") and "fp4: resolved" in lines[1]
-    assert claims.control_check(f[~f.freeze_blocks], "recipe", "hp")[1] is False
+    # no control: nothing to check against (None) unless the baseline is above the unigram entropy (a smoke test)
+    assert claims.control_check(f[~f.freeze_blocks], "recipe", "hp")[1] is None
 
 
 def test_a_control_with_its_own_label():

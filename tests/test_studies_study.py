@@ -249,11 +249,13 @@ def test_report_with_control_and_positive_control_writes_claims_csv(tmp_path):
                  + 0.002 * c.seed * (c.recipe_name == "E2M1-XWdY"))
     table, lines = s.report(idx, entropy=4.0)
     assert lines[0].startswith("SMOKE TEST, no claims drawn") and "unigram entropy 4.000" in lines[0]
-    assert lines[1].startswith("positive control E2M1-XWdY: resolved")
+    assert lines[1].startswith("positive control E2M1-XWdY: not judged (smoke test")   # a smoke test judges nothing
     t = table.set_index("level")
-    assert t.window_nats.tolist() == pytest.approx([0.3, 0.3]) and t.delta_nats.tolist() == pytest.approx([0.03] * 2)
+    assert t.window_nats.tolist() == pytest.approx([0.3, 0.3]) and t.delta_nats.tolist() == [0.01] * 2
+    assert t.smoke.all() and (t.verdict == "smoke test: no verdict").all()
     back = pd.read_csv(s.claims_path)
     assert set(COLUMNS) <= set(back.columns) and sorted(back.level) == ["E2M1-XWdY", "fp8_hybrid"]
+    assert back.smoke.all()   # claims.csv says so too
     assert s.report(idx, entropy=9.0)[1][0].startswith("positive control E2M1-XWdY: resolved")   # below entropy
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from altgrad_lib.studies import claims
 from altgrad_lib.studies.variants import (OPTIMIZER_VARIANTS, optimizer_runs, parse_references, reference_claims,
                                           reference_of)
 from altgrad_lib.training.config import TrainConfig
@@ -77,7 +78,8 @@ def test_reference_claims_pairs_each_run_with_its_formats_reference():
         assert t.loc[level, "gap_nats"] == pytest.approx((v - b).mean())
         assert t.loc[level, "p_paired"] == pytest.approx(stats.ttest_rel(v, b).pvalue)
         window = (np.array(LOSS["hp control"]) - b).mean()                # control - reference, seed by seed
-        assert t.loc[level, "delta_nats"] == pytest.approx(0.1 * window)
+        assert t.loc[level, "window_nats"] == pytest.approx(window)
+        assert t.loc[level, "delta_nats"] == claims.DELTA_NATS                # stated in nats, not from the window
     # one Holm family over all four rows (hand computation: sorted p times m, m-1, ..., running max)
     p = t.p_paired.to_numpy()
     order = np.argsort(p)
@@ -88,7 +90,12 @@ def test_reference_claims_pairs_each_run_with_its_formats_reference():
     assert t.p_holm.to_numpy() == pytest.approx(want)
     assert t.loc["E4M3 adamw error_feedback_sr", "verdict"] == "worse"   # +0.21 nats, tight: survives Holm
     assert t.loc["E7M0 grid_adamw grid_sr", "verdict"] == "not training its blocks"   # seed 1 above the control
-    assert t.loc["BF16 adamw grid_sr", "verdict"].startswith("equivalent within")
+    # d = (+0.01, 0, +0.01): its 90 % CI reaches mean + t_{0.95,2}·sd/√3 = 0.0164 nats, wider than δ = 0.01 nats
+    d = np.array(LOSS["BF16 adamw grid_sr"]) - np.array(LOSS["hp"])
+    bound = d.mean() + stats.t.ppf(0.95, 2) * d.std(ddof=1) / np.sqrt(3)
+    assert t.loc["BF16 adamw grid_sr", "equiv_bound"] == pytest.approx(bound) and bound > claims.DELTA_NATS
+    assert t.loc["BF16 adamw grid_sr", "verdict"] == "inconclusive"
+    assert t.loc["BF16 adamw grid_sr", "mde_nats"] == pytest.approx(claims.verdict_mde(3, d.std(ddof=1), len(t)))
 
 
 def test_reference_claims_holm_is_over_the_whole_table_not_per_format():

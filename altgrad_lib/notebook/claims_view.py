@@ -1,5 +1,6 @@
 """How notebooks 03-06 show claims: a status line at the top that is filled in once the claims exist, and the claims
-table (studies/claims.py) in readable columns with its δ and MDE.
+table (studies/claims.py) in readable columns with its δ, MDE, diverged seeds, smoke flag and the CI at the level of
+each verdict.
 
 `StatusBanner` displays a placeholder with a display id in the notebook's first code cell; `update(lines)` replaces
 it in place once the runs are trained and judged (Jupyter and papermill/nbclient both honour display updates), so
@@ -11,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+
+from altgrad_lib.studies import claims
 
 PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
 
@@ -45,22 +48,46 @@ def _p(v: float) -> str:
     return "" if not np.isfinite(v) else f"{v:.2g}" if v < 0.001 else f"{v:.3f}"
 
 
+def _f4(v: float) -> str:
+    return f"{v:.4f}" if np.isfinite(v) else ""
+
+
+def ci_label(verdict: str, level: float) -> str:
+    """"90 % (TOST)" beside an equivalence verdict, "99.4 % (Holm)" beside the others, "95 %" in a smoke test: the
+    level of the CI printed with a row (claims ci_level)."""
+    if not np.isfinite(level):
+        return ""
+    if str(verdict).startswith("equivalent"):
+        return f"{level:.0%} (TOST)"
+    if verdict == claims.SMOKE:
+        return f"{level:.0%} (no test)"
+    return f"{100 * level:.3g} % (Holm)"
+
+
 def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
-    """One display row per claim: the `keys` columns, then the level, n, gap ± CI in nats, gap / window, the p-values,
-    δ, TOST p, MDE, the control check and the verdict (the numbers of claims.claims_table, formatted)."""
+    """One display row per claim: the `keys` columns and the table's other `by` keys (claims.by_columns), the value
+    compared, the level, seeds (pairs, diverged variant / baseline seeds), gap with the CI at the level its verdict
+    uses (labelled), gap / window, the p-values, δ, TOST p, equiv_bound, MDE, the control check, smoke and the
+    verdict (the numbers of claims.claims_table, formatted)."""
     if table.empty:
         return pd.DataFrame(columns=["level", "verdict"])
+    keys = list(dict.fromkeys([*keys, *[c for c in claims.by_columns(table) if table[c].notna().any()]]))
+    seeds = table.n_seeds if "n_seeds" in table else table.n
     return pd.DataFrame({
         **{k: table[k] for k in keys},
-        "level": table.level, "n": table.n,
-        "gap nats [95 % CI]": [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else f"{g:+.4f}"
-                               for g, lo, hi in zip(table.gap_nats, table.gap_lo, table.gap_hi)],
+        "value": table["value"] if "value" in table else "", "level": table.level, "n pairs": table.n,
+        "diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged, seeds)],
+        "baseline diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged_baseline, seeds)],
+        "gap nats [CI]": [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else f"{g:+.4f}"
+                          for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
+        "CI": [ci_label(v, lv) for v, lv in zip(table.verdict, table.ci_level)],
         "gap / window": [f"{v:+.1%}" if np.isfinite(v) else "" for v in table.gap_window],
         "p paired": table.p_paired.map(_p), "p Holm": table.p_holm.map(_p), "p sign-flip": table.p_perm.map(_p),
         "signs": table.signs, "p Welch": table.p_welch.map(_p),
-        "δ nats": table.delta_nats.map(lambda v: f"{v:.4f}"), "p TOST": table.p_tost.map(_p),
-        "MDE nats": table.mde_nats.map(lambda v: f"{v:.4f}" if np.isfinite(v) else ""),
-        "control": table.control, "verdict": table.verdict,
+        "δ nats": table.delta_nats.map(_f4), "p TOST": table.p_tost.map(_p),
+        "equivalent within (90 % CI)": table.equiv_bound.map(lambda v: f"±{v:.4f}" if np.isfinite(v) else ""),
+        "MDE nats": table.mde_nats.map(_f4),
+        "control": table.control, "smoke": table.smoke.astype(bool), "verdict": table.verdict,
     }).reset_index(drop=True)
 
 
@@ -69,13 +96,19 @@ def _nats(v: float) -> str:
 
 
 def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
-    """"<level>: <verdict> (gap +0.0123 nats, Holm p 0.01, worse in 3/3; MDE 0.0040)": prose from one claims row."""
+    """"<level>: <verdict> (gap +0.0123 nats [99.4 % (Holm) CI ...], Holm p 0.01, worse in 3/3; MDE 0.0040 nats, δ
+    0.0100 nats, data support ±0.0150; diverged 0/3, baseline 0/3)": prose from one claims row; a smoke-test row has
+    its gap and no verdict."""
     r = table[table.level == level]
     if r.empty:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
-    return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
-            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)})")
+    ci = (f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {ci_label(r.verdict, r.ci_level)} CI" if np.isfinite(r.ci_lo) else "")
+    seeds = f"diverged {r.n_diverged}/{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds}"
+    if bool(r.smoke):
+        return f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}; {seeds})"
+    return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
+            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
 
 
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
@@ -83,9 +116,10 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
     verdict is the expected one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the
     bench finds equivalence: that rules out an effect larger than δ here, not a smaller one in the same direction;
     "DISAGREES" for any other decisive verdict (the opposite direction, or a difference where equivalence was
-    expected); else "cannot tell" (the verdict, e.g. inconclusive or too few seeds, with the row's MDE). Levels the
+    expected); else "cannot tell" (the verdict, e.g. inconclusive, too few seeds or a smoke test, with the row's
+    MDE); "diverged in k/n seeds" agrees with an expected "worse". Levels the
     table lacks are skipped. The sentences are built from the table only."""
-    decisive = ("worse", "better", "equivalent")
+    decisive = ("worse", "better", "equivalent", "diverged")
     out = []
     for level, (want, source) in expected.items():
         r = table[table.level == level]
@@ -94,7 +128,7 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
         r = r.iloc[0]
         got = str(r.verdict)
         nums = f"gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, MDE {_nats(r.mde_nats)}"
-        if got.startswith(want):
+        if got.startswith(want) or (want == "worse" and claims.is_harm(got)):   # a diverged run is a harm too
             out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
         elif got.startswith("equivalent") and want in ("worse", "better"):
             out.append(f"{level}: not reproduced beyond ±δ: {source} reports {want} vs {r.baseline}, the bench finds "
@@ -108,4 +142,4 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
     return out
 
 
-__all__ = ["PENDING", "StatusBanner", "status_markdown", "readable", "verdict_sentence", "expectation_lines"]
+__all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence", "expectation_lines"]

@@ -90,9 +90,12 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
     ref = r.get("reference", r.baseline)
     ci = f" [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]" if math.isfinite(r.gap_lo) else ""
     gap = f"{r.gap_nats:+.4f} nats{ci} against {ref}, {r.signs}"
-    if r.verdict == "worse":
-        return f"Negative result: {what} is worse ({gap}; Holm p {r.p_holm:.3g})."
-    if r.verdict == "better":
+    if str(r.verdict).startswith("diverged"):
+        return f"Negative result: {what} {r.verdict} ({gap} over the seeds that did not)."
+    if str(r.verdict).startswith("worse"):   # "worse", or "worse (below its frozen-blocks control)"
+        control = f"; {r.control}" if r.verdict != "worse" and "control" in r else ""
+        return f"Negative result: {what} is {r.verdict} ({gap}{control}; Holm p {r.p_holm:.3g})."
+    if str(r.verdict).startswith("better"):
         return f"{what} is better ({gap}; Holm p {r.p_holm:.3g})."
     if str(r.verdict).startswith("equivalent"):
         return f"{what} is {r.verdict} nats ({gap}; TOST p {r.p_tost:.3g})."

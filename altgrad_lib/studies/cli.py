@@ -31,6 +31,7 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 def cmd_study(args: argparse.Namespace) -> int:
     from altgrad_lib.errors import one_line
+    from altgrad_lib.studies.claims import margin_line
     from altgrad_lib.studies.executors import ExecutorError, get_executor
     from altgrad_lib.studies.study import Study, run_study
 
@@ -48,6 +49,8 @@ def cmd_study(args: argparse.Namespace) -> int:
                 print(f"  {p.name}  {p.axes}")
             for line in _budget(points, args.workers):
                 print(line)
+            for c in study.comparisons:   # the equivalence margin, stated before any run
+                print(margin_line(c["axis"], c["baseline"], c.get("delta"), c.get("value", "final_val_loss")))
             return 0
         if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
             executor = None if args.threads is None else get_executor("local", workers=1, threads=args.threads)
@@ -65,16 +68,18 @@ def cmd_study(args: argparse.Namespace) -> int:
     return 1 if counts.get("failed") else 0
 
 
-CLAIM_COLUMNS = ("level", "n", "gap_nats", "gap_lo", "gap_hi", "gap_window", "p_paired", "p_holm", "p_perm", "signs",
-                 "p_welch", "delta_nats", "p_tost", "mde_nats", "control", "verdict")
+CLAIM_COLUMNS = ("level", "n_seeds", "n_diverged", "n_diverged_baseline", "n", "gap_nats", "ci_level", "ci_lo",
+                 "ci_hi", "gap_window", "p_paired", "p_holm", "p_perm", "signs", "p_welch", "delta_nats", "p_tost",
+                 "equiv_bound", "mde_nats", "control", "smoke", "verdict")
 
 
 def print_claims(study, index) -> None:
     """The claims output of a study: its first lines (an unresolved positive control, a smoke-test warning), the rules
-    with δ and the MDE, then one table per comparison; claims.csv is written next to study.csv."""
+    with δ and the MDE, then one table per comparison with its own `by` keys and value (ci_level: the level of the
+    CI beside each verdict, 0.90 beside TOST); claims.csv is written next to study.csv."""
     import pandas as pd
 
-    from altgrad_lib.studies.claims import ALPHA
+    from altgrad_lib.studies.claims import ALPHA, by_columns
 
     try:
         entropy = study.eval_entropy()
@@ -85,14 +90,12 @@ def print_claims(study, index) -> None:
     print()
     for line in lines:
         print(line)
-    by = [c for c in claims.columns if c not in (*CLAIM_COLUMNS, "comparison", "baseline", "seeds", "mean",
-                                                 "mean_baseline", "window_nats", "sd_nats", "n_nonfinite",
-                                                 "positive_control", study.comparisons[0]["axis"])]
     with pd.option_context("display.width", 250, "display.max_columns", 40, "display.precision", 4):
         for name, t in claims.groupby("comparison", sort=False):
-            print(f"\nclaims: {name} (paired by seed, gaps in nats; α = {ALPHA}; window "
-                  f"{t.window_nats.iloc[0]:.4f} nats)")
-            print(t[[*by, *CLAIM_COLUMNS]].to_string(index=False))
+            by = [c for c in by_columns(t) if t[c].notna().any()]   # this comparison's keys, not another's
+            print(f"\nclaims: {name} (paired by seed, gaps in nats; value {t['value'].iloc[0]}; α = {ALPHA}; "
+                  f"δ = {t.delta_nats.iloc[0]:.4g} nats; window {t.window_nats.iloc[0]:.4f} nats)")
+            print(t[[*by, *[c for c in CLAIM_COLUMNS if c in t]]].to_string(index=False))
     print(f"\n-> {study.claims_path}")
 
 

@@ -290,8 +290,9 @@ class Study:
         cfg = TrainConfig.from_dict(self.base)
         return eval_unigram_entropy(cfg.corpus, cfg.tokenizer, cfg.max_docs)
 
-    def claims(self, frame: pd.DataFrame | None = None) -> pd.DataFrame:
-        """claims.claims_table for every comparison of the study file, stacked (column `comparison`)."""
+    def claims(self, frame: pd.DataFrame | None = None, smoke: bool = False) -> pd.DataFrame:
+        """claims.claims_table for every comparison of the study file, stacked (column `comparison`); `smoke`: the
+        control check failed (report passes it), so no row gets a verdict."""
         from altgrad_lib.studies.claims import claims_table
 
         frame = self._canonical(self.results() if frame is None else frame)
@@ -301,7 +302,7 @@ class Study:
             base = self.level(c["axis"], c["baseline"])
             t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"),
                              delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
-                             else (), comparison=f"{c['axis']} vs {base}")
+                             else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
             tables.append(t)
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
@@ -322,9 +323,9 @@ class Study:
         from altgrad_lib.studies.claims import report_lines, write_claims
 
         frame = self.results() if frame is None else frame
-        table = self.claims(frame)
-        ctl, clear, sentence = self.control(frame, entropy)
-        lines = report_lines(table, clear if len(ctl) else None, sentence)
+        ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
+        table = self.claims(frame, smoke=clear is False)
+        lines = report_lines(table, clear, sentence)
         if write:
             write_claims(table, self.claims_path)
         return table, lines

@@ -126,13 +126,7 @@ def reference_claims(frame, parts: Mapping[str, tuple[str, str]], references: Ma
         tables.append(t.assign(format=fmt, variant=[parts[lb][1] for lb in t.level], reference=ref))
     if not tables:
         return pd.DataFrame(columns=[*claims.COLUMNS, "format", "variant", "reference"])
-    table = pd.concat(tables, ignore_index=True)
-    table["p_holm"] = claims.holm(table.p_paired.to_numpy())
-    # a run not below the control stays so (that rule does not depend on p); every other verdict is re-read at the
-    # family's Holm p
-    table["verdict"] = [claims.verdict({**r, "control_ok": False if r["verdict"] == claims.NOT_TRAINING else None})
-                        for r in table.to_dict("records")]
-    return table
+    return claims.judge(pd.concat(tables, ignore_index=True))   # Holm, MDE and verdicts over all rows: one family
 
 
 __all__ = ["OPTIMIZER_VARIANTS", "STATE_VARIANTS", "WIDE_FORMATS", "MASTER", "HP", "HP_CONTROL", "optimizer_runs",
