@@ -91,8 +91,8 @@ def quantized_linear_reference(x: torch.Tensor, w: torch.Tensor, grad_y: torch.T
 
 def tiny_study_dict(tmp_path, max_steps: int = 6, **changes) -> dict:
     """params/studies/ci_formats.yaml as a dict, shortened to `max_steps`, runs and index under tmp_path, without
-    its frozen-blocks control points (pass `points=` to add some; without them its comparisons state a `delta`,
-    which a study without a control needs) and without diagnostics."""
+    its frozen-blocks control points (pass `points=` to add some), its comparisons with `delta: 0.05` and without
+    diagnostics."""
     from pathlib import Path
 
     import yaml

@@ -255,3 +255,297 @@ def test_a_consistent_paired_effect_is_resolved_where_the_overlap_rule_said_nois
     assert overlap and e.p_welch > 0.05                    # what the old rule called "not distinguishable from noise"
     assert e.p_holm < 0.05 and e.verdict == "worse" and e.positive_control == "resolved" and e.signs == "worse in 3/3"
     assert len(t) == 8 and e.p_holm == pytest.approx(min(1.0, 8 * e.p_paired))   # the smallest p: Holm's m · p
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 26: no seed leaves a row silently
+
+
+def _frame(levels: dict, seeds=range(3), control: float | None = 0.3, status: dict | None = None, axis="recipe"):
+    """hp (5.2 + 0.05·seed) and `levels` {name: per-seed offsets or values via a function of (seed, hp)}, the
+    frozen-blocks control hp + `control`; `status` {(name, seed): status} for a status column."""
+    rows = []
+    for s in seeds:
+        hp = 5.2 + 0.05 * s
+        rows.append({axis: "hp", "freeze_blocks": False, "seed": s, "final_val_loss": hp})
+        if control is not None:
+            rows.append({axis: "hp", "freeze_blocks": True, "seed": s, "final_val_loss": hp + control})
+        for name, f in levels.items():
+            rows.append({axis: name, "freeze_blocks": False, "seed": s, "final_val_loss": f(s, hp)})
+    f = pd.DataFrame(rows)
+    if status is not None:
+        f["status"] = [status.get((r[axis], r["seed"]), "completed") for r in f.to_dict("records")]
+    return f
+
+
+def test_a_variant_diverged_in_one_seed_of_three_is_never_equivalent():
+    """Issue 26, Why 1: one NaN seed of three, the other two equal to hp, read 'equivalent within ±0.056' (the
+    NaN pair dropped, never shown); diverging in every seed read 'too few seeds' and left a positive control
+    'NOT resolved'. Both are harms that stay in their row."""
+    f = _frame({"half": lambda s, hp: math.nan if s == 0 else hp + 0.0005 * (-1) ** s,
+                "all": lambda s, hp: math.nan, "same": lambda s, hp: hp + 0.0005 * (-1) ** s})
+    t = claims.claims_table(f, "recipe", "hp", delta=0.056, positive_controls=["all"]).set_index("level")
+    assert t.loc["half", "verdict"] == "diverged in 1/3 seeds" and t.loc["half", "n_diverged"] == 1
+    assert t.loc["half", "n"] == 2 and t.loc["half", "n_seeds"] == 3 and t.loc["half", "seeds"] == "1 2"
+    assert t.loc["all", "verdict"] == "diverged in 3/3 seeds" and t.loc["all", "positive_control"] == "resolved"
+    assert t.loc["same", "verdict"] == "equivalent within ±0.056" and t.loc["same", "n_diverged"] == 0
+    assert claims.positive_control_lines(t.reset_index()) == ["positive control all: resolved (diverged in 3/3 seeds)"]
+    assert claims.is_harm(t.loc["half", "verdict"]) and not claims.is_harm(t.loc["same", "verdict"])
+
+
+def test_a_run_that_did_not_learn_is_diverged_though_its_loss_is_finite():
+    """Issue 26, Why 2 (claims side): `lr: 10` runs end 'completed' at 66 and 37 nats, far above ln 256 = 5.55;
+    study.csv marks them did_not_learn (a finite value that is no result), and the claims call the row diverged,
+    not 'worse' by a mean gap."""
+    big = {0: 66.0, 1: 37.0, 2: 41.0}
+    f = _frame({10.0: lambda s, hp: big[s], 2e-3: lambda s, hp: hp + 0.001 * s}, axis="lr", control=None,
+               status={(10.0, s): "did_not_learn" for s in range(3)}).replace({"lr": {"hp": 1e-3}})
+    t = claims.claims_table(f, "lr", 1e-3).set_index("level")
+    assert t.loc[10.0, "verdict"] == "diverged in 3/3 seeds" and t.loc[10.0, "n_diverged"] == 3
+    assert t.loc[10.0, "n"] == 0 and math.isnan(t.loc[10.0, "gap_nats"])   # 66 nats is not a gap to average
+    assert t.loc[2e-3, "n_diverged"] == 0 and t.loc[2e-3, "n"] == 3         # 'completed' runs count as results
+    one = f.assign(status=np.where((f.lr == 2e-3) & (f.seed == 1), "diverged", f.status))
+    assert claims.claims_table(one, "lr", 1e-3).set_index("level").loc[2e-3, "verdict"] == "diverged in 1/3 seeds"
+
+
+def test_a_diverged_baseline_seed_is_said_in_its_rows():
+    f = _frame({"fp8": lambda s, hp: (5.2 + 0.05 * s) + 0.0004 * (-1) ** s}, seeds=range(4))
+    f.loc[(f.recipe == "hp") & ~f.freeze_blocks & (f.seed == 2), "final_val_loss"] = math.nan
+    r = claims.claims_table(f, "recipe", "hp").iloc[0]
+    assert r.n_diverged_baseline == 1 and r.n_diverged == 0 and r.n == 3 and r.seeds == "0 1 3"
+    assert r.verdict == "equivalent within ±0.01 (baseline diverged in 1/4 seeds: pairs dropped)"
+    done = f.assign(status="completed")
+    done.loc[(done.recipe == "hp") & ~done.freeze_blocks & (done.seed == 0), "status"] = "did_not_learn"
+    assert claims.claims_table(done, "recipe", "hp").iloc[0].n_diverged_baseline == 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 26: a margin stated in nats, before the runs
+
+# The cpu format study of `make run` (4 seeds, issue 26): paired gap to hp and its 95 % paired-t CI, nats
+CPU_FORMATS = {"E7M0": (0.0338, 0.0256, 0.0421), "positive": (0.0372, 0.0273, 0.0472),
+               "fp8_hybrid": (-0.0012, -0.0048, 0.0024), "E4M3": (0.0004, -0.0074, 0.0082),
+               "E5M2": (0.0011, -0.0018, 0.0041)}
+
+
+def _cpu_formats_frame():
+    """Per-seed values with exactly those means and 95 % CIs: d_s = gap + sd·z_s, z a fixed pattern of mean 0 and
+    sd 1, sd = half-width · √4 / t_{0.975, 3}; the window 0.56 nats (the old δ = 10 % of it = 0.056)."""
+    z = np.array([-1.2, 0.3, -0.1, 1.0])
+    z = (z - z.mean()) / z.std(ddof=1)
+    t975 = sps.t.ppf(0.975, 3)
+    levels = {k: (lambda s, hp, g=g, sd=(hi - lo) / 2 * 2 / t975: hp + g + sd * z[s])
+              for k, (g, lo, hi) in CPU_FORMATS.items()}
+    return _frame(levels, seeds=range(4), control=0.56)
+
+
+def test_the_default_margin_excludes_every_known_harm_of_the_cpu_format_study():
+    """Issue 26, Why 3: at δ = 10 % of the window (0.056 nats) E7M0 (+0.034) and the positive control (+0.037)
+    passed TOST. The default δ = DELTA_NATS = 0.01 nats (the literature's FP8-vs-BF16 bar) keeps every row resolved
+    as harmful out of equivalence and still calls fp8_hybrid and the 8-bit formats equivalent."""
+    t = claims.claims_table(_cpu_formats_frame(), "recipe", "hp", positive_controls=["positive"]).set_index("level")
+    for k, (g, lo, hi) in CPU_FORMATS.items():   # the construction reproduces the published (4-decimal) numbers
+        assert (t.loc[k, "gap_nats"], t.loc[k, "gap_lo"], t.loc[k, "gap_hi"]) == pytest.approx((g, lo, hi), abs=1e-4)
+    assert (t.delta_nats == claims.DELTA_NATS).all() and claims.DELTA_NATS == 0.01
+    for k in ("E7M0", "positive"):
+        assert t.loc[k, "verdict"] == "worse" and t.loc[k, "p_tost"] >= claims.ALPHA
+        assert t.loc[k, "equiv_bound"] > claims.DELTA_NATS
+    assert t.loc["positive", "positive_control"] == "resolved"
+    for k in ("fp8_hybrid", "E4M3", "E5M2"):
+        assert t.loc[k, "verdict"] == "equivalent within ±0.01" and t.loc[k, "equiv_bound"] < claims.DELTA_NATS
+    assert t.loc["fp8_hybrid", "equiv_bound"] == pytest.approx(0.0039, abs=1e-4)   # "equivalent within ±0.004"
+    stated = claims.claims_table(_cpu_formats_frame(), "recipe", "hp", delta=0.05).set_index("level")
+    assert (stated.delta_nats == 0.05).all() and stated.loc["E7M0", "p_tost"] < claims.ALPHA   # a stated δ wins
+
+
+def test_equiv_bound_is_the_90_percent_ci_and_decides_tost():
+    """equiv_bound = max |bound| of the 90 % paired-t CI (scipy's t.interval); TOST at α says 'equivalent' at δ
+    exactly when equiv_bound < δ (the CI-inclusion form of TOST, Schuirmann 1987)."""
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        n = int(rng.integers(2, 7))
+        b = rng.normal(5, 0.1, n)
+        v = b + rng.normal(rng.normal(0, 0.01), rng.uniform(0.001, 0.02), n)
+        d = v - b
+        row = claims.paired_row(v, b, delta=0.01)
+        lo, hi = sps.t.interval(0.90, n - 1, loc=d.mean(), scale=d.std(ddof=1) / math.sqrt(n))
+        assert row["equiv_bound"] == pytest.approx(max(abs(lo), abs(hi)), rel=1e-9)
+        if abs(row["equiv_bound"] - 0.01) > 1e-9:
+            assert (row["p_tost"] < 0.05) == (row["equiv_bound"] < 0.01)
+
+
+def test_the_margin_is_printed_in_the_table_and_the_dry_run(capsys):
+    from altgrad_lib.cli import main
+
+    t = claims.claims_table(_study_frame(), "recipe", "hp")
+    assert "δ = 0.01 nats" in claims.describe(t)
+    assert main(["study", "-f", "params/studies/ci_formats.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "claims recipe vs hp on final_val_loss: δ = 0.01 nats (default DELTA_NATS, the literature's FP8-vs-BF16 " \
+           "acceptance bar)" in out
+    assert claims.margin_line("lr", 1e-3, 0.02) == "claims lr vs 0.001 on final_val_loss: δ = 0.02 nats (stated in " \
+                                                   "the comparison)"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 26: an MDE that is true for the verdict
+
+
+def test_sd_upper_is_an_80_percent_upper_bound():
+    """(n−1)s²/σ² ~ χ²(n−1): the bound is at least σ in 80 % of samples (Monte Carlo, 20k draws: binomial sd
+    0.003), where the sample sd alone is below σ in over half of them at n = 3."""
+    rng = np.random.default_rng(2)
+    for n in (2, 3, 5):
+        sd = rng.normal(0, 1.0, size=(20_000, n)).std(axis=1, ddof=1)
+        ucb = np.array([claims.sd_upper(s, n) for s in sd[:50]])
+        assert ucb / sd[:50] == pytest.approx(np.full(50, math.sqrt((n - 1) / sps.chi2.ppf(0.2, n - 1))))
+        share = np.mean(sd * math.sqrt((n - 1) / sps.chi2.ppf(0.2, n - 1)) >= 1.0)
+        assert share == pytest.approx(0.80, abs=0.01)
+    assert np.mean(rng.normal(0, 1, (20_000, 3)).std(axis=1, ddof=1) < 1.0) > 0.6
+
+
+def _sim_tables(rng, P, m, n, sigma, gap0):
+    """P tables of m rows × n paired differences; row 0 has true mean gap0[p] (per table), the rest 0."""
+    d = rng.normal(0.0, sigma, size=(P, m, n))
+    d[:, 0, :] += np.asarray(gap0)[:, None]
+    return d
+
+
+def _fires(d, alpha=claims.ALPHA):
+    """Per table: row 0 called worse (Holm over the table's rows, claims.holm; paired t by scipy), and any row
+    called worse or better."""
+    p = sps.ttest_1samp(d, 0.0, axis=2).pvalue
+    ph = np.array([claims.holm(row) for row in p])
+    return (ph[:, 0] < alpha) & (d[:, 0].mean(axis=1) > 0), (ph < alpha).any(axis=1)
+
+
+@pytest.mark.parametrize("n, m", [(3, 1), (3, 8), (4, 5), (5, 8)])
+def test_at_a_true_gap_equal_to_the_printed_mde_the_verdict_fires_80_percent(n, m):
+    """Issue 26, Why 4: the printed MDE was that of an unadjusted test with the sample sd; at a true gap equal to it
+    the Holm verdict fired 19-31 % of the time. Now: a pilot table (true sd σ, all rows null) prints its MDE
+    (claims_table, column mde_nats); a fresh table with that true gap in row 0 must come out 'worse' in >= 80 % of
+    the pilots (4000 pilots: binomial sd 0.0063, so >= 0.80 - 3 sd), and all-null tables must call a row worse or
+    better in <= 5 % (+ 3 sd = 0.0103)."""
+    rng = np.random.default_rng(100 + 10 * n + m)
+    sigma, P = 0.01, 4000
+    # the table's own MDE is linear in each row's sample sd: read the factor off claims_table on a few pilots
+    factor = []
+    for _ in range(3):
+        pilot = _sim_tables(rng, 1, m, n, sigma, [0.0])[0]
+        rows = [{"recipe": "hp", "seed": s, "final_val_loss": 5.0} for s in range(n)]
+        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": 5.0 + pilot[k, s]} for k in range(m) for s in range(n)]
+        t = claims.claims_table(pd.DataFrame(rows), "recipe", "hp", delta=0.01).set_index("level")
+        factor.append(t.loc["r0", "mde_nats"] / pilot[0].std(ddof=1))
+    assert factor == pytest.approx([factor[0]] * 3, rel=1e-6)
+    printed = factor[0] * rng.normal(0, sigma, size=(P, n)).std(axis=1, ddof=1)   # P pilots' printed MDE of row 0
+    hit, _ = _fires(_sim_tables(rng, P, m, n, sigma, printed))
+    assert hit.mean() >= 0.80 - 3 * math.sqrt(0.8 * 0.2 / P), (hit.mean(), factor[0])
+    _, any_call = _fires(_sim_tables(rng, P, m, n, sigma, np.zeros(P)))
+    assert any_call.mean() <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / P)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# issue 26: tables that say what they mean
+
+VERDICT_WORDS = ("worse", "better", "equivalent", "inconclusive", "not training", "diverged", "resolved")
+
+
+def test_a_smoke_study_prints_gaps_and_no_verdict_words():
+    """Issue 26, Why 7: 'SMOKE TEST, no claims drawn' was followed by 'equivalent within ±0.0333' and claims.csv
+    kept that verdict with no smoke flag."""
+    from altgrad_lib.notebook import claims_view
+
+    f = _study_frame()
+    t = claims.claims_table(f, "recipe", "hp", positive_controls=["fp4"], smoke=True)
+    assert t.smoke.all() and (t.verdict == claims.SMOKE).all() and (t.positive_control.isin(["", "not judged "
+                                                                                              "(smoke test)"])).all()
+    lines = claims.report_lines(t, False, "baseline above the unigram entropy")
+    view = claims_view.readable(t)
+    assert view.smoke.all() and (view.verdict == claims.SMOKE).all()
+    said = " ".join([*lines[1:], *view.verdict, *[claims_view.verdict_sentence(t, lv) for lv in t.level]])
+    assert not [w for w in VERDICT_WORDS if w in said.replace("not judged", "")], said
+    assert "gap" in claims_view.verdict_sentence(t, "fp4")
+    assert not claims.claims_table(f, "recipe", "hp").smoke.any()
+
+
+def _index(s, loss):
+    return pd.DataFrame([{"run": p.name, "recipe": p.config.recipe_name, "lr": p.config.lr,
+                          "freeze_blocks": p.config.freeze_blocks, "seed": p.config.seed, "status": "completed",
+                          "final_val_loss": loss(p.config)} for p in s.expand()])
+
+
+def test_a_study_without_a_control_gets_the_unigram_entropy_check(tmp_path):
+    """Issue 26, Why 7: with no frozen-blocks control there was no smoke check at all (hp at 7.93 nats, above the
+    6.17-nat unigram entropy, read 'equivalent within ±0.05')."""
+    from helpers import tiny_study_dict
+
+    from altgrad_lib.studies.study import Study
+
+    s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))   # no control points
+    idx = _index(s, lambda c: 7.93 + 0.01 * c.seed + 0.0004 * (c.recipe_name == "fp8_hybrid") * (-1) ** c.seed)
+    table, lines = s.report(idx, entropy=6.17)
+    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "NOT below the unigram entropy 6.170" in lines[0]
+    assert table.smoke.all() and (table.verdict == claims.SMOKE).all()
+    assert pd.read_csv(s.claims_path).smoke.all()
+    table, lines = s.report(idx, entropy=9.0)   # below the entropy: no smoke, but no control either
+    assert lines[0].startswith("no frozen-blocks control") and not table.smoke.any()
+    assert table.verdict.iloc[0].startswith("equivalent within")
+    ctl, clear, sentence = claims.control_check(idx, "recipe", "hp", entropy=6.17)
+    assert clear is False and list(ctl.columns) == ["baseline", "control", "margin"] and len(ctl) == 2
+
+
+def test_the_ci_is_printed_at_the_level_its_verdict_uses():
+    """Issue 26, Why 7: a 95 % CI beside a TOST that uses the 90 % one looked self-contradictory. ci_level is 0.90
+    beside 'equivalent' (scipy's t.interval at 0.90) and Holm's level for the row beside every other verdict, so
+    it excludes 0 exactly when the row is worse / better."""
+    from altgrad_lib.notebook import claims_view
+
+    t = claims.claims_table(_cpu_formats_frame(), "recipe", "hp").set_index("level")
+    eq = t.loc["fp8_hybrid"]
+    lo, hi = sps.t.interval(0.90, eq.n - 1, loc=eq.gap_nats, scale=eq.sd_nats / math.sqrt(eq.n))
+    assert eq.ci_level == pytest.approx(0.90) and (eq.ci_lo, eq.ci_hi) == pytest.approx((lo, hi))
+    assert max(abs(eq.ci_lo), abs(eq.ci_hi)) == pytest.approx(eq.equiv_bound)
+    assert claims_view.ci_label(eq.verdict, eq.ci_level) == "90 % (TOST)"
+    worse = t.loc["E7M0"]
+    assert worse.ci_level == pytest.approx(1 - 0.05 * worse.p_paired / worse.p_holm) and worse.ci_lo > 0
+    assert claims_view.ci_label(worse.verdict, worse.ci_level).endswith("% (Holm)")
+    rng = np.random.default_rng(9)   # random tables: the Holm-level CI excludes 0 iff the verdict is worse/better
+    for _ in range(30):
+        f = _frame({f"r{k}": (lambda s, hp, g=rng.normal(0, 0.01), e=rng.normal(0, 0.006, 4): hp + g + e[s])
+                    for k in range(4)}, seeds=range(4), control=None)
+        tt = claims.claims_table(f, "recipe", "hp", delta=1e-6)   # no equivalence: every CI at Holm's level
+        excl = (tt.ci_lo > 0) | (tt.ci_hi < 0)
+        assert (excl == tt.verdict.isin(["worse", "better"])).all()
+
+
+def test_worse_and_better_need_no_delta_and_no_control():
+    """Issue 26, Why 7: a study with no control and no `delta` got no verdict at all (the table was refused);
+    worse/better need no margin. A value that is not a loss in nats has no default δ: its open rows say so."""
+    f = _frame({"bad": lambda s, hp: hp * 1.5 + 0.01 * s, "same": lambda s, hp: hp + 0.0004 * (-1) ** s},
+               seeds=range(4), control=None).rename(columns={"final_val_loss": "val_ppl"})
+    t = claims.claims_table(f, "recipe", "hp", value="val_ppl").set_index("level")
+    assert t.loc["bad", "verdict"] == "worse" and t.delta_nats.isna().all() and (t.value == "val_ppl").all()
+    assert t.loc["same", "verdict"] == "inconclusive (equivalence not tested: state delta)"
+    assert "state `delta`" in claims.describe(t)
+
+
+def test_print_claims_shows_each_comparisons_own_by_keys_and_value(tmp_path, capsys):
+    """Issue 26, Why 7: a second comparison's printed table showed the first one's `by` column, never the value."""
+    from helpers import tiny_study_dict
+
+    from altgrad_lib.studies.cli import print_claims
+    from altgrad_lib.studies.study import Study
+
+    d = tiny_study_dict(tmp_path, comparisons=[{"axis": "recipe", "baseline": "hp", "delta": 0.05},
+                                               {"axis": "lr", "baseline": 3e-3, "delta": 0.05}])
+    d["axes"] = {**d["axes"], "lr": [3e-3, 1e-3]}
+    s = Study.from_dict(d, out_dir=str(tmp_path / "st"))
+    idx = _index(s, lambda c: 5.0 + 0.01 * c.seed + 0.1 * (c.lr == 1e-3) + 0.001 * (c.recipe_name == "fp8_hybrid"))
+    print_claims(s, idx)
+    out = capsys.readouterr().out.splitlines()
+    heads = [i for i, ln in enumerate(out) if ln.startswith("claims: ")]
+    assert [out[i].split(" (")[0] for i in heads] == ["claims: recipe vs hp", "claims: lr vs 0.003"]
+    assert all("value final_val_loss" in out[i] and "δ = " in out[i] for i in heads)
+    cols = [out[i + 1].split() for i in heads]
+    assert cols[0][:2] == ["lr", "level"] and cols[1][:2] == ["recipe", "level"]   # each table's own key
+    assert "n_diverged" in cols[0] and "equiv_bound" in cols[0] and "smoke" in cols[0] and "ci_level" in cols[0]

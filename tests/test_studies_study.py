@@ -269,7 +269,6 @@ E2M1 = {"name": "E2M1-XWdY", "layers": {"*": {"input": "E2M1", "weight": "E2M1",
     ({"axes": {"recipe": ["hp", {"name": "hp", "layers": {"*": {"input": "E4M3"}}}], "seed": [0]}},
      "two different recipes are both named 'hp'"),
     ({"positive_controls": ["E2M1"]}, r"positive_controls \['E2M1'\] are not recipe levels of the study"),
-    ({"points": []}, "needs `delta` \\(nats\\): the study has no frozen-blocks control"),
     ({"comparisons": [{"axis": "recipe", "baseline": "hp", "delta": -1}]}, "delta=-1 must be a positive number"),
     ({"comparisons": [{"axis": "recipe", "baseline": "hp", "dleta": 1}]}, r"unknown key\(s\) \['dleta'\]"),
 ])

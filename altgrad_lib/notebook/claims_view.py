@@ -58,9 +58,9 @@ def ci_label(verdict: str, level: float) -> str:
     if not np.isfinite(level):
         return ""
     if str(verdict).startswith("equivalent"):
-        return f"{level:.0%} (TOST)"
+        return f"{100 * level:.0f} % (TOST)"
     if verdict == claims.SMOKE:
-        return f"{level:.0%} (no test)"
+        return f"{100 * level:.0f} % (no test)"
     return f"{100 * level:.3g} % (Holm)"
 
 
@@ -104,9 +104,10 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
     ci = (f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {ci_label(r.verdict, r.ci_level)} CI" if np.isfinite(r.ci_lo) else "")
+    if bool(r.smoke):   # the gap and the seeds without a result, no verdict word
+        return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}; seeds with no result: {r.n_diverged}/"
+                f"{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds})")
     seeds = f"diverged {r.n_diverged}/{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds}"
-    if bool(r.smoke):
-        return f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}; {seeds})"
     return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
             f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
 

@@ -425,10 +425,10 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
 
     is_ctl = _is_control(frame)
     ctl = frame[is_ctl & (frame[axis] == (baseline if control_level is None else control_level))]
-    b = _by_seed(frame[~is_ctl & (frame[axis] == baseline)], seed, value)
-    if ctl.empty:
+    if ctl.empty:   # every baseline run (of every configuration: no pairing needed against the entropy)
+        base = frame[~is_ctl & (frame[axis] == baseline)]
+        b = pd.Series(base[value].to_numpy(float), index=base[seed].to_numpy(int))
         table = pd.DataFrame({"baseline": b, "control": math.nan, "margin": math.nan}).rename_axis(seed)
-        table.index = table.index.astype(int)
         why = f"no frozen-blocks control ({CONTROL}: true) of {axis}={baseline!r}: gaps are unanchored"
         if len(b) and not np.isfinite(b).all():
             return table, False, f"{why}; a baseline run has no finite loss (diverged or unfinished)"
@@ -439,7 +439,7 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
             f"{why}; the baseline's loss {float(b.max()):.3f} (worst of {len(b)} seed(s)) is "
             f"{'NOT ' if above else ''}below the unigram entropy {entropy:.3f} of the evaluation tokens"
             + (": it has not learned even the token frequencies" if above else ""))
-    c = _by_seed(ctl, seed, value)
+    b, c = _by_seed(frame[~is_ctl & (frame[axis] == baseline)], seed, value), _by_seed(ctl, seed, value)
     table = pd.concat({"baseline": b, "control": c}, axis=1, join="inner").rename_axis(seed)
     table.index = table.index.astype(int)
     table["margin"] = table.control - table.baseline
@@ -481,7 +481,9 @@ def report_lines(table: pd.DataFrame, control_clear: bool | None, control_senten
 
 def by_columns(table: pd.DataFrame) -> list[str]:
     """The configuration columns a claims table was grouped by (not its statistics, not the axis = `level`)."""
-    return [c for c in table.columns if c not in COLUMNS and c not in EXTRA and not table[c].equals(table["level"])]
+    level = table["level"].astype(object).to_numpy()   # by value: pandas' str dtype vs object would never be equal
+    return [c for c in table.columns
+            if c not in COLUMNS and c not in EXTRA and not (table[c].astype(object).to_numpy() == level).all()]
 
 
 def positive_control_lines(table: pd.DataFrame) -> list[str]:

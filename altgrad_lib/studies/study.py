@@ -146,11 +146,6 @@ class Study:
         if self.positive_controls and not any(c["axis"] == "recipe" for c in self.comparisons):
             raise ValueError("study positive_controls need a comparison on the recipe axis, e.g. "
                              "{axis: recipe, baseline: hp}")
-        controls = any(p.get("freeze_blocks") is True for p in self.points) or True in self.axes.get("freeze_blocks", ())
-        for c in self.comparisons:   # an equivalence claim needs a margin: the control's window or a stated delta
-            if "delta" not in c and not controls:
-                raise ValueError(f"study comparison {dict(c)!r} needs `delta` (nats): the study has no frozen-blocks "
-                                 "control (a point with freeze_blocks: true) to derive it from (10 % of the window)")
 
     def _check_comparisons(self) -> None:
         """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
