@@ -81,3 +81,28 @@ def test_expectation_lines_follow_the_verdicts():
         "E2M1: not reproduced beyond ±δ: paper A reports worse vs hp, the bench finds equivalent within ±0.04")
     assert claims_view.expectation_lines(t, {"E2M1": ("equivalent", "paper A")})[0].startswith(
         "E2M1: DISAGREES with paper A: paper A reports equivalent vs hp, the bench finds worse")
+
+
+def test_readable_shows_every_new_column_and_the_by_keys():
+    """Issue 26: every view shows the diverged seeds, the CI at the verdict's level (labelled), equiv_bound, smoke,
+    the value compared and the table's `by` keys even when the caller names none."""
+    rows = []
+    for lr in (1e-3, 2e-3):
+        for s in range(3):
+            hp = 5.0 + 0.1 * s + lr
+            for r, v in (("hp", hp), ("E2M1", math.nan if s == 1 else hp + 0.05), ("fp8", hp + 0.0003 * (-1) ** s)):
+                rows.append({"recipe": r, "lr": lr, "seed": s, "final_val_loss": v})
+    t = claims.claims_table(pd.DataFrame(rows), "recipe", "hp", by=["lr"], positive_controls=["E2M1"])
+    r = claims_view.readable(t)
+    assert list(r.columns[:4]) == ["lr", "value", "level", "n pairs"] and (r.value == "final_val_loss").all()
+    e2 = r[r.level == "E2M1"].iloc[0]
+    assert e2.diverged == "1/3" and e2.verdict == "diverged in 1/3 seeds" and e2["baseline diverged"] == "0/3"
+    fp8 = r[r.level == "fp8"].iloc[0]
+    assert fp8.verdict == "equivalent within ±0.01" and fp8.CI == "90 % (TOST)" and not fp8.smoke
+    row = t[t.level == "fp8"].iloc[0]
+    assert fp8["equivalent within (90 % CI)"] == f"±{row.equiv_bound:.4f}" and row.equiv_bound < 0.01
+    s = claims_view.verdict_sentence(t, "fp8")
+    assert f"data support ±{row.equiv_bound:.4f} nats" in s and "90 % (TOST) CI" in s and "diverged 0/3" in s
+    # a diverged known-harmful recipe agrees with a paper's "worse"
+    assert claims_view.expectation_lines(t, {"E2M1": ("worse", "paper A")})[0].startswith(
+        "E2M1: agrees with paper A (worse vs hp")
