@@ -114,3 +114,8 @@ def test_reference_claims_holm_is_over_the_whole_table_not_per_format():
 def test_reference_refusals(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_reference_claims_in_a_smoke_test_give_no_verdict():
+    t = reference_claims(_frame(), PARTS, smoke=True)
+    assert t.smoke.all() and (t.verdict == claims.SMOKE).all() and t.gap_nats.notna().any()

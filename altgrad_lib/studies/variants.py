@@ -104,11 +104,12 @@ def reference_of(fmt: str, labels: Iterable[str], references: Mapping[str, str] 
 
 
 def reference_claims(frame, parts: Mapping[str, tuple[str, str]], references: Mapping[str, str] | None = None,
-                     value: str = "final_val_loss"):
+                     value: str = "final_val_loss", smoke: bool = False):
     """Every run of `parts` against its format's reference (reference_of), paired by seed, as one claims table:
     per format, claims.claims_table(label vs reference, control `hp control`: the window is control − reference),
     then Holm and the verdicts over all rows together (one family). Columns: claims.COLUMNS plus format, variant,
-    reference. `frame`: runs.frame() (label, seed, `value`, freeze_blocks)."""
+    reference. `frame`: runs.frame() (label, seed, `value`, freeze_blocks). `smoke`: the control check failed (no
+    verdicts, claims_table)."""
     import pandas as pd
 
     from altgrad_lib.studies import claims
@@ -122,7 +123,7 @@ def reference_claims(frame, parts: Mapping[str, tuple[str, str]], references: Ma
             continue
         sub = frame[frame.label.isin([*own, ref, HP_CONTROL])]
         t = claims.claims_table(sub, "label", ref, value=value, control_level=HP_CONTROL,
-                                comparison=f"{fmt} vs {ref}")
+                                comparison=f"{fmt} vs {ref}", smoke=smoke)
         tables.append(t.assign(format=fmt, variant=[parts[lb][1] for lb in t.level], reference=ref))
     if not tables:
         return pd.DataFrame(columns=[*claims.COLUMNS, "format", "variant", "reference"])
