@@ -14,6 +14,10 @@ A study file (`params/studies/*.yaml`):
       - {axis: recipe, baseline: bf16}    # + optional by, value, delta (equivalence margin, nats)
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
+`seed: {min: 3, max: 8, step: 1}` instead of a list: seeds until resolved (sequential.py; `altgrad study
+--until-resolved --max-seeds N` does the same for a list of consecutive seeds); a point without a seed then runs
+at every seed of its configuration.
+
 Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
 optimizer and storage when set, `frozen` for the control, `s<seed>`, the first 8 hex digits of the config hash)
 with the values of any other axis inserted before the seed, e.g. `fp8_hybrid-lr0.002-s1-3f2a9c1b`: stable
