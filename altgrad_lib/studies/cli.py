@@ -26,6 +26,12 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     sp.add_argument("--out", default="", help="study directory (default <outputs>/studies/<name>)")
     sp.add_argument("--no-resume", action="store_true", help="retrain every run from scratch")
     sp.add_argument("--dry-run", action="store_true", help="list the runs and exit")
+    sp.add_argument("--until-resolved", action="store_true",
+                    help="add seeds to the inconclusive rows (with their baseline and control) until each is worse / "
+                         "better / equivalent or --max-seeds, with group-sequential boundaries (studies/sequential.py); "
+                         "implied by a `seed: {min, max, step}` axis")
+    sp.add_argument("--max-seeds", type=int, default=None, help="--until-resolved: the most seeds a row gets")
+    sp.add_argument("--seed-step", type=int, default=1, help="--until-resolved: seeds added per look (default 1)")
     return sp
 
 
@@ -42,12 +48,13 @@ def cmd_study(args: argparse.Namespace) -> int:
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads={args.threads} is invalid; valid: N >= 1 (default: cores // workers)")
         study = Study.from_yaml(args.file, out_dir=args.out)
+        study, plan_lines, worst = _seed_plan(study, args)
         points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains
         if args.dry_run:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
-            for line in _budget(points, args.workers):
+            for line in [*plan_lines, *_budget(worst or points, args.workers)]:
                 print(line)
             for c in study.comparisons:   # the equivalence margin, stated before any run
                 print(margin_line(c["axis"], c["baseline"], c.get("delta"), c.get("value", "final_val_loss")))
@@ -95,8 +102,26 @@ def print_claims(study, index) -> None:
             by = [c for c in by_columns(t) if t[c].notna().any()]   # this comparison's keys, not another's
             print(f"\nclaims: {name} (paired by seed, gaps in nats; value {t['value'].iloc[0]}; α = {ALPHA}; "
                   f"δ = {t.delta_nats.iloc[0]:.4g} nats; window {t.window_nats.iloc[0]:.4f} nats)")
-            print(t[[*by, *[c for c in CLAIM_COLUMNS if c in t]]].to_string(index=False))
+            seq = [c for c in ("look", "p_bound") if c in t]   # a sequential study: each row's last look, bound
+            print(t[[*by, *[c for c in CLAIM_COLUMNS if c in t], *seq]].to_string(index=False))
     print(f"\n-> {study.claims_path}")
+
+
+def _seed_plan(study, args: argparse.Namespace) -> tuple:
+    """(study with its seed plan, the plan's dry-run lines, the worst case's points) for --until-resolved or a
+    `seed: {min, max, step}` axis; (study, [], []) otherwise."""
+    import dataclasses
+
+    from altgrad_lib.studies.sequential import dry_run_lines, plan_for
+
+    if not (args.until_resolved or study.seed_plan is not None):
+        if args.max_seeds is not None:
+            raise ValueError(f"--max-seeds {args.max_seeds} needs --until-resolved")
+        return study, [], []
+    plan = plan_for(study, args.max_seeds, args.seed_step)
+    study = dataclasses.replace(study, seed_plan=plan)
+    lines, worst = dry_run_lines(study, plan) if args.dry_run else ([], [])
+    return study, lines, worst
 
 
 def _budget(points: list, workers: int) -> list[str]:

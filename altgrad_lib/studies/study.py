@@ -14,6 +14,10 @@ A study file (`params/studies/*.yaml`):
       - {axis: recipe, baseline: bf16}    # + optional by, value, delta (equivalence margin, nats)
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
+`seed: {min: 3, max: 8, step: 1}` instead of a list: seeds until resolved (sequential.py; `altgrad study
+--until-resolved --max-seeds N` does the same for a list of consecutive seeds); a point without a seed then runs
+at every seed of its configuration.
+
 Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
 optimizer and storage when set, `frozen` for the control, `s<seed>`, the first 8 hex digits of the config hash)
 with the values of any other axis inserted before the seed, e.g. `fp8_hybrid-lr0.002-s1-3f2a9c1b`: stable
@@ -107,6 +111,7 @@ class Study:
     positive_controls: tuple[str, ...] = ()                         # recipe levels that must come out worse
     description: str = ""
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
+    seed_plan: Any = None   # sequential.SeedPlan: seeds until resolved (`seed: {min, max, step}`, --until-resolved)
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
@@ -194,12 +199,18 @@ class Study:
             base.update(yaml.safe_load(bp.read_text()) or {})
         base.update(d.get("config") or {})
         axes = {k: tuple(v) if isinstance(v, list) else v for k, v in (d.get("axes") or {}).items()}
+        points, plan = tuple(d.get("points") or ()), None
+        if isinstance(axes.get("seed"), Mapping):   # seeds until resolved: the minimum's seeds (sequential.py)
+            from altgrad_lib.studies.sequential import SeedPlan, per_seed_points
+
+            plan = SeedPlan.from_spec(axes["seed"])
+            axes["seed"], points = tuple(plan.seeds(plan.min)), per_seed_points(points, plan)
         pcs = d.get("positive_controls") or ()
         if isinstance(pcs, str) or not all(isinstance(x, str) for x in pcs):
             raise ValueError(f"study positive_controls must be a list of recipe names, got {pcs!r}")
-        return cls(name=str(d.get("name", "")), base=base, axes=axes, points=tuple(d.get("points") or ()),
+        return cls(name=str(d.get("name", "")), base=base, axes=axes, points=points,
                    comparisons=tuple(d.get("comparisons") or ()), positive_controls=tuple(pcs),
-                   description=str(d.get("description", "")), out_dir=out_dir)
+                   description=str(d.get("description", "")), out_dir=out_dir, seed_plan=plan)
 
     @classmethod
     def from_yaml(cls, path: str | Path, out_dir: str = "") -> "Study":
@@ -242,6 +253,9 @@ class Study:
                                  f"two spellings, or a key that does not change the run); list each value once")
             out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
         return list(out.values())
+
+    def index_values(self, p: StudyPoint) -> dict[str, Any]:
+        return index_values(p, self.axis_columns())
 
     def check(self) -> list[StudyPoint]:
         """The expanded points, each checked by `check_points` (what `--dry-run` prints)."""
@@ -291,6 +305,10 @@ class Study:
         from altgrad_lib.studies.claims import claims_table
 
         frame = self._canonical(self.results() if frame is None else frame)
+        if self.seed_plan is not None:   # seeds until resolved: the looks replayed, sequential verdicts
+            from altgrad_lib.studies.sequential import study_replay
+
+            return study_replay(self, frame).table
         tables = []
         for c in self.comparisons:
             by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
@@ -321,6 +339,8 @@ class Study:
         ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
         table = self.claims(frame, smoke=clear is False)
         lines = report_lines(table, clear, sentence)
+        if self.seed_plan is not None:
+            lines.append(self.seed_plan.describe())
         if write:
             write_claims(table, self.claims_path)
         return table, lines
@@ -369,6 +389,11 @@ def _axis_value(cfg: TrainConfig, key: str) -> Any:
     return cfg.recipe_name if key == "recipe" else getattr(cfg, key)
 
 
+def index_values(p: StudyPoint, cols: Iterable[str]) -> dict[str, Any]:
+    """A point's index columns as study.csv records them (canonical recipe names)."""
+    return {k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k) for k in cols}
+
+
 def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
     from altgrad_lib.io import write_csv
 
@@ -389,7 +414,24 @@ def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
-    """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index."""
+    """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index. A
+    study with a seed_plan adds seeds to its open rows until resolved (sequential.run_until_resolved)."""
+    if study.seed_plan is not None:
+        from altgrad_lib.studies.sequential import run_until_resolved
+
+        fresh: set[str] = set()   # --no-resume retrains each run once, not at every look
+
+        def run(points: list[StudyPoint]) -> pd.DataFrame:
+            new = [p for p in points if p.name not in fresh]
+            if not resume and new:
+                run_points(new, study.axis_columns(), None, executor, False, log, name=study.name)
+            fresh.update(p.name for p in new)
+            run_points(points, study.axis_columns(), study.index_path, executor, True, log,
+                       title=study.short_str(), name=study.name)
+            return study.results()
+
+        start = study.results() if resume and study.index_path.exists() else None
+        return run_until_resolved(study, run, log, start)
     run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
                title=study.short_str(), name=study.name)
     return study.results()
@@ -412,8 +454,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
-    rows = {p.name: {"run": p.name, **{k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k)
-                                       for k in cols},
+    rows = {p.name: {"run": p.name, **index_values(p, cols),
                      "status": "pending", "reused": False, "error": "", "final_train_loss": math.nan,
                      "final_val_loss": math.nan, "val_ppl": math.nan, "tokens_per_s": math.nan,
                      "diverged_at_step": math.nan, "seconds": math.nan, "run_dir": str(p.config.run_dir)}
