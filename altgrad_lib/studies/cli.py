@@ -42,6 +42,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads={args.threads} is invalid; valid: N >= 1 (default: cores // workers)")
         study = Study.from_yaml(args.file, out_dir=args.out)
         points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains
+        study.check_dir()        # another study's index in its directory: refused before anything runs
         if args.dry_run:
             print(study.short_str())
             for p in points:
