@@ -46,7 +46,6 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import re
 import time
 import zlib
@@ -59,6 +58,7 @@ import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
 from altgrad_lib.errors import ConfigError, one_line
+from altgrad_lib.studies import owner
 from altgrad_lib.studies.results import DID_NOT_LEARN
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
@@ -67,7 +67,6 @@ COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
 VALUE_COLUMNS = ("final_val_loss", "final_train_loss")   # the index's losses (nats, lower is better): what claims compare
 INDEX_FILE = "study.csv"
 CLAIMS_FILE = "claims.csv"
-OWNER_FILE = "study.json"    # which study owns a study directory (Study.claim_dir)
 
 
 @dataclass(frozen=True)
@@ -336,51 +335,13 @@ class Study:
                   "points": sorted({canon({k: v for k, v in p.items() if k not in drop}) for p in self.points})}
         return hashlib.sha256(canon(design).encode()).hexdigest()
 
-    def _owner_conflict(self) -> str | None:
-        """One line naming both studies when another study owns self.dir (its OWNER_FILE), else None. A directory
-        without an owner record (new, or indexed before there were records) belongs to whoever claims it."""
-        path = self.dir / OWNER_FILE
-        for _ in range(100):       # a record being written right now (claim_dir) reads back complete within ~1 s
-            try:
-                owner = json.loads(path.read_text())
-                break
-            except FileNotFoundError:
-                return None
-            except json.JSONDecodeError:
-                time.sleep(0.01)
-        else:
-            raise ValueError(f"{path} is not a study owner record (JSON); delete it if no study is using {self.dir}")
-        if owner.get("identity") == self.identity():
-            return None
-
-        def who(name: Any, source: Any, ident: Any) -> str:
-            return f"{name!r} ({source or 'defined in code'}; runs {str(ident)[:12]})"
-        other = who(owner.get("name"), owner.get("source"), owner.get("identity"))
-        return (f"study directory {self.dir} holds the index of study {other}, not of study "
-                f"{who(self.name, self.source, self.identity())}: two studies never share study.csv and claims.csv; "
-                f"give this study another `name:` (or --out DIR), or delete {self.dir} to replace the other")
-
     def check_dir(self) -> None:
         """Raise one line (ValueError) if another study owns this study's directory (what `--dry-run` checks)."""
-        conflict = self._owner_conflict()
-        if conflict:
-            raise ValueError(conflict)
+        owner.check_dir(self.dir, self.name, self.identity(), self.source)
 
     def claim_dir(self) -> None:
-        """Make this study the owner of its directory (OWNER_FILE: name, identity, source), or raise one line if
-        another study owns it. The record is created exclusively (O_EXCL), so of two different studies that start
-        at once on one directory exactly one gets it; the same study run twice shares it (and its runs)."""
-        self.check_dir()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        record = json.dumps({"name": self.name, "identity": self.identity(), "source": self.source,
-                             "claimed": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1) + "\n"
-        try:
-            fd = os.open(self.dir / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:   # another process claimed it first: ours if it is this study
-            self.check_dir()
-            return
-        with os.fdopen(fd, "w") as fh:
-            fh.write(record)
+        """Make this study the owner of its directory, or raise one line if another study owns it (owner.py)."""
+        owner.claim_dir(self.dir, self.name, self.identity(), self.source)
 
     def results(self) -> pd.DataFrame:
         """The index as a tidy frame (one row per run; axis columns, status, final numbers)."""
