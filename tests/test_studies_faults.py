@@ -151,3 +151,33 @@ def test_two_studies_on_one_outputs_share_the_runs(tmp_path):
     assert "RunLockedError" not in out_a + out_b + err_a + err_b
     assert "status: completed 2" in out_a and "status: completed 2" in out_b, (out_a[-1500:], out_b[-1500:])
     assert list(pd.read_csv(tmp_path / "idx" / "study.csv").status) == ["completed"] * 2   # the last writer's
+
+
+def test_two_different_studies_started_at_once_on_one_out_never_share_an_index(tmp_path):
+    """Issue 27 item 3: two studies with the same name and --out overwrote each other's study.csv (the last one
+    won). Started at once, exactly one owns the directory and trains; the other is refused in one line, before it
+    trains anything of its own."""
+    from altgrad_lib.studies.study import Study
+
+    files = {}
+    for key, recipes in (("a", ["hp"]), ("b", ["hp", "fp8_hybrid"])):
+        d = yaml.safe_load(_study_file(tmp_path, 2, [0], recipes).read_text())
+        files[key] = tmp_path / f"{key}.yaml"
+        files[key].write_text(yaml.safe_dump(d))
+    out = tmp_path / "idx"
+    procs = {k: _start(f, "--workers", "1", "--out", str(out)) for k, f in files.items()}
+    res = {k: (p.communicate(timeout=300), p.returncode) for k, p in procs.items()}
+    codes = sorted(rc for _, rc in res.values())
+    assert codes == [0, 2], {k: (rc, o[1][-2000:]) for k, (o, rc) in res.items()}
+    won = next(k for k, (_, rc) in res.items() if rc == 0)
+    lost = "b" if won == "a" else "a"
+    err = res[lost][0][1]
+    assert "Traceback" not in err and err.count("\n") == 1, err[-2000:]
+    assert re.match(rf"altgrad study: error: study directory {re.escape(str(out))} holds the index of study "
+                    rf"'ci_formats' \({re.escape(str(files[won]))}; runs [0-9a-f]{{12}}\), not of study 'ci_formats' "
+                    rf"\({re.escape(str(files[lost]))}; runs [0-9a-f]{{12}}\): two studies never share", err), err
+    winner, loser = (Study.from_yaml(files[k], out_dir=str(out)) for k in (won, lost))
+    assert pd.read_csv(out / "study.csv").run.tolist() == [p.name for p in winner.expand()]
+    assert json.loads((out / "study.json").read_text())["identity"] == winner.identity() != loser.identity()
+    own = {p.name for p in loser.expand()} - {p.name for p in winner.expand()}
+    assert not [n for n in own if (tmp_path / "runs" / n).exists()]      # the refused study trained nothing

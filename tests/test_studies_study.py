@@ -339,3 +339,197 @@ def test_cli_claims_output_starts_with_an_unresolved_positive_control(tmp_path, 
     assert out[0].startswith("positive control E2M1-XWdY NOT resolved")
     assert any(ln.startswith("claims: recipe vs hp (paired by seed, gaps in nats") for ln in out)
     assert out[-1] == f"-> {s.claims_path}" and set(COLUMNS) <= set(pd.read_csv(s.claims_path).columns)
+
+
+# ------------------------------------------------------------------------------------------ claim settings at load
+
+def _lr_study(tmp_path, **changes):
+    """ci_formats with recipes x two lrs x 2 seeds, the frozen-blocks control at the base lr only."""
+    d = tiny_study_dict(tmp_path, axes={"recipe": ["hp", "fp8_hybrid"], "lr": [3.0e-3, 1.0e-2], "seed": [0, 1]},
+                        points=[{"recipe": "hp", "freeze_blocks": True, "seed": k} for k in (0, 1)])
+    return {**d, **changes}
+
+
+@pytest.mark.parametrize("change, match", [
+    # issue 26 item 6: each passed loading and --dry-run, trained every run, then gave a traceback and no claims
+    ({"positive_controls": ["hp"]},
+     r"study positive_controls \['hp'\]: 'hp' is the baseline of comparison .*; valid: \['fp8_hybrid'\]"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "by": ["recipe"]}]},
+     r"'by' \['recipe'\] names what the comparison pairs .*; valid: \['lr', 'freeze_blocks'\]"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "value": "final_loss"}]},
+     r"value='final_loss' is not a loss column of the index; did you mean 'final_val_loss'\?; valid: "
+     r"\('final_val_loss', 'final_train_loss'\)"),
+    ({"comparisons": [{"axis": "recipe", "baseline": "hp", "by": "lr"}]},        # was split into ['l', 'r']
+     r"by='lr' must be a list of index columns, e.g. by: \[lr\]; valid: \['lr', 'freeze_blocks'\]"),
+    ({"comparisons": {"axis": "recipe", "baseline": "hp"}},                      # was iterated by key
+     r"study comparisons: \{'axis': 'recipe', 'baseline': 'hp'\} is a mapping; it must be a list, e.g. "
+     r"comparisons: \[\{axis: recipe, baseline: hp\}\]"),
+    ({"axes": [{"recipe": ["hp"]}]}, r"study axes: .* is a list; it must be a mapping, e.g. axes: \{recipe:"),
+])
+def test_claim_settings_are_refused_when_the_study_loads(tmp_path, change, match):
+    with pytest.raises(ValueError, match=match) as ei:
+        Study.from_dict(_lr_study(tmp_path, **{"positive_controls": ["fp8_hybrid"], **change}))
+    assert "\n" not in str(ei.value)
+
+
+def _made_up_index(s, seed=0, nan_run=None, status=None):
+    """An index like run_study writes for study `s`, with losses drawn from a seeded normal (controls +1 nat);
+    `nan_run` (a point number) diverged, `status` overrides every row's status (e.g. did_not_learn)."""
+    import numpy as np
+
+    from altgrad_lib.studies.study import _index_row
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, p in enumerate(s.expand()):
+        loss = 3.0 + rng.normal(0, 0.05) + (1.0 if p.config.freeze_blocks else 0.0)
+        rows.append({**_index_row(p, s.axis_columns()), "status": status or "completed",
+                     "final_val_loss": math.nan if i == nan_run else loss, "final_train_loss": loss})
+    return pd.DataFrame(rows).assign(status=lambda f: f.status.where(f.final_val_loss.notna(), "diverged"))
+
+
+@pytest.mark.parametrize("comparisons", [
+    [{"axis": "recipe", "baseline": "hp"}, {"axis": "lr", "baseline": 3.0e-3}],  # 2nd: no delta, no control of it
+    [{"axis": "recipe", "baseline": "hp"}],                           # the control covers one lr of two
+    [{"axis": "recipe", "baseline": "hp", "by": ["lr"]}],
+    [{"axis": "lr", "baseline": "3e-3", "delta": 0.05}],              # YAML 1.1 reads 3e-3 as a string
+    [{"axis": "lr", "baseline": 3.0e-3, "delta": 0.05, "by": ["recipe"], "value": "final_train_loss"}],
+    [{"axis": "recipe", "baseline": "bf16", "delta": 0.05}, {"axis": "lr", "baseline": 0.01, "delta": 0.1}],
+])
+@pytest.mark.parametrize("control", [True, False])
+def test_no_comparison_setting_fails_after_the_runs(tmp_path, comparisons, control):
+    """Issue 26 item 6's invariant: a comparison setting is refused at load (one line) or its claims compute from
+    whatever the runs give (here a seeded made-up index, one seed diverged) -- never a traceback after the compute.
+    (A second comparison without delta and without a control of its baseline trained 16 runs, then raised.)"""
+    d = _lr_study(tmp_path, comparisons=comparisons)
+    if not control:
+        d.pop("points")
+    try:
+        s = Study.from_dict(d, out_dir=str(tmp_path / "st"))
+    except ValueError as e:
+        assert "\n" not in str(e) and "state `delta`" in str(e), e   # today's claims: no margin without a control
+        return
+    for index in (_made_up_index(s), _made_up_index(s, seed=1, nan_run=1),
+                  _made_up_index(s, seed=2, status="did_not_learn")):
+        table, lines = s.report(index, entropy=5.0, write=False)
+        assert len(table) and set(table.comparison) == {f"{c['axis']} vs {s.level(c['axis'], c['baseline'])}"
+                                                        for c in comparisons}
+
+
+def test_a_baseline_yaml_reads_as_a_string_is_the_level(tmp_path):
+    # `baseline: 3e-3` is the string '3e-3' to YAML 1.1; it passed loading, then claims() raised "not a level"
+    d = _lr_study(tmp_path, comparisons=yaml.safe_load("[{axis: lr, baseline: 3e-3, delta: 0.05}]"))
+    assert d["comparisons"][0]["baseline"] == "3e-3"
+    s = Study.from_dict(d)
+    assert s.level("lr", "3e-3") == 3e-3 and s.level("lr", 0.01) == 0.01
+    t = s.claims(_made_up_index(s))
+    assert set(t.baseline) == {0.003} and set(t.level) == {0.01} and set(t.comparison) == {"lr vs 0.003"}
+
+
+def test_a_dict_valued_axis_is_keyed_by_its_canonical_json(tmp_path):
+    # `optim: [{}, {storage: grid_sr}]` failed with "unhashable type: 'dict'"
+    d = tiny_study_dict(tmp_path, max_steps=2, axes={"optim": [{}, {"storage": "grid_sr", "sr_bits": 20}],
+                                                     "seed": [0, 1]},
+                        comparisons=[{"axis": "optim", "baseline": {}, "delta": 0.05}])
+    d["config"]["recipe"] = "fp8_hybrid"
+    s = Study.from_dict(d, out_dir=str(tmp_path / "st"))
+    assert s.levels("optim") == {"{}": "{}", '{"sr_bits": 20, "storage": "grid_sr"}':
+                                 '{"sr_bits": 20, "storage": "grid_sr"}'}
+    assert s.level("optim", {"storage": "grid_sr", "sr_bits": 20}) == '{"sr_bits": 20, "storage": "grid_sr"}'
+    t = s.claims(_made_up_index(s))
+    assert t.level.tolist() == ['{"sr_bits": 20, "storage": "grid_sr"}'] and t.baseline.tolist() == ["{}"]
+    idx = run_study(s, log=lambda m: None)           # the index reads back the same keys
+    assert idx.status.tolist() == ["completed"] * 4
+    assert idx.optim.tolist() == ["{}", "{}", *['{"sr_bits": 20, "storage": "grid_sr"}'] * 2]
+    assert s.claims(idx).n.tolist() == [2]
+
+
+# ------------------------------------------------------------------------------------------ did_not_learn
+
+def test_runs_that_did_not_learn_are_not_completed_and_a_reuse_says_so_too(tmp_path):
+    """Issue 26 item 2: lr 10 finished as `completed` at 66 and 37 nats. A run whose final validation loss is above
+    ln(V) -- a uniform guess over the tokenizer's V real tokens -- is `did_not_learn`, its numbers kept."""
+    import tiktoken
+
+    from altgrad_lib.training.tokenizers import get_tokenizer
+
+    d = tiny_study_dict(tmp_path, max_steps=6, axes={"recipe": ["hp"], "lr": [3.0e-3, 10.0], "seed": [0]},
+                        comparisons=[{"axis": "lr", "baseline": 3.0e-3, "delta": 0.05}])
+    d["config"]["min_lr"] = 0.0
+    s = Study.from_dict(d, out_dir=str(tmp_path / "st"))
+    enc = get_tokenizer(s.base["tokenizer"])
+    assert isinstance(enc, tiktoken.Encoding) and enc.n_vocab == 4097 and enc.eot_token == 4096   # V, not 4160
+    ln_v = math.log(enc.n_vocab)
+    for reused in (False, True):                     # a reused run gets the same status
+        idx = run_study(s, log=lambda m: None).set_index("lr")
+        assert idx.reused.tolist() == [reused, reused]
+        assert idx.loc[3e-3, "status"] == "completed" and idx.loc[3e-3, "final_val_loss"] < ln_v
+        assert idx.loc[10.0, "status"] == "did_not_learn" and math.isnan(idx.loc[10.0, "diverged_at_step"])
+        assert math.isfinite(idx.loc[10.0, "final_val_loss"]) and idx.loc[10.0, "final_val_loss"] > ln_v
+        assert math.isfinite(idx.loc[10.0, "final_train_loss"]) and idx.loc[10.0, "val_ppl"] > enc.n_vocab
+
+
+def test_a_non_finite_final_validation_loss_is_diverged_in_the_index(tmp_path, monkeypatch):
+    """The last evaluation (at max_steps) gives NaN: the run is `diverged` at that step, no final loss."""
+    from altgrad_lib.studies.executors import LocalExecutor
+    from altgrad_lib.training import loop
+
+    real, calls = loop.evaluate, []
+
+    def nan_at_the_end(*a, **kw):
+        calls.append(1)
+        out = real(*a, **kw)
+        return {**out, "val/loss": math.nan} if len(calls) == 2 else out   # step 0, then step max_steps
+
+    monkeypatch.setattr(loop, "evaluate", nan_at_the_end)
+    s = Study.from_dict(tiny_study_dict(tmp_path, max_steps=3, axes={"recipe": ["hp"], "seed": [0]}),
+                        out_dir=str(tmp_path / "st"))
+    row = run_study(s, LocalExecutor(workers=1), log=lambda m: None).iloc[0]
+    assert row.status == "diverged" and row.diverged_at_step == 3 and math.isnan(row.final_val_loss)
+
+
+@pytest.mark.parametrize("status, loss, out", [
+    ("completed", 5.0, "completed"), ("completed", 9.0, "did_not_learn"), ("completed", math.nan, "diverged"),
+    ("completed", math.inf, "diverged"), ("completed", None, "completed"), ("diverged", None, "diverged"),
+    ("incomplete", 50.0, "incomplete"),
+])
+def test_run_status(status, loss, out):
+    from altgrad_lib.studies.results import run_status
+
+    assert math.log(4097) == pytest.approx(8.318, abs=1e-3)      # gpt2-4k: 4096 merges + <|endoftext|>
+    assert run_status(status, loss, "gpt2-4k") == out
+
+
+# ------------------------------------------------------------------------------------------ one study per directory
+
+def test_two_different_studies_never_share_an_index(tmp_path):
+    """Issue 27 item 3: a second study with the same name (or --out) overwrote the first's study.csv and claims.csv
+    without a word. Now the directory records its study; another is refused in one line naming both."""
+    d = tiny_study_dict(tmp_path, max_steps=2, axes={"recipe": ["hp"], "seed": [0]})
+    a = Study.from_dict(d, out_dir=str(tmp_path / "st"), source="a.yaml")
+    first = run_study(a, log=lambda m: None)
+    other = Study.from_dict({**d, "axes": {"recipe": ["hp", "fp8_hybrid"], "seed": [0]}}, out_dir=str(tmp_path / "st"),
+                            source="b.yaml")
+    with pytest.raises(ValueError, match=r"study directory .*st holds the index of study 'ci_formats' \(a.yaml; runs "
+                                         r"[0-9a-f]{12}\), not of study 'ci_formats' \(b.yaml; runs [0-9a-f]{12}\): two "
+                                         r"studies never share .*; give this study another `name:` \(or --out DIR\), or "
+                                         r"delete .*st to replace the other$") as ei:
+        run_study(other, log=lambda m: None)
+    assert "\n" not in str(ei.value)
+    with pytest.raises(ValueError, match="holds the index of study"):
+        other.check_dir()                                               # what --dry-run checks
+    with pytest.raises(ValueError, match="holds the index of study"):   # its claims are not written there either
+        other.report(first, write=True)
+    renamed = Study.from_dict({**d, "name": "ci_other"}, out_dir=str(tmp_path / "st"))   # same runs, other name
+    with pytest.raises(ValueError, match="holds the index of study 'ci_formats'"):
+        renamed.claim_dir()
+    assert pd.read_csv(a.index_path).run.tolist() == first.run.tolist()   # untouched
+    # the same study re-run resumes; more seeds, other comparisons or bookkeeping keys are the same study
+    assert run_study(a, log=lambda m: None).reused.tolist() == [True]
+    same = [{**d, "axes": {"recipe": ["hp"], "seed": [0, 1]}},
+            {**d, "comparisons": [{"axis": "recipe", "baseline": "hp", "delta": 0.2}], "description": "x"},
+            {**d, "config": {**d["config"], "ckpt_interval": 7, "diagnostics": "cheap"}}]
+    for dd in same:
+        Study.from_dict(dd, out_dir=str(tmp_path / "st")).claim_dir()
+    b = Study.from_dict({**d, "axes": {"recipe": ["hp", "fp8_hybrid"], "seed": [0]}}, out_dir=str(tmp_path / "st_b"))
+    assert run_study(b, log=lambda m: None).reused.tolist() == [True, False]   # its own --out: fine

@@ -1,7 +1,8 @@
 """Layer 5, studies: many runs and what they say together.
 
     study.py       Study (base config x axes x points), run_points / run_study / train_variants, study.csv
-    results.py     one tidy row per run (its config keys and final metrics): run_frame, load_metrics
+    owner.py       which study owns a study directory (study.json), so two studies never share an index
+    results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
     claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
     sequential.py  seeds until resolved: group-sequential boundaries, the looks replayed from study.csv

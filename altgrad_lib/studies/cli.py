@@ -50,6 +50,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         study = Study.from_yaml(args.file, out_dir=args.out)
         study, plan_lines, worst = _seed_plan(study, args)
         points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains
+        study.check_dir()        # another study's index in its directory: refused before anything runs
         if args.dry_run:
             print(study.short_str())
             for p in points:

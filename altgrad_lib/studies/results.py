@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from altgrad_lib.training.run_dir import perplexity
+from altgrad_lib.training.tokenizers import uniform_loss
 
 def find_metric(columns: Iterable[str], *candidates: str) -> str | None:
     """First metric name present among `candidates` (the training loop's names), else None."""
@@ -43,12 +44,26 @@ def final_metrics(run: Any) -> dict[str, Any]:
 
 
 RUN_FRAME_KEYS = ("recipe", "backend", "seed")
+DID_NOT_LEARN = "did_not_learn"
+
+
+def run_status(status: str, final_val_loss: float | None, tokenizer: str) -> str:
+    """A finished run's status as a result: `diverged` also when it "completed" with a non-finite final validation
+    loss, `did_not_learn` when its final validation loss is above ln(V), the loss of a uniform guess over its
+    tokenizer's vocabulary (e.g. lr 10: 66 nats against ln(4097) = 8.3); else `status` unchanged. Derived from the
+    recorded numbers, so a reused run (trained before this rule existed too) gets the same status."""
+    if status != "completed" or final_val_loss is None:
+        return status
+    if not math.isfinite(final_val_loss):
+        return "diverged"
+    return DID_NOT_LEARN if final_val_loss > uniform_loss(tokenizer) else status
 
 
 def run_frame(runs: Iterable[Any] | Mapping[str, Any], keys: Iterable[str] = RUN_FRAME_KEYS) -> pd.DataFrame:
     """Tidy frame, one row per run: `variant` (the recipe name), the config `keys`, status and final numbers.
 
-    The columns come from each run's config, never from parsing a label. A run that did not complete
+    The columns come from each run's config, never from parsing a label. `status` is run_status's: a run that
+    finished above the uniform-guess loss is `did_not_learn` (its numbers kept). A run that did not complete
     (diverged, unfinished) has NaN losses here, so statistics over seeds never mistake the last finite
     loss before a blow-up for a result; `status` says why.
     """
@@ -60,9 +75,11 @@ def run_frame(runs: Iterable[Any] | Mapping[str, Any], keys: Iterable[str] = RUN
         for k in keys:
             v = getattr(cfg, k)
             row[k] = cfg.recipe_name if k == "recipe" else v
-        row["status"] = getattr(run, "status", "incomplete")
+        row["status"] = ""   # (column order: status before the final numbers)
         row.update(final_metrics(run))
-        if row["status"] != "completed":
+        row["status"] = run_status(getattr(run, "status", "incomplete"), getattr(run, "final_val_loss", None),
+                                   cfg.tokenizer)
+        if row["status"] not in ("completed", DID_NOT_LEARN):   # a run that did not learn keeps its numbers
             row.update(final_train_loss=math.nan, final_val_loss=math.nan, val_ppl=math.nan)
         rows.append(row)
     return pd.DataFrame(rows)

@@ -11,12 +11,17 @@ A study file (`params/studies/*.yaml`):
     points:                               # optional extra runs (axis values of their own), e.g. a control
       - {recipe: bf16, freeze_blocks: true, seed: 0}
     comparisons:                          # optional: what the claims table compares (claims.claims_table)
-      - {axis: recipe, baseline: bf16}    # + optional by, value, delta (equivalence margin, nats)
+      - {axis: recipe, baseline: bf16}    # + optional by (a list of other axes), value (final_val_loss or
+                                          #   final_train_loss), delta (equivalence margin, nats)
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
 `seed: {min: 3, max: 8, step: 1}` instead of a list: seeds until resolved (sequential.py; `altgrad study
 --until-resolved --max-seeds N` does the same for a list of consecutive seeds); a point without a seed then runs
 at every seed of its configuration.
+
+Every claim setting is checked when the study loads (so `--dry-run` shows it): the claims are computed on a made-up
+index of the study's runs, and any setting they cannot use fails in one line, never after the runs trained. An axis
+of dict values (optim: [{}, {storage: grid_sr}]) is recorded in the index as each value's canonical JSON.
 
 Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
 optimizer and storage when set, `frozen` for the control, `s<seed>`, the first 8 hex digits of the config hash)
@@ -28,19 +33,26 @@ study and a notebook that train the same config share one run directory (runs go
 `run_study` hands every point to train() through an executor (executors.py): a finished run is reused, an
 interrupted one resumes from its checkpoint, a missing one is trained. After every run the index
 `study.csv` (run, axis values, status, final numbers, run dir) is rewritten atomically. A diverged run is a
-result (status `diverged`, with its step); a run that raises is `failed` with its one-line error; neither
-stops the others. A run that another process is training (a second study on the same outputs) is "running
-elsewhere": its worker waits for it, then reuses (or resumes) it, so it is never `failed`.
+result (status `diverged`, with its step); so is one that finished above ln(V), the loss of a uniform guess over its
+tokenizer's vocabulary (status `did_not_learn`, its numbers kept: results.run_status); a run that raises is `failed`
+with its one-line error; neither stops the others. A run that another process is training (a second study on the
+same outputs) is "running elsewhere": its worker waits for it, then reuses (or resumes) it, so it is never `failed`.
+A study owns its directory (`study.json`: its name and Study.identity, the hash of what it trains, seeds aside):
+another study with the same name or --out is refused in one line before anything runs; the same study re-run (or
+given more seeds) resumes.
 SIGTERM / SIGINT on the driver are forwarded (one SIGTERM) to the local workers, which finish their step and
 checkpoint; runs not started are not started; every unfinished run is `interrupted` in the index, and
 errors.Interrupted is raised (`altgrad study`: one line, exit 75). Re-running resumes them.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -50,10 +62,13 @@ import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
 from altgrad_lib.errors import ConfigError, one_line
+from altgrad_lib.studies import owner
+from altgrad_lib.studies.results import DID_NOT_LEARN
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
+VALUE_COLUMNS = ("final_val_loss", "final_train_loss")   # the index's losses (nats, lower is better): what claims compare
 INDEX_FILE = "study.csv"
 CLAIMS_FILE = "claims.csv"
 
@@ -112,6 +127,7 @@ class Study:
     description: str = ""
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
     seed_plan: Any = None   # sequential.SeedPlan: seeds until resolved (`seed: {min, max, step}`, --until-resolved)
+    source: str = ""                                                # the study file (from_yaml), for messages
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
@@ -138,6 +154,14 @@ class Study:
             if "delta" in c and not (isinstance(c["delta"], (int, float)) and not isinstance(c["delta"], bool)
                                      and c["delta"] > 0):
                 raise ValueError(f"study comparison {dict(c)!r}: delta={c['delta']!r} must be a positive number (nats)")
+            by = c.get("by")
+            if by is not None and (not isinstance(by, (list, tuple)) or not all(isinstance(b, str) for b in by)):
+                valid_by = [k for k in self.axis_columns() if k not in (c["axis"], "seed")]
+                raise ValueError(f"study comparison {dict(c)!r}: by={by!r} must be a list of index columns, e.g. "
+                                 f"by: [{by if isinstance(by, str) else 'lr'}]; valid: {valid_by}")
+            if c.get("value", VALUE_COLUMNS[0]) not in VALUE_COLUMNS:
+                raise ValueError(f"study comparison {dict(c)!r}: value={c['value']!r} is not a loss column of the "
+                                 f"index{did_you_mean(str(c['value']), VALUE_COLUMNS)}; valid: {VALUE_COLUMNS}")
         if not self.axes and not self.points:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
@@ -151,6 +175,32 @@ class Study:
         if self.positive_controls and not any(c["axis"] == "recipe" for c in self.comparisons):
             raise ValueError("study positive_controls need a comparison on the recipe axis, e.g. "
                              "{axis: recipe, baseline: hp}")
+        if self.comparisons:
+            self._check_claims_compute()
+
+    def _check_claims_compute(self) -> None:
+        """Every comparison's claims (and the report) computed now on a made-up index of this study's runs, all
+        completed with deterministic losses: a setting the claims cannot use (no margin for a baseline without a
+        control, ...) fails at load and in `--dry-run`, in one line, instead of after every run trained."""
+        cols = self.axis_columns()
+        rows = []
+        for p in self.expand():
+            u = zlib.crc32(p.name.encode()) / 2**32             # per run, so the seeds' gaps have a spread
+            loss = 3.0 + 0.1 * u + (1.0 if p.config.freeze_blocks else 0.0)   # a control above its baseline
+            rows.append({**_index_row(p, cols), "status": "completed", "final_val_loss": loss,
+                         "final_train_loss": loss})
+        frame = pd.DataFrame(rows)
+        for c in self.comparisons:
+            try:
+                self._claims_of(frame, c)
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise ValueError(f"study comparison {dict(c)}: its claims cannot be computed from this study's "
+                                 f"runs: {one_line(e)}") from e
+        try:
+            self.report(frame, write=False)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise ValueError(f"study {self.name!r}: its claims report cannot be made from its runs: {one_line(e)}") \
+                from e
 
     def _check_comparisons(self) -> None:
         """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
@@ -159,7 +209,7 @@ class Study:
         points = self.expand()
         for c in self.comparisons:
             axis = c["axis"]
-            if axis not in cols:
+            if not isinstance(axis, str) or axis not in cols:
                 raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
                                  f"are the replicates); valid axes: {cols}")
             levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
@@ -168,10 +218,19 @@ class Study:
                 raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
                                  f"{axis!r}{did_you_mean(c['baseline'], [str(v) for v in levels])}; valid levels: "
                                  f"{levels}")
+            valid_by = [k for k in self.axis_columns() if k not in (axis, "seed")]
             bad = [b for b in (c.get("by") or ()) if b not in self.axis_columns()]
             if bad:
-                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: "
-                                 f"{self.axis_columns()}")
+                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: {valid_by}")
+            inner = [b for b in (c.get("by") or ()) if b in (axis, "seed")]
+            if inner:
+                raise ValueError(f"study comparison {dict(c)}: 'by' {inner} names what the comparison pairs "
+                                 f"({axis!r} is compared, seeds are the replicates); valid: {valid_by}")
+            base = self._as_recorded(axis, c["baseline"])
+            if axis == "recipe" and base in self.positive_controls:
+                raise ValueError(f"study positive_controls {list(self.positive_controls)}: {base!r} is the baseline of "
+                                 f"comparison {dict(c)}, and a positive control is a variant that must come out worse "
+                                 f"than it; valid: {[v for v in levels if v != base]}")
 
     def _as_recorded(self, axis: str, value: Any) -> Any:
         """A value of `axis` as the index records it (a recipe under its canonical name: 'bf16' -> 'hp'), or the
@@ -185,12 +244,21 @@ class Study:
 
     # -- construction
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path = ".", out_dir: str = "") -> "Study":
+    def from_dict(cls, d: Mapping[str, Any], base_dir: str | Path = ".", out_dir: str = "",
+                  source: str = "") -> "Study":
         if not isinstance(d, Mapping):
             raise ValueError(f"a study must be a YAML mapping with keys {STUDY_KEYS}, got {type(d).__name__}")
         unknown = sorted(set(d) - set(STUDY_KEYS))
         if unknown:
             raise ValueError(f"unknown study key(s) {unknown}; valid keys: {STUDY_KEYS}")
+        for key, kind, example in (("axes", Mapping, "{recipe: [hp, fp8_hybrid], seed: [0, 1]}"),
+                                   ("config", Mapping, "{max_steps: 40}"),
+                                   ("points", list, "[{recipe: hp, freeze_blocks: true, seed: 0}]"),
+                                   ("comparisons", list, "[{axis: recipe, baseline: hp}]")):
+            if d.get(key) is not None and not isinstance(d[key], kind):
+                got = "a mapping" if isinstance(d[key], Mapping) else f"a {type(d[key]).__name__}"
+                raise ValueError(f"study {key}: {d[key]!r} is {got}; it must be a "
+                                 f"{'mapping' if kind is Mapping else 'list'}, e.g. {key}: {example}")
         base: dict[str, Any] = {}
         if d.get("base"):
             bp = Path(d["base"]) if Path(d["base"]).is_absolute() else Path(base_dir) / d["base"]
@@ -210,7 +278,7 @@ class Study:
             raise ValueError(f"study positive_controls must be a list of recipe names, got {pcs!r}")
         return cls(name=str(d.get("name", "")), base=base, axes=axes, points=points,
                    comparisons=tuple(d.get("comparisons") or ()), positive_controls=tuple(pcs),
-                   description=str(d.get("description", "")), out_dir=out_dir, seed_plan=plan)
+                   description=str(d.get("description", "")), out_dir=out_dir, seed_plan=plan, source=source)
 
     @classmethod
     def from_yaml(cls, path: str | Path, out_dir: str = "") -> "Study":
@@ -220,7 +288,7 @@ class Study:
         d = yaml.safe_load(path.read_text()) or {}
         if isinstance(d, Mapping) and "name" not in d:
             d = {**d, "name": path.stem}
-        return cls.from_dict(d, base_dir=path.parent, out_dir=out_dir)
+        return cls.from_dict(d, base_dir=path.parent, out_dir=out_dir, source=str(path.resolve()))
 
     # -- views
     @property
@@ -265,6 +333,30 @@ class Study:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
         return f"Study({self.name}: {sizes or '-'} + {len(self.points)} point(s) = {len(self.expand())} runs)"
 
+    # -- ownership of the study directory: two different studies never share an index
+    def identity(self) -> str:
+        """sha256 of what this study trains: its name, base config, axes and points, less the seeds and the
+        bookkeeping keys (NON_RESULT_FIELDS). Seeds are replicates (adding seeds keeps the study), comparisons,
+        positive_controls and description are analysis (changing them re-analyses the same runs); any other
+        change makes another study, which gets a directory of its own (claim_dir)."""
+        drop = {*NON_RESULT_FIELDS, "seed"}
+
+        def canon(v: Any) -> str:
+            return json.dumps(v, sort_keys=True, default=str)
+
+        design = {"name": self.name, "base": {k: v for k, v in self.base.items() if k not in drop},
+                  "axes": {k: sorted(map(canon, vals)) for k, vals in self.axes.items() if k not in drop},
+                  "points": sorted({canon({k: v for k, v in p.items() if k not in drop}) for p in self.points})}
+        return hashlib.sha256(canon(design).encode()).hexdigest()
+
+    def check_dir(self) -> None:
+        """Raise one line (ValueError) if another study owns this study's directory (what `--dry-run` checks)."""
+        owner.check_dir(self.dir, self.name, self.identity(), self.source)
+
+    def claim_dir(self) -> None:
+        """Make this study the owner of its directory, or raise one line if another study owns it (owner.py)."""
+        owner.claim_dir(self.dir, self.name, self.identity(), self.source)
+
     def results(self) -> pd.DataFrame:
         """The index as a tidy frame (one row per run; axis columns, status, final numbers)."""
         if not self.index_path.exists():
@@ -282,6 +374,10 @@ class Study:
         """The index's value of the level `value` names (papermill passes 0.001 as a float, "bf16" means "hp");
         a value that is no level raises one line naming the levels."""
         levels = self.levels(axis)
+        recorded = self._as_recorded(axis, value)    # '3e-3' (YAML reads it as a string) is the level 0.003
+        match = [v for v in levels.values() if _same(v, recorded)]
+        if match:
+            return match[0]
         key = str(value)
         key = RECIPE_ALIASES.get(key, key) if axis == "recipe" else key
         if key not in levels:
@@ -302,32 +398,42 @@ class Study:
     def claims(self, frame: pd.DataFrame | None = None, smoke: bool = False) -> pd.DataFrame:
         """claims.claims_table for every comparison of the study file, stacked (column `comparison`); `smoke`: the
         control check failed (report passes it), so no row gets a verdict."""
-        from altgrad_lib.studies.claims import claims_table
-
         frame = self._canonical(self.results() if frame is None else frame)
         if self.seed_plan is not None:   # seeds until resolved: the looks replayed, sequential verdicts
             from altgrad_lib.studies.sequential import study_replay
 
             return study_replay(self, frame).table
-        tables = []
-        for c in self.comparisons:
-            by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-            base = self.level(c["axis"], c["baseline"])
-            t = claims_table(frame, c["axis"], base, by=by, value=c.get("value", "final_val_loss"),
-                             delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
-                             else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
-            tables.append(t)
+        tables = [self._claims_of(frame, c, smoke) for c in self.comparisons]
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
+    def _claims_of(self, frame: pd.DataFrame, c: Mapping[str, Any], smoke: bool = False) -> pd.DataFrame:
+        """claims.claims_table of one comparison `c` on the index `frame` (`smoke`: no verdicts, Study.claims)."""
+        from altgrad_lib.studies.claims import claims_table
+
+        frame = self._canonical(frame)
+        by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
+        base = self.level(c["axis"], c["baseline"])
+        return claims_table(frame, c["axis"], base, by=by, value=c.get("value", VALUE_COLUMNS[0]),
+                            delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
+                            else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
+
     def control(self, frame: pd.DataFrame | None = None, entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
-        """claims.control_check of the first comparison's baseline (seeds as ints); (empty, False, why) without one."""
+        """claims.control_check of the first comparison's baseline (seeds as ints) in the configuration of its first
+        frozen-blocks control (the study's other axes at the control's values: control_check takes one
+        configuration); (empty, False, why) without comparisons."""
         from altgrad_lib.studies.claims import control_check
 
         if not self.comparisons:
             return pd.DataFrame(), False, "the study has no comparisons"
         c = self.comparisons[0]
         frame = self._canonical(self.results() if frame is None else frame)
-        return control_check(frame, c["axis"], self.level(c["axis"], c["baseline"]), c.get("value", "final_val_loss"), entropy=entropy)
+        base = self.level(c["axis"], c["baseline"])
+        frozen = frame["freeze_blocks"].astype(str).str.lower() == "true" if "freeze_blocks" in frame else False
+        ctl = frame[frozen & (frame[c["axis"]] == base)]
+        others = [k for k in self.axis_columns() if k not in (c["axis"], "seed", "freeze_blocks") and k in frame]
+        if len(ctl) and others:   # e.g. an lr axis beside a control at one lr: its baseline runs at that lr
+            frame = frame[(frame[others] == ctl.iloc[0][others]).all(axis=1)]
+        return control_check(frame, c["axis"], base, c.get("value", VALUE_COLUMNS[0]), entropy=entropy)
 
     def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
@@ -342,6 +448,7 @@ class Study:
         if self.seed_plan is not None:
             lines.append(self.seed_plan.describe())
         if write:
+            self.claim_dir()
             write_claims(table, self.claims_path)
         return table, lines
 
@@ -380,13 +487,26 @@ def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
     run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False, wait_if_locked=True)
     row = run_frame([run], keys=()).iloc[0].to_dict()
     div = run.divergence or {}
-    return {"status": run.status, "reused": bool(run.reused), "error": "",
+    return {"status": row["status"], "reused": bool(run.reused), "error": "",   # did_not_learn: results.run_status
             **{k: row[k] for k in ("final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s")},
             "diverged_at_step": div.get("step", math.nan) if run.diverged else math.nan, "run_dir": str(run.dir)}
 
 
 def _axis_value(cfg: TrainConfig, key: str) -> Any:
-    return cfg.recipe_name if key == "recipe" else getattr(cfg, key)
+    """The index's value of `key`: the recipe's name, a dict-valued key (optim: {storage: grid_sr}) as its canonical
+    JSON (sorted keys), so a level is one hashable value that reads back from study.csv unchanged."""
+    if key == "recipe":
+        return cfg.recipe_name
+    v = getattr(cfg, key)
+    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, Mapping) else v
+
+
+def _index_row(p: StudyPoint, cols: list[str]) -> dict[str, Any]:
+    """A point's row of the index before it ran: its axis columns, status `pending`, no numbers yet."""
+    return {"run": p.name, **index_values(p, cols),
+            "status": "pending", "reused": False, "error": "", "final_train_loss": math.nan,
+            "final_val_loss": math.nan, "val_ppl": math.nan, "tokens_per_s": math.nan,
+            "diverged_at_step": math.nan, "seconds": math.nan, "run_dir": str(p.config.run_dir)}
 
 
 def index_values(p: StudyPoint, cols: Iterable[str]) -> dict[str, Any]:
@@ -414,8 +534,12 @@ def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
 
 
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
-    """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index. A
-    study with a seed_plan adds seeds to its open rows until resolved (sequential.run_until_resolved)."""
+    """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index. The study
+    claims its directory (Study.claim_dir) once every point is checked: another study's index there is refused in one
+    line, and nothing is written before. A study with a seed_plan adds seeds to its open rows until resolved
+    (sequential.run_until_resolved)."""
+    points = study.check()
+    study.claim_dir()
     if study.seed_plan is not None:
         from altgrad_lib.studies.sequential import run_until_resolved
 
@@ -432,8 +556,8 @@ def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any 
 
         start = study.results() if resume and study.index_path.exists() else None
         return run_until_resolved(study, run, log, start)
-    run_points(study.expand(), study.axis_columns(), study.index_path, executor, resume, log,
-               title=study.short_str(), name=study.name)
+    run_points(points, study.axis_columns(), study.index_path, executor, resume, log,
+               title=study.short_str(), name=study.name, checked=True)
     return study.results()
 
 
@@ -443,22 +567,21 @@ def finished(cfg: TrainConfig) -> bool:
 
 
 def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None,
-               resume: bool = True, log: Any = print, title: str = "", name: str = "") -> list[dict[str, Any]]:
+               resume: bool = True, log: Any = print, title: str = "", name: str = "",
+               checked: bool = False) -> list[dict[str, Any]]:
     """The engine under run_study and train_variants: train (reuse, resume) each point through
     `executor` (default: executors.auto_executor for the points still to train), rewriting the index
-    `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows."""
+    `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows.
+    `checked`: the caller ran check_points on these points already."""
     from altgrad_lib.errors import Interrupted
     from altgrad_lib.studies.executors import LocalExecutor, auto_executor, kill_workers, map_jobs, stop_workers
     from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 
-    check_points(points)   # every setting of every point before the first run trains
+    if not checked:
+        check_points(points)   # every setting of every point before the first run trains
     todo = {p.name for p in points if not (resume and finished(p.config))}
     executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
-    rows = {p.name: {"run": p.name, **index_values(p, cols),
-                     "status": "pending", "reused": False, "error": "", "final_train_loss": math.nan,
-                     "final_val_loss": math.nan, "val_ppl": math.nan, "tokens_per_s": math.nan,
-                     "diverged_at_step": math.nan, "seconds": math.nan, "run_dir": str(p.config.run_dir)}
-            for p in points}
+    rows = {p.name: _index_row(p, cols) for p in points}
     order = [p.name for p in points]
     write = (lambda: _write_index(index_path, [rows[n] for n in order])) if index_path else (lambda: None)
     write()
@@ -484,6 +607,8 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
             row["seconds"] = round(out.seconds, 2)
             write()
             extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
+                     f" val_loss={row['final_val_loss']:.4f}, above the uniform-guess loss ln(V)"
+                     if row["status"] == DID_NOT_LEARN else
                      f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
             log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
                 f"({row['seconds']} s)")

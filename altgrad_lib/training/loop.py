@@ -31,6 +31,7 @@ from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.model import freeze_blocks
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
+from altgrad_lib.training.tokenizers import uniform_loss
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
                                           run_dir_is_free, write_config_yaml)
@@ -248,8 +249,11 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
                     stop)
         if verbose and run.status == "completed":
-            v = run.final_val_loss
+            v, u = run.final_val_loss, uniform_loss(cfg.tokenizer)
             _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
+            if v is not None and v > u:   # a study indexes it as did_not_learn (studies/results.run_status)
+                _log(f"note: {run_dir.name} did not learn: its val/loss {v:.4f} is above ln(V) = {u:.4f}, the loss "
+                     f"of a uniform guess over {cfg.tokenizer}'s vocabulary")
         return run
     finally:
         if cfg.deterministic:

@@ -149,3 +149,12 @@ def _build(canonical: str) -> tiktoken.Encoding:
 def get_tokenizer(name: str = DEFAULT_TOKENIZER) -> tiktoken.Encoding:
     """A tiktoken Encoding: 'gpt2' (vocab 50257) or 'gpt2-<N>' / 'gpt2-4k' (vocab N+1, EOT id N)."""
     return _build(canonical_tokenizer_name(name))
+
+
+def uniform_loss(name: str = DEFAULT_TOKENIZER) -> float:
+    """ln(V) nats/token: the cross-entropy of a uniform guess over the tokenizer's real vocabulary (V = n_vocab; the
+    model's padded rows are dropped before the loss, so they never count). A finished run whose validation loss is
+    above it learned nothing (studies/results.run_status calls it `did_not_learn`)."""
+    import math
+
+    return math.log(get_tokenizer(name).n_vocab)
