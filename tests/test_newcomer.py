@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from altgrad_lib.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,3 +40,29 @@ def test_setup_installs_the_optimi_peer_the_tests_compare_against():
     if dists is None:     # not installed here: the name PyPI gives the package (`pip index versions torch-optimi`)
         dists = ["torch-optimi"]
     assert {d.lower() for d in dists} & names, f"{dists} is not installed by `make setup` (extras {_makefile_extras()})"
+
+
+SILENT_TINY = ["-p", "n_layer=1", "-p", "n_head=2", "-p", "n_embd=32", "-p", "block_size=32", "-p", "batch_size=4",
+               "-p", "max_docs=30", "-p", "tokenizer=gpt2-512", "-p", "max_steps=2", "-p", "eval_iters=1",
+               "--no-progress"]
+GRID_SR = ["-p", "recipe=fp8_hybrid", "-p", "optimizer=grid_adamw", "-p"]
+SILENT_ERRORS = [   # (the -p options a newcomer gave, words the one-line error must contain)
+    # item 2: sr_bits 0 and >= 63 passed --print-config, then crashed at the first step with a run directory
+    (GRID_SR + ["optim={storage: grid_sr, sr_bits: 0}"], ["optim.sr_bits=0", "[1, 62]"]),
+    (GRID_SR + ["optim={storage: grid_sr, sr_bits: 63}"], ["optim.sr_bits=63", "[1, 62]"]),
+    (GRID_SR + ["optim={storage: grid_rne, sr_bits: 16}"],
+     ["optim.sr_bits=16", "only applies", "grid_sr"]),
+]
+
+
+@pytest.mark.parametrize("extra, needles", SILENT_ERRORS, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_silent_cases_fail_in_one_line_before_compute(tmp_path, capsys, monkeypatch, extra, needles):
+    """--print-config and train both: exit 2, one stderr line naming the bad value, no run directory."""
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    out = tmp_path / "runs"
+    for mode in (["--print-config"], []):
+        rc = main(["train", *SILENT_TINY, "-p", f"out_dir={out}", "-p", "run_name=r", *extra, *mode])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("altgrad: error: "), (extra, mode, err)
+        assert all(n in err for n in needles), err
+        assert not (out / "r").exists(), extra
