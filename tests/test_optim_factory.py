@@ -93,3 +93,23 @@ def test_an_unsigned_weight_grid_is_refused():
     with pytest.raises(ValueError, match=r"optim.weight_fmt='E8M0FNU': E8M0FNU has no sign bit, so it cannot be a "
                                          r"weight grid; use a signed format"):
         build_optimizer(_model(cfg), cfg)
+
+
+@pytest.mark.parametrize("recipe, storage, optimizer", [("nvfp4", "grid_sr", "grid_adamw"),
+                                                        ("mxfp8", "error_feedback_sr", "adamw"),
+                                                        ("mxfp4", "kahan", "adamw"),
+                                                        ("nvfp4", "grid_rne", "grid_sgd")])
+@pytest.mark.parametrize("weight_fmt", [None, "E4M3"])
+def test_grid_storage_refuses_block_scaled_weights(recipe, storage, optimizer, weight_fmt):
+    """Grid storage used to drop the recipe's block weight quantizer and keep each weight on ONE per-tensor grid
+    (8 distinct |w| per tensor under nvfp4): a per-tensor model trained under the block recipe's name."""
+    optim = {"storage": storage} if weight_fmt is None else {"storage": storage, "weight_fmt": weight_fmt}
+    cfg = TrainConfig.from_dict({**TINY, "recipe": recipe, "optimizer": optimizer, "optim": optim})
+    model = _model(cfg)
+    with pytest.raises(ValueError) as ei:
+        build_optimizer(model, cfg)
+    msg = str(ei.value)
+    assert "\n" not in msg and f"optim.storage={storage!r} on recipe {recipe!r}" in msg and "block-scaled" in msg
+    assert "'fp32'" in msg and "fp8_hybrid" in msg
+    assert all(m.w_quant is not None for m in model.modules() if isinstance(m, QuantizedLinear))   # untouched
+    build_optimizer(_model(cfg.replace(optim={})), cfg.replace(optim={}))   # fp32 master: the recipe's own QDQ
