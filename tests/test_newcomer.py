@@ -3,6 +3,7 @@ error before any compute (no run directory)."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 import subprocess
 import sys
@@ -52,6 +53,17 @@ SILENT_ERRORS = [   # (the -p options a newcomer gave, words the one-line error 
     (GRID_SR + ["optim={storage: grid_sr, sr_bits: 63}"], ["optim.sr_bits=63", "[1, 62]"]),
     (GRID_SR + ["optim={storage: grid_rne, sr_bits: 16}"],
      ["optim.sr_bits=16", "only applies", "grid_sr"]),
+    # item 1: grid / error-feedback storage on a block-scaled recipe trained a per-tensor model under its name
+    (["-p", "recipe=nvfp4", "-p", "optimizer=grid_adamw", "-p", "optim={storage: grid_sr}"],
+     ["optim.storage='grid_sr' on recipe 'nvfp4'", "block-scaled", "'fp32'"]),
+    (["-p", "recipe=mxfp8", "-p", "optim={storage: error_feedback_sr}"],
+     ["optim.storage='error_feedback_sr' on recipe 'mxfp8'", "block-scaled", "'fp32'"]),
+    # item 4: a block recipe that quantizes no Linear of the model trained an all-hp model under its name
+    (["-p", "recipe=nvfp4:disable_rht:hp_last=1"], ["quantizes no Linear", "hp_last=1", "n_layer=1"]),
+    (["-p", "recipe=nvfp4:hp_last=5"], ["quantizes no Linear", "hp_last=5", "n_layer=1"]),
+    # item 7: a bad scaling kind listed valid kinds without nvfp4, mx, te_delayed (which the README uses)
+    (["-p", "recipe={name: x, layers: {'*': {weight: {fmt: E2M1, scaling: nvfp44}}}}"],
+     ["scaling kind='nvfp44'", "'nvfp4'", "'mx'", "'te_delayed'", "did you mean 'nvfp4'"]),
 ]
 
 
@@ -66,3 +78,16 @@ def test_silent_cases_fail_in_one_line_before_compute(tmp_path, capsys, monkeypa
         assert rc == 2 and err.count("\n") == 1 and err.startswith("altgrad: error: "), (extra, mode, err)
         assert all(n in err for n in needles), err
         assert not (out / "r").exists(), extra
+
+
+def test_recipe_spellings_name_one_run(capsys):
+    """item 4: NVFP4, hp_last=0, a repeated switch, another switch order were distinct runs (own hash)."""
+    def run_name(recipe: str) -> str:
+        assert main(["train", "-p", f"recipe={recipe}", "--print-config"]) == 0
+        return json.loads(capsys.readouterr().out)["run_name"]
+    canon = run_name("nvfp4:disable_rht:hp_last=1")
+    assert canon == "nvfp4_disable_rht_hp_last_1-s0-347937b5"      # its name before canonicalization (ab8c91b)
+    for spelling in ("NVFP4:disable_rht:hp_last=1", "nvfp4:hp_last=1:disable_rht",
+                     "nvfp4:disable_rht:disable_rht:hp_last=1", "nvfp4:disable_rht:hp_last=1:hp_last=1"):
+        assert run_name(spelling) == canon, spelling
+    assert run_name("nvfp4:hp_last=0") == run_name("nvfp4") == "nvfp4-s0-2907c923"
