@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -61,6 +59,11 @@ SILENT_ERRORS = [   # (the -p options a newcomer gave, words the one-line error 
     # item 4: a block recipe that quantizes no Linear of the model trained an all-hp model under its name
     (["-p", "recipe=nvfp4:disable_rht:hp_last=1"], ["quantizes no Linear", "hp_last=1", "n_layer=1"]),
     (["-p", "recipe=nvfp4:hp_last=5"], ["quantizes no Linear", "hp_last=5", "n_layer=1"]),
+    # item 6: silent ignores (max_steps=2 in SILENT_TINY: osc_reset's default window of 50 never completes)
+    (["-p", "diagnostics=off", "-p", "diagnostics.fisher_interval=5"],
+     ["diagnostics=off contradicts diagnostics.fisher_interval=5"]),
+    (["-p", "recipe=fp8_hybrid", "-p", "optim={osc_reset: true, osc_reset_period: 300}"],
+     ["osc_reset", "max_steps=2", "no reset"]),
     # item 7: a bad scaling kind listed valid kinds without nvfp4, mx, te_delayed (which the README uses)
     (["-p", "recipe={name: x, layers: {'*': {weight: {fmt: E2M1, scaling: nvfp44}}}}"],
      ["scaling kind='nvfp44'", "'nvfp4'", "'mx'", "'te_delayed'", "did you mean 'nvfp4'"]),

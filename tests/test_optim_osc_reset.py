@@ -180,7 +180,7 @@ def test_the_factory_passes_the_settings_and_refuses_a_run_without_grid_weights(
     opt = build_optimizer(_model(cfg), cfg)
     o = opt.osc_reset
     assert (o.period, o.window, o.threshold, o.start) == (7, 3, 2.5, 4) and step_metrics(opt) == {}
-    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True}})
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True, "osc_reset_window": 3}})
     with pytest.raises(ValueError, match="optim.osc_reset=True but no trainable weight has a format"):
         build_optimizer(_model(cfg), cfg)
 

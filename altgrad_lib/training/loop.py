@@ -182,9 +182,12 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if verbose:
             _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
         from altgrad_lib.monitors.config import DiagnosticsConfig
-        if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
-            _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
-                 f"reused); retrain with resume=False (CLI: --no-resume) to record them")
+        # diagnostics are no part of the hash: say which of the asked-for groups the reused run never recorded
+        had = run.config.diagnostics if (run_dir / "diagnostics.csv").exists() else "off"
+        missing = DiagnosticsConfig.from_value(cfg.diagnostics).not_covered_by(DiagnosticsConfig.from_value(had))
+        if missing:
+            _log(f"note: {run_dir.name} was trained without diagnostics {missing} (they do not change its numbers, "
+                 f"so it is reused); retrain with resume=False (CLI: --no-resume) to record them")
         if cfg.logger != "none":   # the mirror follows training; a finished run trains no more
             _log(f"note: {run_dir.name} is finished, so logger={cfg.logger!r} mirrors nothing (metrics.csv holds its "
                  f"metrics); retrain with resume=False (CLI: --no-resume) to mirror them")
