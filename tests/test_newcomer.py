@@ -94,3 +94,15 @@ def test_recipe_spellings_name_one_run(capsys):
                      "nvfp4:disable_rht:disable_rht:hp_last=1", "nvfp4:disable_rht:hp_last=1:hp_last=1"):
         assert run_name(spelling) == canon, spelling
     assert run_name("nvfp4:hp_last=0") == run_name("nvfp4") == "nvfp4-s0-2907c923"
+
+
+def test_layer_table_shows_the_weight_grid_grid_storage_uses(tmp_path, capsys, monkeypatch):
+    """item 5: optim={storage: error_feedback_sr, weight_fmt: E2M1} on recipe fmt:E4M3 trains E2M1-grid weights;
+    the layer table printed them as e4m3fn/cur/rne."""
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    rc = main(["train", *SILENT_TINY, "-p", f"out_dir={tmp_path}", "-p", "recipe=fmt:E4M3",
+               "-p", "optim={storage: error_feedback_sr, weight_fmt: E2M1}"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = [ln.split() for ln in out.splitlines() if ln.strip().startswith("transformer.h.")]
+    assert rows and all(r[-3] == "e2m1fn/pow2/error_feedback_sr" and r[-4] == "e4m3fn/cur/rne" for r in rows), out

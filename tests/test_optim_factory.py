@@ -113,3 +113,22 @@ def test_grid_storage_refuses_block_scaled_weights(recipe, storage, optimizer, w
     assert "'fp32'" in msg and "fp8_hybrid" in msg
     assert all(m.w_quant is not None for m in model.modules() if isinstance(m, QuantizedLinear))   # untouched
     build_optimizer(_model(cfg.replace(optim={})), cfg.replace(optim={}))   # fp32 master: the recipe's own QDQ
+
+
+def test_stored_weight_grids_name_the_grid_the_forward_uses():
+    """fmt:E4M3 with error_feedback_sr storage on weight_fmt E2M1: the forward weight is on the E2M1 grid (the
+    recipe's E4M3 weight quantizer is removed) but the layer table printed e4m3fn/cur/rne."""
+    from altgrad_lib.optim.factory import stored_weight_grids
+
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "fmt:E4M3",
+                                 "optim": {"storage": "error_feedback_sr", "weight_fmt": "E2M1"}})
+    model = _model(cfg)
+    grids = stored_weight_grids(model, cfg)
+    opt = build_optimizer(model, cfg)
+    qlin = {fqn: m for fqn, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+    assert set(grids) == set(qlin) and set(grids.values()) == {f"{get_format('E2M1').short_str()}/pow2/error_feedback_sr"}
+    f = get_format("E2M1")
+    for m in qlin.values():                        # what the label says is what the forward gets
+        s = opt.state[m.weight]["grid_scale"]
+        assert m.w_quant is None and torch.equal(f.quantize(m.weight.detach() * s), m.weight.detach() * s)
+    assert stored_weight_grids(model, cfg.replace(optim={"weight_fmt": "E2M1"})) == {}    # fp32: the recipe's QDQ

@@ -50,6 +50,17 @@ def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, 
     return out
 
 
+def stored_weight_grids(model: torch.nn.Module, cfg: Any) -> dict[str, str]:
+    """fqn -> the weight grid the forward uses, "<format>/pow2/<storage>", for the Linears whose weight grid storage
+    keeps on its format's grid (replacing the recipe's weight quantizer, see the module docstring); {} for storage
+    fp32. Call it on the quantized model before build_optimizer (which removes those quantizers)."""
+    oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
+    if not on_grid(oc.storage):
+        return {}
+    return {fqn: f"{get_format(fmt).short_str()}/pow2/{oc.storage}"
+            for fmt, fqn in weight_formats(model, oc.weight_fmt).values()}
+
+
 def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
     """The optimizer of TrainConfig `cfg` (optimizer + optim); see the module docstring."""
     from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
