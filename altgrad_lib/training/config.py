@@ -227,7 +227,11 @@ class TrainConfig:
             if loaded is not None and not isinstance(loaded, dict):
                 raise ConfigError(f"{path}: expected a YAML mapping of TrainConfig keys, got {type(loaded).__name__}")
             d.update(loaded or {})
-        d.update(parse_overrides(overrides))
+        ov = parse_overrides(overrides)
+        if (d.get("diagnostics") in ("off", False) and "diagnostics" not in ov
+                and any(isinstance(k, str) and k.startswith("diagnostics.") for k in ov)):
+            del d["diagnostics"]   # `off` in the file, a field on the command line: the command line wins
+        d.update(ov)
         return cls.from_dict(d)
 
     def replace(self, **changes: Any) -> "TrainConfig":
