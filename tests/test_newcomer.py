@@ -66,7 +66,7 @@ SILENT_ERRORS = [   # (the -p options a newcomer gave, words the one-line error 
      ["osc_reset", "max_steps=2", "no reset"]),
     # item 7: a bad scaling kind listed valid kinds without nvfp4, mx, te_delayed (which the README uses)
     (["-p", "recipe={name: x, layers: {'*': {weight: {fmt: E2M1, scaling: nvfp44}}}}"],
-     ["scaling kind='nvfp44'", "'nvfp4'", "'mx'", "'te_delayed'", "did you mean 'nvfp4'"]),
+     ["kind='nvfp44'", "'nvfp4'", "'mx'", "'te_delayed'", "did you mean 'nvfp4'"]),
 ]
 
 

@@ -66,8 +66,8 @@ class QuantSpec:
         kind = (self.scaling if isinstance(self.scaling, str) else
                 self.scaling.get("kind", "current") if isinstance(self.scaling, dict) else None)
         if kind is not None and kind not in SPEC_SCALING_KINDS:
-            raise ValueError(f"scaling kind={kind!r} is invalid{did_you_mean(kind, SPEC_SCALING_KINDS)}; valid "
-                             f"choices: {', '.join(map(repr, SPEC_SCALING_KINDS))}")
+            raise ValueError(f"kind={kind!r} is invalid; valid choices: {', '.join(map(repr, SPEC_SCALING_KINDS))}"
+                             f"{did_you_mean(kind, SPEC_SCALING_KINDS)}")
         if is_block_kind(self.scaling):   # "nvfp4" / "mx": block_scaling.py
             object.__setattr__(self, "scaling", BlockScaling.from_dict(self.scaling))
             if self.ste != "identity" or self.saturate is not True:
