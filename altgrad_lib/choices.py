@@ -27,6 +27,8 @@ TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_
 OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
 STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # optim/storage.py
 EF_MODES = ("error_feedback", "error_feedback_sr")         # the residual goes into Adam's m (optim/error_feedback.py)
+SR_MODES = ("grid_sr", "error_feedback_sr")                 # stored with stochastic rounding: what optim.sr_bits sets
+SR_BITS_MAX = 62                           # optim.sr_bits in [1, 62]: optim/counter_rng.hash_bits draws at most 62
 MASTER_MODES = ("fp32", "kahan")           # a latent weight below the grid: what osc_reset moves (optim/osc_reset.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | plain 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (numerics/grid.py)

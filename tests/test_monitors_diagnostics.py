@@ -263,6 +263,22 @@ def test_a_finished_run_without_diagnostics_is_reused_with_a_note(runs, capsys):
     assert "trained without diagnostics" in capsys.readouterr().out
 
 
+def test_a_finished_run_reused_for_more_diagnostics_says_which_it_lacks(runs, capsys):
+    """A run trained with diagnostics, re-asked with fisher_interval=5, was reused without Fisher rows and without a
+    note (the note only came when diagnostics.csv was missing): diagnostics are no part of the hash."""
+    _, on = runs
+    capsys.readouterr()
+    same = train(tiny(on.dir.parent, diagnostics=FULL1), progress=False)
+    assert same.reused and "trained without diagnostics" not in capsys.readouterr().out
+    more = train(tiny(on.dir.parent, diagnostics={**FULL1, "fisher_interval": 5}), progress=False)
+    out = capsys.readouterr().out
+    assert more.reused and more.dir == on.dir
+    note = [ln for ln in out.splitlines() if "trained without diagnostics" in ln]
+    assert len(note) == 1 and "['fisher']" in note[0] and "--no-resume" in note[0], out
+    train(tiny(on.dir.parent, diagnostics={"preset": "full", "interval": 2}), progress=False)
+    assert "(recorded @1)" in capsys.readouterr().out
+
+
 def test_grid_storage_probe_sees_the_weights_training_uses(tmp_path, monkeypatch):
     # grid storage drops the recipe's weight quantizers (the stored weight is on the grid): the probe's copy
     # must be made after that, or its W rows and replayed X/dY describe a weight quantized a second time

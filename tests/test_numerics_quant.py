@@ -442,3 +442,20 @@ def test_eval_mode_uses_state_without_updating_it():
     assert torch.equal(y, q(x))                               # deterministic: round-to-nearest in eval
     assert all(torch.equal(state[k], v) for k, v in q.state_dict().items() if torch.is_tensor(v))
     assert torch.equal(rng, q.generator().get_state())        # the training SR stream did not advance
+
+
+@pytest.mark.parametrize("scaling", ["nvfp44", {"kind": "nvfp44"}, "te_delayd"])
+def test_a_bad_scaling_kind_lists_every_kind_a_spec_accepts(scaling):
+    """`scaling: nvfp44` listed scaling.py's kinds only: not nvfp4, mx or te_delayed, which the README uses.  Every
+    kind the error lists must be accepted (as a string and as a dict's kind), and the list must hold them all."""
+    import re
+
+    with pytest.raises(ValueError) as e:
+        QuantSpec(fmt="E4M3", scaling=scaling)
+    msg = str(e.value)
+    listed = re.findall(r"'([a-z_0-9]+)'", msg.split("valid choices:")[1])
+    assert {"nvfp4", "mx", "te_delayed", "current", "delayed", "per_block"} <= set(listed), msg
+    for kind in listed:
+        QuantSpec(fmt="E2M1", scaling=kind)
+        QuantSpec(fmt="E2M1", scaling={"kind": kind})
+    assert "did you mean" in msg

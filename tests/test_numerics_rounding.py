@@ -308,6 +308,24 @@ def test_sr_matches_gfloat_given_same_bits(name, k):
     assert_same(ours, torch.from_numpy(ref), x, f"{name} SR k={k} vs gfloat")
 
 
+@pytest.mark.parametrize("name", ["E4M3", "E5M2", "E2M1"])
+@pytest.mark.parametrize("k", [24, 31, 32, 40, 62])
+def test_sr_with_more_bits_than_fp32_matches_gfloat_in_the_normal_range(name, k):
+    """Optimizer storage draws up to 62 counter_rng bits (int64); the fp32 kernel used to wrap them to int32 (biased
+    for k >= 32).  In the normal range the discarded fraction has at most 23 bits, so gfloat's k-bit rule is exact
+    with any k: ours must equal it bit for bit (the subnormal range keeps 23 bits, as the default k)."""
+    fmt = get_format(name)
+    x = probe_inputs(fmt, n_random=4000)[65536:]
+    x = x[torch.isfinite(x) & (x.abs() <= fmt.max) & (x.abs() >= fmt.min_normal)]
+    g = torch.Generator().manual_seed(k)
+    r = (torch.randint(0, 2**31, x.shape, generator=g, dtype=torch.int64) << 31
+         | torch.randint(0, 2**31, x.shape, generator=g, dtype=torch.int64)) >> (62 - k)
+    ours = fmt.quantize_with_bits(x, r, sr_bits=k, saturate=True)
+    ref = gfloat.round_ndarray(gfloat_info(fmt), x.double().numpy(), RoundMode.Stochastic, sat=True,
+                               srbits=r.numpy(), srnumbits=k)
+    assert_same(ours, torch.from_numpy(ref), x, f"{name} SR k={k} vs gfloat")
+
+
 def test_sr_bits_behaviour():
     fmt = get_format("E4M3")
     g = torch.Generator().manual_seed(0)

@@ -54,3 +54,26 @@ def test_wide_draws_and_k_validation():
     assert abs(ones - N / 2) < 4.5 * math.sqrt(N) / 2
     with pytest.raises(ValueError, match="k=0"):
         _bits(k=0)
+
+
+@pytest.mark.parametrize("k, x0", [(1, 1.0625), (23, 1.03), (24, 1.03), (31, 1.03), (32, 1.03), (40, 1.03),
+                                   (62, 1.03)])
+def test_grid_sr_storage_is_unbiased_at_every_accepted_sr_bits(k, x0):
+    """optim.sr_bits accepts 1..62 (SR_BITS_MAX); storage.write(grid_sr) rounds with these bits.  Monte Carlo: the
+    mean of the stored values is x0 within 3 sigma (sigma of a two-point distribution).  Before the fix the fp32
+    kernel wrapped k >= 32 bits to int32: 1.03 onto E4M3 gave mean 0.984 at k = 32 and 1.0 every time at k = 40.
+    k = 1 keeps gfloat's rule (the fraction first rounded to 1 bit), so its input sits half an ULP above 1."""
+    from altgrad_lib.choices import SR_BITS_MAX
+    from altgrad_lib.numerics.formats import get_format
+    from altgrad_lib.optim.storage import write
+
+    assert SR_BITS_MAX == 62 and k <= SR_BITS_MAX
+    fmt, n = get_format("E4M3"), N
+    lo, hi = 1.0, 1.125                                      # E4M3's neighbours of x0
+    x = torch.full((n,), x0)
+    p = torch.empty_like(x)
+    write(p, x, "grid_sr", fmt, torch.tensor(1.0), rbits=_bits(seed=3, n=n, k=k), sr_bits=k)
+    assert set(p.unique().tolist()) <= {lo, hi}
+    frac = (float(torch.tensor(x0)) - lo) / (hi - lo)
+    sigma = (hi - lo) * math.sqrt(frac * (1 - frac) / n)
+    assert abs(float(p.double().mean()) - float(torch.tensor(x0))) < 3 * sigma

@@ -93,3 +93,42 @@ def test_an_unsigned_weight_grid_is_refused():
     with pytest.raises(ValueError, match=r"optim.weight_fmt='E8M0FNU': E8M0FNU has no sign bit, so it cannot be a "
                                          r"weight grid; use a signed format"):
         build_optimizer(_model(cfg), cfg)
+
+
+@pytest.mark.parametrize("recipe, storage, optimizer", [("nvfp4", "grid_sr", "grid_adamw"),
+                                                        ("mxfp8", "error_feedback_sr", "adamw"),
+                                                        ("mxfp4", "kahan", "adamw"),
+                                                        ("nvfp4", "grid_rne", "grid_sgd")])
+@pytest.mark.parametrize("weight_fmt", [None, "E4M3"])
+def test_grid_storage_refuses_block_scaled_weights(recipe, storage, optimizer, weight_fmt):
+    """Grid storage used to drop the recipe's block weight quantizer and keep each weight on ONE per-tensor grid
+    (8 distinct |w| per tensor under nvfp4): a per-tensor model trained under the block recipe's name."""
+    optim = {"storage": storage} if weight_fmt is None else {"storage": storage, "weight_fmt": weight_fmt}
+    cfg = TrainConfig.from_dict({**TINY, "recipe": recipe, "optimizer": optimizer, "optim": optim})
+    model = _model(cfg)
+    with pytest.raises(ValueError) as ei:
+        build_optimizer(model, cfg)
+    msg = str(ei.value)
+    assert "\n" not in msg and f"optim.storage={storage!r} on recipe {recipe!r}" in msg and "block-scaled" in msg
+    assert "'fp32'" in msg and "fp8_hybrid" in msg
+    assert all(m.w_quant is not None for m in model.modules() if isinstance(m, QuantizedLinear))   # untouched
+    build_optimizer(_model(cfg.replace(optim={})), cfg.replace(optim={}))   # fp32 master: the recipe's own QDQ
+
+
+def test_stored_weight_grids_name_the_grid_the_forward_uses():
+    """fmt:E4M3 with error_feedback_sr storage on weight_fmt E2M1: the forward weight is on the E2M1 grid (the
+    recipe's E4M3 weight quantizer is removed) but the layer table printed e4m3fn/cur/rne."""
+    from altgrad_lib.optim.factory import stored_weight_grids
+
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "fmt:E4M3",
+                                 "optim": {"storage": "error_feedback_sr", "weight_fmt": "E2M1"}})
+    model = _model(cfg)
+    grids = stored_weight_grids(model, cfg)
+    opt = build_optimizer(model, cfg)
+    qlin = {fqn: m for fqn, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+    assert set(grids) == set(qlin) and set(grids.values()) == {f"{get_format('E2M1').short_str()}/pow2/error_feedback_sr"}
+    f = get_format("E2M1")
+    for m in qlin.values():                        # what the label says is what the forward gets
+        s = opt.state[m.weight]["grid_scale"]
+        assert m.w_quant is None and torch.equal(f.quantize(m.weight.detach() * s), m.weight.detach() * s)
+    assert stored_weight_grids(model, cfg.replace(optim={"weight_fmt": "E2M1"})) == {}    # fp32: the recipe's QDQ

@@ -175,12 +175,12 @@ def test_the_factory_passes_the_settings_and_refuses_a_run_without_grid_weights(
     from altgrad_lib.training.loop import TrainConfig
 
     optim = {"storage": "kahan", "osc_reset": True, "osc_reset_period": 7, "osc_reset_window": 3,
-             "osc_reset_threshold": 2.5, "osc_reset_start": 4}
+             "osc_reset_threshold": 2.5, "osc_reset_start": 3}      # the reset after step 6 = max_steps
     cfg = TrainConfig.from_dict({**TINY, "optim": optim})
     opt = build_optimizer(_model(cfg), cfg)
     o = opt.osc_reset
-    assert (o.period, o.window, o.threshold, o.start) == (7, 3, 2.5, 4) and step_metrics(opt) == {}
-    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True}})
+    assert (o.period, o.window, o.threshold, o.start) == (7, 3, 2.5, 3) and step_metrics(opt) == {}
+    cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True, "osc_reset_window": 3}})
     with pytest.raises(ValueError, match="optim.osc_reset=True but no trainable weight has a format"):
         build_optimizer(_model(cfg), cfg)
 

@@ -128,3 +128,42 @@ def test_every_switch_parses_and_is_listed_by_help_and_readme(capsys):
         for sw in switches:
             get_policy(f"{base}:{sw.replace('<N>', '1')}")
             assert f"`{sw}`" in readme and f" {sw}" in help_text, (base, sw)
+
+
+def _canonical_spellings():
+    """Every block recipe in its canonical form: switches in BLOCK_SWITCHES' order, hp_last last (0 omitted)."""
+    import itertools
+
+    from altgrad_lib.choices import BLOCK_SWITCHES
+    for base, sws in BLOCK_SWITCHES.items():
+        plain = [s for s in sws if "=" not in s]
+        for n in range(len(plain) + 1):
+            for combo in itertools.combinations(plain, n):
+                for hp in ("", ":hp_last=1", ":hp_last=12"):
+                    yield ":".join([base, *combo]) + hp
+
+
+def test_recipe_spellings_are_one_canonical_recipe():
+    from altgrad_lib.quantize.recipes import canonical_recipe
+    from altgrad_lib.training.config import TrainConfig
+
+    spellings = list(_canonical_spellings())
+    assert len(spellings) > 100 and all(canonical_recipe(s) == s for s in spellings)   # canonical: unchanged
+    # the names and hashes of canonical spellings, computed on the code before canonicalization (commit ab8c91b)
+    for r, name in [("nvfp4", "nvfp4-s0-2907c923"), ("nvfp4:disable_rht:hp_last=1",
+                                                    "nvfp4_disable_rht_hp_last_1-s0-347937b5"),
+                    ("mxfp4:rceil:wgrad_hp:hp_attn:hp_last=1", "mxfp4_rceil_wgrad_hp_hp_attn_hp_last_1-s0-6438d150"),
+                    ("mxfp8", "mxfp8-s0-beeb9fbf")]:
+        assert TrainConfig(recipe=r, n_layer=2).auto_run_name() == name
+    for variant, canon in [("NVFP4", "nvfp4"), ("nvfp4:hp_last=0", "nvfp4"), (" Nvfp4 : disable_rht ", "nvfp4:disable_rht"),
+                           ("nvfp4:disable_rht:disable_rht", "nvfp4:disable_rht"),
+                           ("nvfp4:hp_last=1:disable_rht", "nvfp4:disable_rht:hp_last=1"),
+                           ("nvfp4:hp_last=01:hp_last=1", "nvfp4:hp_last=1"),
+                           ("mxfp4:hp_attn:wgrad_hp:rceil:hp_last=1", "mxfp4:rceil:wgrad_hp:hp_attn:hp_last=1"),
+                           ({"recipe": "MXFP8:rceil"}, {"recipe": "mxfp8:rceil"})]:
+        assert canonical_recipe(variant) == canon, variant
+        a, b = TrainConfig(recipe=variant, n_layer=2), TrainConfig(recipe=canon, n_layer=2)
+        assert (a.recipe, a.config_hash(), a.auto_run_name()) == (b.recipe, b.config_hash(), b.auto_run_name())
+    assert get_policy("NVFP4:hp_last=0").name == "nvfp4"
+    with pytest.raises(ValueError, match="hp_last is given twice"):
+        get_policy("nvfp4:hp_last=1:hp_last=2")

@@ -217,3 +217,30 @@ def test_train_config_import_and_named_recipes_stay_torch_free():
             "[TrainConfig(recipe=r) for r in ('hp', 'bf16', 'fp8_hybrid', 'fp8_e4m3')]; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+
+def test_diagnostics_off_with_a_sub_key_is_a_contradiction():
+    """`-p diagnostics=off -p diagnostics.fisher_interval=5` resolved to the full preset."""
+    with pytest.raises(ConfigError) as ei:
+        TrainConfig.from_yaml(None, ["diagnostics=off", "diagnostics.fisher_interval=5"])
+    msg = str(ei.value)
+    assert "\n" not in msg and "diagnostics=off contradicts diagnostics.fisher_interval=5" in msg
+    assert "diagnostics.preset=off" in msg
+    from altgrad_lib.monitors.config import DiagnosticsConfig
+    only = TrainConfig.from_yaml(None, ["diagnostics.preset=off", "diagnostics.fisher_interval=5"])
+    assert DiagnosticsConfig.from_value(only.diagnostics).active_groups == ("fisher",)
+    full = TrainConfig.from_yaml(None, ["diagnostics.fisher_interval=5"])      # documented: no preset means full
+    assert DiagnosticsConfig.from_value(full.diagnostics).preset == "full"
+
+
+def test_an_oscillation_reset_that_never_comes_is_refused():
+    """osc_reset's first reset follows step start + window (optim/osc_reset.py); beyond max_steps the run trained
+    with no reset and no note."""
+    base = dict(recipe="fp8_hybrid", max_steps=20)
+    for optim in ({"osc_reset": True, "osc_reset_period": 300},
+                  {"osc_reset": True, "osc_reset_window": 10, "osc_reset_start": 11}):
+        with pytest.raises(ConfigError) as ei:
+            TrainConfig(**base, optim=optim)
+        assert "\n" not in str(ei.value) and "max_steps=20" in str(ei.value) and "no reset" in str(ei.value)
+    TrainConfig(**base, optim={"osc_reset": True, "osc_reset_window": 10, "osc_reset_start": 10})   # resets at 20

@@ -177,3 +177,26 @@ def test_a_valid_optimizer_passes_and_leaves_the_rng_alone():
     before = torch.random.get_rng_state()
     pf.check_config(cfg)
     assert torch.equal(torch.random.get_rng_state(), before)        # the real build draws the same init
+
+
+def test_the_optimizer_check_sees_every_block_of_the_model():
+    """check_optimizer's model had one block: with hp_last=1 on a 2-block model it saw no quantized weight and
+    refused grid storage the run itself accepts."""
+    recipe = {"recipe": "fp8_hybrid", "hp_last_blocks": 1}
+    cfg = TrainConfig(**{**TINY, "n_layer": 2}, recipe=recipe, optimizer="grid_adamw", optim={"storage": "grid_sr"})
+    pf.check_config(cfg)
+
+
+@pytest.mark.parametrize("recipe, n_layer", [("nvfp4:disable_rht:hp_last=1", 1), ("nvfp4:hp_last=5", 2),
+                                             ({"recipe": "fp8_hybrid", "hp_last_blocks": 2}, 2)])
+def test_a_recipe_that_quantizes_nothing_on_the_model_is_refused(tmp_path, recipe, n_layer):
+    """These trained an all-hp model under the recipe's name ("0/5 Linear quantized" was the only hint)."""
+    cfg = TrainConfig(**{**TINY, "n_layer": n_layer, "out_dir": str(tmp_path / "runs"), "run_name": "x"},
+                      recipe=recipe)
+    for check in (pf.check_config, pf.preflight):
+        with pytest.raises(ConfigError) as ei:
+            check(cfg)
+        msg = str(ei.value)
+        assert "\n" not in msg and "quantizes no Linear of this model" in msg and f"n_layer={n_layer}" in msg, msg
+    assert not (tmp_path / "runs").exists()
+    pf.check_config(TrainConfig(**{**TINY, "n_layer": n_layer}, recipe="hp"))       # hp quantizes nothing by design

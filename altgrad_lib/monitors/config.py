@@ -168,6 +168,17 @@ class DiagnosticsConfig:
             return getattr(self, INTERVAL_FIELDS[group])
         return int(self.group_intervals.get(group, self.every))
 
+    def not_covered_by(self, recorded: "DiagnosticsConfig") -> list[str]:
+        """The groups this config asks for that a run recorded under `recorded` lacks ("fisher"), or has at another
+        interval ("fisher@5 (recorded @50)"): what reusing that finished run would not give."""
+        out = []
+        for g in self.active_groups:
+            if g not in recorded.active_groups:
+                out.append(g)
+            elif recorded.interval_of(g) != self.interval_of(g):
+                out.append(f"{g}@{self.interval_of(g)} (recorded @{recorded.interval_of(g)})")
+        return out
+
     def due(self, group: str, step: int) -> bool:
         """Does `group` record at this (1-based) step? Every interval, and at step 1 for a starting point."""
         return step == 1 or step % self.interval_of(group) == 0

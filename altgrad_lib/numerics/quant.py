@@ -21,13 +21,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from altgrad_lib.choices import did_you_mean
 from altgrad_lib.errors import check_keys
-from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, is_block_kind
+from altgrad_lib.numerics.block_scaling import BLOCK_KINDS, BlockScaling, block_qdq, is_block_kind
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.numerics.rounding import random_bits
-from altgrad_lib.numerics.scaling import Scaler, ScalingConfig, _choice_error, stateless_scale
+from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, _choice_error, stateless_scale
 
 STE_MODES = ("identity", "clipped")
+# every kind a QuantSpec's `scaling` takes (a string or a dict's "kind"): the per-tensor / per-row / per-block kinds
+# of scaling.py, TransformerEngine's delayed defaults, and the block formats of block_scaling.py
+SPEC_SCALING_KINDS = (*SCALING_KINDS, "te_delayed", *BLOCK_KINDS)
 _ROUND_TAG = {"nearest": "rne", "stochastic": "sr", "toward_zero": "rz"}
 
 
@@ -59,6 +63,11 @@ class QuantSpec:
         if isinstance(fmt, dict):
             fmt = FloatFormat(**fmt)
         object.__setattr__(self, "fmt", get_format(fmt))
+        kind = (self.scaling if isinstance(self.scaling, str) else
+                self.scaling.get("kind", "current") if isinstance(self.scaling, dict) else None)
+        if kind is not None and kind not in SPEC_SCALING_KINDS:
+            raise ValueError(f"kind={kind!r} is invalid; valid choices: {', '.join(map(repr, SPEC_SCALING_KINDS))}"
+                             f"{did_you_mean(kind, SPEC_SCALING_KINDS)}")
         if is_block_kind(self.scaling):   # "nvfp4" / "mx": block_scaling.py
             object.__setattr__(self, "scaling", BlockScaling.from_dict(self.scaling))
             if self.ste != "identity" or self.saturate is not True:

@@ -33,7 +33,9 @@ IEEE does for the significand's last bit.  Stochastic rounding follows gfloat's 
 the discarded fraction is first rounded-to-nearest-even to `k` bits, then the value rounds away from zero
 iff fraction_k + r >= 2^k for a uniform integer r in [0, 2^k).  With the default k (23 bits for float32
 work, 52 for float64) this is exactly unbiased for every input in the normal range; in the subnormal range
-the fraction is first rounded to k bits (bias below 2^-k of a spacing).  Stochastic rounding always uses the
+the fraction is first rounded to k bits (bias below 2^-k of a spacing).  A caller may pass k above the work
+precision (optimizer storage: up to 62 counter_rng bits); only the top 23 (52) bits of r are then used: the same
+result in the normal range, the default k's in the subnormal range.  Stochastic rounding always uses the
 "float" implementation.  Random bits come from torch.randint (optionally with a torch.Generator).  In torch 2.13 a draw with an
 explicit generator breaks a compiled graph; compiled models draw through `Quantizer.draw_bits` (a custom
 op) and pass them to `FloatFormat.quantize_with_bits`, which gives the same bits as eager.
@@ -174,6 +176,12 @@ def quantize_tensor(
         if rbits is None:
             raise ValueError("stochastic rounding needs rbits (see random_bits)")
         k = nman if sr_bits is None else int(sr_bits)
+        if k > nman:
+            # more random bits than the work mantissa (counter_rng gives up to 62): keep the top nman, uniform in
+            # [0, 2^nman) too.  Exact in the normal range (its discarded fraction has at most nman bits, so the
+            # result equals gfloat's k-bit rule); the work int dtype could not hold 2^k (int32 wrapped: biased).
+            rbits = rbits >> (k - nman)
+            k = nman
         rbits = rbits.to(idt)
         if k >= shift:
             t = rbits >> (k - shift)

@@ -24,7 +24,7 @@ decides `s`:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -118,6 +118,8 @@ class ScalingConfig:
         if not isinstance(d, dict):
             raise TypeError(f"scaling config must be a dict, str or ScalingConfig, got {type(d).__name__}")
         check_keys(cls, d, "ScalingConfig")
+        if d.get("kind") == "te_delayed":     # {"kind": "te_delayed", "margin": 1}: TE's defaults, then the rest
+            return replace(cls.te_delayed(), **{k: v for k, v in d.items() if k != "kind"})
         return cls(**d)
 
 

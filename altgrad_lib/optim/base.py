@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from altgrad_lib.choices import EF_MODES
+from altgrad_lib.choices import EF_MODES, SR_MODES
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.stats import StepStats
 from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
@@ -47,7 +47,7 @@ from altgrad_lib.numerics.rounding import default_sr_bits
 from altgrad_lib.numerics.scaling import _choice_error
 
 CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
-_SR_MODES = ("grid_sr", "error_feedback_sr")     # stored with stochastic rounding (counter_rng bits)
+_SR_MODES = SR_MODES     # stored with stochastic rounding (counter_rng bits)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
 
 

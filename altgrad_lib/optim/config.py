@@ -13,6 +13,7 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
   weight_fmt    the weights' grid; None = the recipe's weight format on the layers the recipe quantizes; any
                 8-bit-or-less format name, E2M1 (4 bits), or bf16 / E8M7 and fp16 / E5M10 (formats_wide.py)
   grid_headroom binades left above a tensor's first amax (grid.py); kahan_dtype bf16 | fp32; sr_bits
+                (grid_sr / error_feedback_sr: random bits per rounding, 1..62; None = full fp32 precision)
   state_m / state_v  low-precision Adam moments: a format name (v also "UE<x>M<y>", unsigned), with state_block,
                 state_rounding, state_min_numel, state_m_transform / state_v_transform (none | sqrt | expand;
                 optim/state_codec.py), state_scale (pow2 | amax: the block scale, optim/lowp_state.py)
@@ -31,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS,
-                                 STORAGE_MODES, ULP_MODES)
+from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, SR_BITS_MAX, SR_MODES, STATE_SCALES,
+                                 STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES)
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
@@ -134,6 +135,14 @@ class OptimConfig:
         if self.storage in EF_MODES and (self.name not in _EF_OPTIMIZERS or self.state_m is not None):
             raise ValueError(f"optim.storage={self.storage!r} needs optimizer in {_EF_OPTIMIZERS} (got {self.name!r}) "
                              f"and optim.state_m=None (got {self.state_m!r}): the residual is kept in an fp32 m")
+        if self.sr_bits is not None:
+            v = self.sr_bits
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= SR_BITS_MAX:
+                raise ValueError(f"optim.sr_bits={v!r} is invalid; valid: None (full precision) or an int in "
+                                 f"[1, {SR_BITS_MAX}] (random bits of stochastic rounding)")
+            if self.storage not in SR_MODES:
+                raise ValueError(f"optim.sr_bits={v!r} only applies to optim.storage in {SR_MODES} (got "
+                                 f"{self.storage!r}); remove it or use a stochastic storage")
         if not isinstance(self.compile, bool):
             raise ValueError(f"optim.compile={self.compile!r} is invalid; valid choices: True, False")
         if not isinstance(self.track_stats, (bool, int)) or self.track_stats < 0:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from altgrad_lib.choices import SR_BITS_MAX
+
 _M32 = 0xFFFFFFFF
 _MUL = 0x45D9F3B
 
@@ -45,11 +47,11 @@ def seed_keys(seed: int) -> tuple[int, int]:
 
 
 def hash_bits(offset: torch.Tensor, n: int, keys: tuple[int, int], k: int, device=None) -> torch.Tensor:
-    """n uniform integers in [0, 2^k) (int64; k <= 62), for global indices offset .. offset + n - 1.
+    """n uniform integers in [0, 2^k) (int64; k <= SR_BITS_MAX = 62), for global indices offset .. offset + n - 1.
 
     offset: a 0-d int64 tensor (a tensor so a changing offset never recompiles a compiled caller)."""
-    if not 1 <= k <= 62:
-        raise ValueError(f"k={k} random bits is invalid; valid: 1 <= k <= 62")
+    if not 1 <= k <= SR_BITS_MAX:
+        raise ValueError(f"k={k} random bits is invalid; valid: 1 <= k <= {SR_BITS_MAX}")
     i = torch.arange(n, dtype=torch.int64, device=device if device is not None else offset.device).add_(offset)
     hi = (i >> 32).bitwise_and_(_M32)
     x = _mix(i.bitwise_and_(_M32).bitwise_xor_(keys[0]))

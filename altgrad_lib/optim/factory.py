@@ -7,9 +7,10 @@ puts every transformer-block Linear weight on that format's grid (also under a b
 (embeddings, LayerNorm, biases, high-precision layers) is an fp32 parameter: plain AdamW steps for the Adam
 family, the optimizer's own rule for madam / grid_sgd.
 
-Grid storage (grid_rne / grid_sr / kahan): the stored weight *is* the forward weight, so the recipe's weight
-quantizer of those layers is removed (it would round the on-grid values a second time with its own
-per-tensor scale).  Needs backend "sim".
+Grid storage (grid_rne / grid_sr / kahan / error_feedback*): the stored weight *is* the forward weight, so the
+recipe's weight quantizer of those layers is removed (it would round the on-grid values a second time with its own
+per-tensor scale).  Needs backend "sim", and a recipe whose weights are per-tensor scaled: a block-scaled weight
+(NVFP4, MX) is refused (`_check_no_block_weights` says why).
 
 Each group carries `lr_mult` = the group's peak LR / TrainConfig.lr; the training loop sets lr = schedule(it) * lr_mult.
 """
@@ -19,6 +20,8 @@ from typing import Any
 
 import torch
 
+from altgrad_lib.choices import STORAGE_MODES
+from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.config import OptimConfig
 from altgrad_lib.optim.storage import on_grid
@@ -47,6 +50,17 @@ def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, 
     return out
 
 
+def stored_weight_grids(model: torch.nn.Module, cfg: Any) -> dict[str, str]:
+    """fqn -> the weight grid the forward uses, "<format>/pow2/<storage>", for the Linears whose weight grid storage
+    keeps on its format's grid (replacing the recipe's weight quantizer, see the module docstring); {} for storage
+    fp32. Call it on the quantized model before build_optimizer (which removes those quantizers)."""
+    oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
+    if not on_grid(oc.storage):
+        return {}
+    return {fqn: f"{get_format(fmt).short_str()}/pow2/{oc.storage}"
+            for fmt, fqn in weight_formats(model, oc.weight_fmt).values()}
+
+
 def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
     """The optimizer of TrainConfig `cfg` (optimizer + optim); see the module docstring."""
     from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
@@ -63,6 +77,8 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
                f"recipe {cfg.recipe_name!r} quantizes no weight")
         raise ValueError(f"optim.storage={oc.storage!r} but no trainable weight has a format ({why}): set "
                          f"optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
+    if on_grid(oc.storage):
+        _check_no_block_weights(model, fmts, oc.storage, cfg.recipe_name)
     if oc.osc_reset and not fmts:
         raise ValueError(f"optim.osc_reset=True but no trainable weight has a format (recipe {cfg.recipe_name!r}): "
                          f"set optim.weight_fmt, e.g. 'E4M3'")
@@ -111,6 +127,23 @@ def _state_formats(oc: OptimConfig) -> dict[str, Any]:
                                          "min_numel": oc.state_min_numel, "transform": transform,
                                          "scale": oc.state_scale}
     return {"state_m": one(oc.state_m, oc.state_m_transform), "state_v": one(oc.state_v, oc.state_v_transform)}
+
+
+def _check_no_block_weights(model: torch.nn.Module, fmts: dict[int, tuple[str, str]], storage: str,
+                            recipe: str) -> None:
+    """Refuse grid storage of a weight the recipe block-scales (NVFP4, MX): the grid here is one per-tensor power of
+    two, so dropping the block quantizer would train a per-tensor model under the block recipe's name.  Keeping the
+    block scales on the grid is not done: current block scales move with the weight (NVFP4's two-level scales are
+    not even a fixed point of their own quantize-dequantize to the last fp32 bit), so "the weight's grid" changes
+    at each write and stochastic rounding onto it is no longer unbiased."""
+    for _, fqn in fmts.values():
+        wq = getattr(model.get_submodule(fqn), "w_quant", None)
+        if wq is not None and isinstance(wq.spec.scaling, BlockScaling):
+            raise ValueError(f"optim.storage={storage!r} on recipe {recipe!r}: its weights are block-scaled "
+                             f"({fqn}: {wq.spec.short_str()}) and grid storage keeps one per-tensor grid per weight, "
+                             f"so the trained model would not be the recipe's; valid: optim.storage 'fp32' with "
+                             f"this recipe, or a per-tensor recipe (fp8_hybrid, fp8_e4m3, fmt:<FMT>) for storage "
+                             f"{tuple(m for m in STORAGE_MODES if on_grid(m))}")
 
 
 def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:

@@ -22,25 +22,43 @@ def is_block_recipe(name: str) -> bool:
     return name.split(":", 1)[0].strip().lower() in BLOCK_RECIPES
 
 
-def block_recipe(name: str) -> tuple[dict, int]:
-    """(layers: layer class -> LayerSpec dict or None, hp_last_blocks) of a recipe string (see module doc)."""
+def _parse(name: str) -> tuple[str, set[str], int]:
+    """(base, switches on, hp_last) of a recipe string; a repeated switch counts once, hp_last twice is an error."""
     base, *switches = [p.strip() for p in name.split(":")]
     base = base.lower()
     if base not in BLOCK_RECIPES:
         raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES}")
     valid = BLOCK_SWITCHES[base]
     on: set[str] = set()
-    hp_last = 0
+    hp_last = None
     for sw in switches:
         if sw.startswith("hp_last="):
             v = sw.split("=", 1)[1]
             if not v.isdigit():
                 raise ValueError(f"recipe {name!r}: hp_last={v!r} must be an int >= 0")
+            if hp_last is not None and int(v) != hp_last:
+                raise ValueError(f"recipe {name!r}: hp_last is given twice ({hp_last} and {int(v)}); give it once")
             hp_last = int(v)
         elif sw in valid:
             on.add(sw)
         else:
             raise ValueError(f"recipe {name!r}: unknown switch {sw!r} for {base}; valid switches: {valid}")
+    return base, on, hp_last or 0
+
+
+def canonical_block_recipe(name: str) -> str:
+    """One spelling per recipe: base in lower case, each switch once in BLOCK_SWITCHES' order, hp_last=<N> last
+    and only when N > 0 ('NVFP4:hp_last=0' -> 'nvfp4', 'nvfp4:hp_last=1:disable_rht:disable_rht' ->
+    'nvfp4:disable_rht:hp_last=1'). Every spelling already in this form is returned unchanged (its runs keep
+    their config hash)."""
+    base, on, hp_last = _parse(name)
+    parts = [base] + [sw for sw in BLOCK_SWITCHES[base] if sw in on] + ([f"hp_last={hp_last}"] if hp_last else [])
+    return ":".join(parts)
+
+
+def block_recipe(name: str) -> tuple[dict, int]:
+    """(layers: layer class -> LayerSpec dict or None, hp_last_blocks) of a recipe string (see module doc)."""
+    base, on, hp_last = _parse(name)
     mode = "rceil" if "rceil" in on else "floor"
     if base == "nvfp4":
         x_fmt = w_fmt = g_fmt = "E2M1"

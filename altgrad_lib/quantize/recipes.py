@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
-from altgrad_lib.quantize.block_recipes import block_recipe, is_block_recipe
+from altgrad_lib.quantize.block_recipes import block_recipe, canonical_block_recipe, is_block_recipe
 from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 
@@ -216,7 +216,7 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
         elif is_block_recipe(name):
             layers, hp_last = block_recipe(name)
-            policy = QuantPolicy(name=name, layers=layers, hp_last_blocks=hp_last)
+            policy = QuantPolicy(name=canonical_block_recipe(name), layers=layers, hp_last_blocks=hp_last)
         elif name.lower().startswith("fmt:"):
             xw, grad = _fmt_recipe_parts(name)
             layers = _hybrid(xw, grad or "E5M2", lm_head=False)
@@ -244,13 +244,16 @@ def _fmt_recipe_parts(name: str) -> tuple[str, str | None]:
 def canonical_recipe(recipe: str | Mapping) -> str | dict:
     """The recipe checked by `get_policy` (so a typo or a bad format fails here, with get_policy's message) and
     spelled canonically, so that aliases of one format give one run identity: 'fmt:e4m3fn' -> 'fmt:E4M3', 'bf16'
-    -> 'hp', and in a dict every format name (and a base 'recipe') likewise. A spelling already canonical is
+    -> 'hp', 'NVFP4:hp_last=0' -> 'nvfp4' (block_recipes.canonical_block_recipe), and in a dict every format name
+    (and a base 'recipe') likewise. A spelling already canonical is
     returned unchanged, so existing config hashes stay."""
     with warnings.catch_warnings():     # get_format's "E8M0 resolves to E8M0FNU" note: the canonical name says it
         warnings.simplefilter("ignore", UserWarning)
         get_policy(recipe)
         if isinstance(recipe, str):
             name = RECIPE_ALIASES.get(recipe.strip(), recipe.strip())
+            if is_block_recipe(name):     # case, switch order, repeats and hp_last=0 spell one recipe one way
+                return canonical_block_recipe(name)
             if not name.lower().startswith("fmt:"):
                 return name
             return ":".join(["fmt", *(get_format(f).name for f in _fmt_recipe_parts(name) if f is not None)])

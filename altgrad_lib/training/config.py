@@ -148,10 +148,16 @@ class TrainConfig:
         object.__setattr__(self, "optim", copy.deepcopy(self.optim))
         from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
         try:
-            OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
+            oc = OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
             object.__setattr__(self, "optim", canonical_optim(self.optim))
         except (ValueError, TypeError) as e:
             raise ConfigError(f"TrainConfig.optimizer/optim: {one_line(e)}") from e
+        if oc.osc_reset and oc.osc_reset_start + oc.osc_reset_window > self.max_steps:
+            # the first round resets after step start + window (optim/osc_reset.py), whatever the period
+            raise ConfigError(f"TrainConfig: optim.osc_reset's first reset comes after step osc_reset_start + "
+                              f"osc_reset_window = {oc.osc_reset_start} + {oc.osc_reset_window} > max_steps="
+                              f"{self.max_steps}, so the run would train with no reset; lower osc_reset_window / "
+                              f"osc_reset_start or raise max_steps")
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("mlp", self.mlp, MLPS)
@@ -221,7 +227,11 @@ class TrainConfig:
             if loaded is not None and not isinstance(loaded, dict):
                 raise ConfigError(f"{path}: expected a YAML mapping of TrainConfig keys, got {type(loaded).__name__}")
             d.update(loaded or {})
-        d.update(parse_overrides(overrides))
+        ov = parse_overrides(overrides)
+        if (d.get("diagnostics") in ("off", False) and "diagnostics" not in ov
+                and any(isinstance(k, str) and k.startswith("diagnostics.") for k in ov)):
+            del d["diagnostics"]   # `off` in the file, a field on the command line: the command line wins
+        d.update(ov)
         return cls.from_dict(d)
 
     def replace(self, **changes: Any) -> "TrainConfig":
@@ -326,6 +336,10 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(d)
     for key in [k for k in d if isinstance(k, str) and "." in k and k.split(".")[0] in _DOTTED_BASE]:
         head, *path = key.split(".")
+        if head == "diagnostics" and head in d and d[head] in ("off", False, None):
+            raise ConfigError(f"TrainConfig: diagnostics=off contradicts {key}={d[key]!r} (a sub-key turns "
+                              f"diagnostics on); drop diagnostics=off (a dict without 'preset' means 'full'), or "
+                              f"set diagnostics.preset=off to record only what {key} switches on")
         base = out.get(head, getattr(TrainConfig, head))
         base = copy.deepcopy(base) if isinstance(base, Mapping) else _DOTTED_BASE[head](base)
         cur = base

@@ -75,6 +75,22 @@ def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devi
                              fused=(device.type == "cuda") or None)
 
 
+def _print_layer_table(model: torch.nn.Module, cfg: TrainConfig, rows: list[dict[str, Any]], policy: Any) -> None:
+    """quantize_model's table, with the weight grid the forward actually uses where grid storage replaces the
+    recipe's weight quantizer (optim.factory.stored_weight_grids)."""
+    from altgrad_lib.quantize.convert import format_conversion
+
+    grids = {}
+    if cfg.optimizer != "adamw" or cfg.optim:
+        from altgrad_lib.optim.factory import stored_weight_grids
+        grids = stored_weight_grids(model, cfg)
+    print(format_conversion([{**r, "weight": grids.get(r["module"], r["weight"])} for r in rows], policy))
+    if grids:
+        print(f"optim.storage={cfg.optim.get('storage')!r}: the weights of {len(grids)} Linear are stored on their "
+              f"format's grid (one power-of-two scale per tensor) and used as they are, in place of the recipe's "
+              f"weight quantizer (the weight column)")
+
+
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
     if cfg.precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -183,9 +199,12 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if verbose:
             _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
         from altgrad_lib.monitors.config import DiagnosticsConfig
-        if DiagnosticsConfig.from_value(cfg.diagnostics).enabled and not (run_dir / "diagnostics.csv").exists():
-            _log(f"note: {run_dir.name} was trained without diagnostics (they do not change its numbers, so it is "
-                 f"reused); retrain with resume=False (CLI: --no-resume) to record them")
+        # diagnostics are no part of the hash: say which of the asked-for groups the reused run never recorded
+        had = run.config.diagnostics if (run_dir / "diagnostics.csv").exists() else "off"
+        missing = DiagnosticsConfig.from_value(cfg.diagnostics).not_covered_by(DiagnosticsConfig.from_value(had))
+        if missing:
+            _log(f"note: {run_dir.name} was trained without diagnostics {missing} (they do not change its numbers, "
+                 f"so it is reused); retrain with resume=False (CLI: --no-resume) to record them")
         if cfg.logger != "none":   # the mirror follows training; a finished run trains no more
             _log(f"note: {run_dir.name} is finished, so logger={cfg.logger!r} mirrors nothing (metrics.csv holds its "
                  f"metrics); retrain with resume=False (CLI: --no-resume) to mirror them")
@@ -215,10 +234,12 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        model, _ = build_model(cfg, corpus.vocab_size, policy, verbose)
+        model, rows = build_model(cfg, corpus.vocab_size, policy)
         model.to(device)
         if cfg.freeze_blocks:
             freeze_blocks(model)
+        if verbose:
+            _print_layer_table(model, cfg, rows, policy)
         if on_model is not None:
             on_model(model)
         optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here

@@ -90,41 +90,64 @@ def vocab_size_of(tokenizer: str) -> int:
         return get_tokenizer(tokenizer).n_vocab
 
 
-def check_optimizer(cfg: TrainConfig, policy: Any = None) -> None:
-    """Build the optimizer `cfg` asks for with optim.factory.build_optimizer itself (the code path of the run) on a
-    tiny model of the run's modules, quantized by its recipe and frozen as the run's, then drop it: whatever the
-    factory or an optimizer refuses (a grid storage with no weight format, a bad or unsigned format) fails here
-    in one line, before any data or run directory. torch AdamW (the default) has no settings to check."""
-    if cfg.optimizer == "adamw" and not cfg.optim:
-        return
+def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
+    """The run's modules (every block: which weights the recipe quantizes, hp_last, what the factory puts on a grid)
+    at a tiny width, quantized by `policy` and frozen as the run's; returns (model, quantize_model's rows). Widths
+    are multiples of 16, as the FP8 GEMMs of the hardware backends need. The global RNG is left as it was."""
     import dataclasses
 
     from altgrad_lib.model import GPT, freeze_blocks
-    from altgrad_lib.optim.factory import build_optimizer
     from altgrad_lib.quantize.convert import quantize_model
 
-    # the same module names (which weights the recipe quantizes and the factory puts on a grid) at any size;
-    # widths multiples of 16 as the FP8 GEMMs of the hardware backends need
-    gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_layer=1, n_head=1, n_embd=16, block_size=8)
+    gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
     with torch.random.fork_rng(devices=[]):
         model = GPT(gcfg)
         with as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
-            quantize_model(model, policy if policy is not None else check_policy(cfg), verbose=False)
-        if cfg.freeze_blocks:
-            freeze_blocks(model)
-        with as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
-            build_optimizer(model, cfg, torch.device("cpu"))
+            rows = quantize_model(model, policy, verbose=False)
+    if cfg.freeze_blocks:
+        freeze_blocks(model)
+    return model, rows
+
+
+def check_quantizes_something(cfg: TrainConfig, policy: Any, rows: list[dict[str, Any]]) -> None:
+    """A recipe that quantizes some layer class but no Linear of this model (hp_last >= n_layer, with lm_head in
+    high precision) would train an all-high-precision model under its name: refused."""
+    if any(spec is not None for spec in policy.layers.values()) and all(r["backend"] == "-" for r in rows):
+        why = (f"hp_last={policy.hp_last_blocks} keeps all {cfg.n_layer} block(s) in high precision"
+               if policy.hp_last_blocks >= cfg.n_layer else "no Linear of this model matches its layer classes")
+        raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r} quantizes no Linear of this model ({why}), so "
+                          f"it would train a high-precision model under its name; valid: hp_last < n_layer="
+                          f"{cfg.n_layer}, or recipe 'hp' for a high-precision run")
+
+
+def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module | None = None) -> None:
+    """Build the optimizer `cfg` asks for with optim.factory.build_optimizer itself (the code path of the run) on
+    `model` (default: tiny_model's), then drop it: whatever the factory or an optimizer refuses (a grid storage
+    with no weight format, block-scaled weights on a grid, a bad or unsigned format) fails here in one line, before
+    any data or run directory. torch AdamW (the default) has no settings to check."""
+    if cfg.optimizer == "adamw" and not cfg.optim:
+        return
+    from altgrad_lib.optim.factory import build_optimizer
+
+    if model is None:
+        model, _ = tiny_model(cfg, policy if policy is not None else check_policy(cfg))
+    with torch.random.fork_rng(devices=[]), \
+            as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
+        build_optimizer(model, cfg, torch.device("cpu"))
 
 
 def check_settings(cfg: TrainConfig) -> Any:
-    """Every setting of `cfg` that needs no data, device or directory: recipe x backend, tokenizer name,
-    optimizer. `altgrad study` checks each point with it before training any; returns the policy."""
+    """Every setting of `cfg` that needs no data, device or directory: recipe x backend (and that it quantizes
+    something on this model), tokenizer name, optimizer. `altgrad study` checks each point with it before training
+    any; returns the policy."""
     policy = check_policy(cfg)
     from altgrad_lib.training.tokenizers import parse_tokenizer_name
 
     with as_config_error("TrainConfig.tokenizer"):
         parse_tokenizer_name(cfg.tokenizer)
-    check_optimizer(cfg, policy)
+    model, rows = tiny_model(cfg, policy)
+    check_quantizes_something(cfg, policy, rows)
+    check_optimizer(cfg, policy, model)
     return policy
 
 
