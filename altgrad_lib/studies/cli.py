@@ -46,7 +46,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
-            for line in _budget(points, args.workers):
+            for line in _budget(points, args.workers, args.threads):
                 print(line)
             return 0
         if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
@@ -96,10 +96,11 @@ def print_claims(study, index) -> None:
     print(f"\n-> {study.claims_path}")
 
 
-def _budget(points: list, workers: int) -> list[str]:
-    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers as the study would)."""
-    from altgrad_lib.studies.budget import study_budget
-    from altgrad_lib.studies.executors import auto_workers
+def _budget(points: list, workers: int, threads: int | None = None) -> list[str]:
+    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers and threads as the study
+    would use them)."""
+    from altgrad_lib.studies.budget import process_age_seconds, study_budget
+    from altgrad_lib.studies.executors import auto_workers, default_threads
     from altgrad_lib.training.tokenizers import get_tokenizer
 
     cfg = points[0].config
@@ -109,4 +110,5 @@ def _budget(points: list, workers: int) -> list[str]:
         def expand(self):
             return points
 
-    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n)
+    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n,
+                        threads=threads or (default_threads(n) if n > 1 else None), driver_s=process_age_seconds())
