@@ -12,8 +12,10 @@ On a GPU with FP8 tensor cores (H100/MI300/RTX 40xx) these are the real hardware
 GEMMs: by default (`cpu_fp8_gemm() == "dequant"`) both backends compute each GEMM of CPU tensors as dequantize +
 FP32 GEMM: ScaledMMLinear as torch's own CPU emulation of `_scaled_mm` does (ATen's `_scaled_mm_out_cpu_emulated`:
 codes·(1/s) per operand, then matmul; bit-identical to it, tests/test_quantize_hw_fp8.py), torchao through its
-`emulate=True` GEMMs (codes/s per operand: the same FP8 codes and scales, each dequantized operand within 1 ulp of
-`_scaled_mm`'s, so results agree to fp32 rounding). `torch._scaled_mm` itself is an option, not the default: on
+`emulate=True` GEMMs (codes/s per operand: the same FP8 codes and scales, each dequantized operand within a few ulp
+of codes·fl(1/s), so results agree to fp32 rounding, a bound the tests derive). Both apply the scales before the
+fp32 accumulation; cuBLAS and oneDNN apply them to the accumulator (fp32 rounding again, GPU numbers are not
+CPU numbers to the bit either way). `torch._scaled_mm` itself is an option, not the default: on
 CPUs with AMX (Intel Sapphire Rapids and later) torch routes it to oneDNN, which took 750-930 ms for one
 1024x64 @ 64x256 GEMM (2,000-3,000x FP32) and made notebook 03 take hours. Ask for it with the environment
 variable ALTGRAD_CPU_FP8_GEMM=scaled_mm (inherited by study workers) or `set_cpu_fp8_gemm("scaled_mm")` before
@@ -164,7 +166,7 @@ class _ScaledMMFunc(torch.autograd.Function):
 
 
 class ScaledMMLinear(nn.Linear):
-    """nn.Linear whose GEMMs run in FP8 through `torch._scaled_mm` (real FP8 on GPU, emulated on CPU).
+    """nn.Linear whose GEMMs run in FP8 through `torch._scaled_mm` on GPU (on CPU: `_fp8_gemm`, module docstring).
 
     Bias is added in high precision and its gradient uses the unquantized dY (as torchao does)."""
 
