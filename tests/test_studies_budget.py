@@ -89,3 +89,25 @@ def test_a_device_not_here_is_not_measured_and_says_so(capsys):
     out = capsys.readouterr().out
     assert "estimate (cuda: not on this machine, so not measured" in out and "the study >= " in out
     assert f"MDE = {mde(3, 1.0):.3g} x the paired sd" in out       # claims.mde at the study's 3 seeds
+
+
+def test_a_probe_that_fails_is_reported_and_left_out(monkeypatch):
+    """A probe that raises (or diverges before its last step) is one line of the estimate, not a traceback: the
+    dry run's point checks have passed, so the study may still be run."""
+    from types import SimpleNamespace
+
+    good = TrainConfig(recipe="hp", max_steps=10)
+    bad = TrainConfig(recipe="fp8_hybrid", max_steps=10)
+
+    def fake(cfg, threads=None):
+        if cfg.recipe == "fp8_hybrid":
+            raise RuntimeError("the probe stopped after step 3 of 8 (diverged?)\nsecond line")
+        return budget.RunCost(setup=1.0, step=0.5, eval_batch=0.0, ckpt=0.0, diag=0.0)
+
+    monkeypatch.setattr(budget, "measure_run", fake)
+    study = SimpleNamespace(expand=lambda: [SimpleNamespace(config=good, name="hp-s0"),
+                                            SimpleNamespace(config=bad, name="fp8-s0")])
+    lines = budget.study_budget(study, 4097, workers=1, device="cpu")
+    assert "one run ~5.5-5.5 s" in lines[0] and "1 run(s) not measured, not counted" in lines[0], lines
+    assert lines[1] == ("not measured: the probe of fp8-s0 failed: RuntimeError: the probe stopped after step 3 of "
+                        "8 (diverged?)"), lines

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from altgrad_lib.errors import exc_line
 from altgrad_lib.monitors.config import INTERVAL_FIELDS, DiagnosticsConfig
 from altgrad_lib.studies.claims import mde
 from altgrad_lib.training.config import NON_RESULT_FIELDS
@@ -101,6 +102,8 @@ def measure_run(cfg: Any, threads: int | None = None) -> RunCost:
                   on_step=lambda step, m: stamps.__setitem__(step, time.perf_counter()))
     finally:
         torch.set_num_threads(prev)
+    if len(stamps) < PROBE_STEPS:   # diverged (a result, not an error) before its last step: nothing to time
+        raise RuntimeError(f"the probe stopped after step {max(stamps, default=0)} of {PROBE_STEPS} (diverged?)")
     d = {s: stamps[s] - stamps[s - 1] for s in range(2, PROBE_STEPS + 1)}
     step = (d[2] + d[7]) / 2
     return RunCost(setup=stamps[1] - t0, step=step,
@@ -150,20 +153,29 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     tokens = cfg0.batch_size * cfg0.block_size * cfg0.max_steps
     can_measure = dev.startswith("cpu") or (dev.startswith("cuda") and torch.cuda.is_available())
     if can_measure:
-        costs: dict[str, RunCost] = {}
+        costs: dict[str, RunCost | None] = {}
+        failed = []
         t0 = time.perf_counter()
         for p in points:
             key = cost_key(p.config)
             if key not in costs:
-                costs[key] = measure_run(p.config, threads)
-        secs = [costs[cost_key(p.config)].seconds(p.config) for p in points]
+                try:
+                    costs[key] = measure_run(p.config, threads)
+                except Exception as e:   # noqa: BLE001 (a probe that fails is reported; the study may still run)
+                    costs[key] = None
+                    failed.append(f"not measured: the probe of {p.name} failed: {exc_line(e)}")
+        measured = [p for p in points if costs[cost_key(p.config)] is not None]
+        if not measured:
+            return [*failed, "estimate: no probe could be timed"]
+        secs = [costs[cost_key(p.config)].seconds(p.config) for p in measured]
         start = worker_start_seconds(cfg0) if workers > 1 and len(points) > 1 else 0.0
         total = driver_s + start + sum(secs) / max(workers, 1)
         lines = [f"estimate ({dev}, measured here: {len(costs)} probe run(s) of {PROBE_STEPS} steps in "
                  f"{time.perf_counter() - t0:.1f} s): {len(points)} runs, {tokens / 1e6:.3g}M tokens each; "
                  f"one run ~{min(secs):.3g}-{max(secs):.3g} s + a worker's start {start:.3g} s; "
                  f"the study ~{total / 60:.3g} min on {workers} worker(s) (with this command's start "
-                 f"{driver_s:.3g} s; not counting the claims at the end)"]
+                 f"{driver_s:.3g} s; not counting the claims at the end)"
+                 + (f"; {len(points) - len(measured)} run(s) not measured, not counted" if failed else ""), *failed]
     else:
         secs = [flops_lower_bound(p.config, vocab_size, dev) for p in points]
         lines = [f"estimate ({dev}: not on this machine, so not measured; lower bound at preflight's optimistic "
