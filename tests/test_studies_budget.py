@@ -111,3 +111,11 @@ def test_a_probe_that_fails_is_reported_and_left_out(monkeypatch):
     assert "one run ~5.5-5.5 s" in lines[0] and "1 run(s) not measured, not counted" in lines[0], lines
     assert lines[1] == ("not measured: the probe of fp8-s0 failed: RuntimeError: the probe stopped after step 3 of "
                         "8 (diverged?)"), lines
+
+
+def test_makespan_takes_the_jobs_in_order_on_free_workers():
+    # the local executor's pool hands the next job to the first free worker: 2 workers, jobs 3, 1, 1, 1
+    # -> worker A: 3; worker B: 1 + 1 + 1 = 3 (sum / workers would say 3 as well); jobs 5, 1 -> 5, not 3
+    assert budget.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0
+    assert budget.makespan([5.0, 1.0], 2) == 5.0
+    assert budget.makespan([1.0, 1.0, 1.0], 1) == 3.0

@@ -6,9 +6,11 @@ PROBE_STEPS steps in a temporary directory, with its evals, checkpoints and diag
 times each step (train()'s on_step callback): a plain step, and what an eval (per batch), a checkpoint and a
 diagnostics step add on top; the rest (preflight, model build, the step-0 eval, the first step's warm-up or
 compile) is the run's set-up. `RunCost.seconds` scales these to the run's own steps and intervals. A study with
-several worker processes also pays each worker's start (interpreter, imports, the first corpus load): measured
-once by starting one such process (`worker_start_seconds`). The study's wall time is then that start plus the
-runs' seconds divided among the workers. Single probe samples on a shared machine are noisy: the estimate is
+several worker processes also pays each worker's start (interpreter, imports, preflight's corpus load), and its
+runs train side by side, slowing each other (shared cores, caches, memory bandwidth, other jobs on the box):
+`side_by_side` starts the other workers as real processes (timing their start) and probes in all of them at once
+(timing the slowdown of a step). The study's wall time is then this command's own start, a worker's start, and
+the runs' seconds as the workers take them in order (`makespan`). Single probe samples on a shared machine are noisy: the estimate is
 meant to be right within ~2x (tests/test_studies_budget.py compares it with real runs), not to the second.
 A device this machine lacks (cuda from a CPU box) cannot be measured: the dry run says so and gives preflight's
 FLOP-count lower bound instead.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,10 +42,10 @@ from altgrad_lib.training.config import NON_RESULT_FIELDS
 from altgrad_lib.training.loop import train
 from altgrad_lib.training.preflight import FLOPS_PER_S, estimate_memory, resolve_device
 
-# Probe schedule (1-based steps): eval every 3, diagnostics every 4 (and at step 1), checkpoint every 5, so steps 2
-# and 7 are plain, 3 and 6 an eval only, 4 diagnostics only, 5 a checkpoint only (8, the last, has all three).
-PROBE_STEPS = 8
-PROBE_EVERY = {"eval": 3, "diag": 4, "ckpt": 5}
+# Probe schedule (1-based steps): eval every 4, diagnostics every 5 (and at step 1), checkpoint every 6, so steps 2, 3,
+# 7, 9 and 11 are plain, 4 and 8 an eval only, 5 and 10 diagnostics only, 6 a checkpoint only (12 has eval + ckpt).
+PROBE_STEPS = 12
+PROBE_EVERY = {"eval": 4, "diag": 5, "ckpt": 6}
 PROBE_EVAL_ITERS = 4     # eval batches per probe eval; an eval's cost is scaled per batch to the run's eval_iters
 
 
@@ -105,22 +108,57 @@ def measure_run(cfg: Any, threads: int | None = None) -> RunCost:
     if len(stamps) < PROBE_STEPS:   # diverged (a result, not an error) before its last step: nothing to time
         raise RuntimeError(f"the probe stopped after step {max(stamps, default=0)} of {PROBE_STEPS} (diverged?)")
     d = {s: stamps[s] - stamps[s - 1] for s in range(2, PROBE_STEPS + 1)}
-    step = (d[2] + d[7]) / 2
+    step = statistics.median(d[s] for s in (2, 3, 7, 9, 11))   # the median: one interrupted step on a shared box
     return RunCost(setup=stamps[1] - t0, step=step,
-                   eval_batch=max((d[3] + d[6]) / 2 - step, 0.0) / (2 * PROBE_EVAL_ITERS),
-                   ckpt=max(d[5] - step, 0.0), diag=max(d[4] - step, 0.0) if probe.diagnostics != "off" else 0.0)
+                   eval_batch=max((d[4] + d[8]) / 2 - step, 0.0) / (2 * PROBE_EVAL_ITERS), ckpt=max(d[6] - step, 0.0),
+                   diag=max((d[5] + d[10]) / 2 - step, 0.0) if probe.diagnostics != "off" else 0.0)
 
 
-def worker_start_seconds(cfg: Any) -> float:
-    """Seconds a fresh worker process takes before its first run's steps: interpreter, imports, and the corpus and
-    model checks of preflight (measured by starting one)."""
-    code = ("import json, sys\nfrom altgrad_lib.training.config import TrainConfig\n"
-            "from altgrad_lib.training.loop import train\nfrom altgrad_lib.training.preflight import preflight\n"
-            "preflight(TrainConfig.from_dict(json.loads(sys.argv[1])))\n")
+_WORKER = """import dataclasses, json, sys
+from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.preflight import preflight
+from altgrad_lib.studies.budget import measure_run
+cfg = TrainConfig.from_dict(json.loads(sys.argv[1]))
+preflight(cfg)
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps(dataclasses.asdict(measure_run(cfg, int(sys.argv[2]) or None))), flush=True)
+"""
+
+
+def side_by_side(cfg: Any, workers: int, threads: int | None, alone: RunCost) -> tuple[float, float]:
+    """(a worker's start in seconds, the slowdown of a step when `workers` runs train at once): starts workers - 1
+    processes as a study's workers (interpreter, imports, preflight: the start), then probes `cfg` in all of them
+    and in this process at the same time; the slowdown is the mean step time then over `alone.step`."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, json.dumps(cfg.to_dict(), default=str)], check=True,
-                   capture_output=True, timeout=600)
-    return time.perf_counter() - t0
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, json.dumps(cfg.to_dict(), default=str),
+                               str(threads or 0)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True) for _ in range(workers - 1)]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"a worker process could not start (exit {p.wait()})")
+        start = time.perf_counter() - t0
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        steps = [measure_run(cfg, threads).step]
+        steps += [json.loads(p.stdout.readline())["step"] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return start, max(statistics.mean(steps) / alone.step, 1.0)
+
+
+def makespan(seconds: list[float], workers: int) -> float:
+    """Wall seconds of jobs taken in order by `workers` workers, each starting the next job when it is free (as the
+    local executor's process pool does): not sum / workers, which assumes runs of equal length."""
+    free = [0.0] * max(workers, 1)
+    for s in seconds:
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
 
 
 def process_age_seconds() -> float:
@@ -168,10 +206,19 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
         if not measured:
             return [*failed, "estimate: no probe could be timed"]
         secs = [costs[cost_key(p.config)].seconds(p.config) for p in measured]
-        start = worker_start_seconds(cfg0) if workers > 1 and len(points) > 1 else 0.0
-        total = driver_s + start + sum(secs) / max(workers, 1)
+        start, slow = 0.0, 1.0
+        parallel = min(workers, len(measured))
+        if parallel > 1:   # the runs' steps as they will be: `parallel` processes training at once
+            try:
+                start, slow = side_by_side(measured[0].config, parallel, threads, costs[cost_key(measured[0].config)])
+            except Exception as e:   # noqa: BLE001 (reported: the runs alone are still an estimate)
+                failed.append(f"not measured: {parallel} workers side by side ({exc_line(e)}); runs timed alone")
+            setups = [costs[cost_key(p.config)].setup for p in measured]
+            secs = [u + (s - u) * slow for s, u in zip(secs, setups)]   # every part but the set-up, slowed alike
+        total = driver_s + start + makespan(secs, workers)
         lines = [f"estimate ({dev}, measured here: {len(costs)} probe run(s) of {PROBE_STEPS} steps in "
-                 f"{time.perf_counter() - t0:.1f} s): {len(points)} runs, {tokens / 1e6:.3g}M tokens each; "
+                 f"{time.perf_counter() - t0:.1f} s, steps {slow:.2f}x slower with {parallel} at once): "
+                 f"{len(points)} runs, {tokens / 1e6:.3g}M tokens each; "
                  f"one run ~{min(secs):.3g}-{max(secs):.3g} s + a worker's start {start:.3g} s; "
                  f"the study ~{total / 60:.3g} min on {workers} worker(s) (with this command's start "
                  f"{driver_s:.3g} s; not counting the claims at the end)"
