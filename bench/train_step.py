@@ -2,9 +2,13 @@
 
 Compares FP32 with the simulated fp8_hybrid recipe and the real-dtype FP8 peers, eager and compiled, in one
 process, and prints each mode's overhead against FP32 in the same mode (eager vs eager, compiled vs compiled).
+Any recipe get_policy accepts (nvfp4, mxfp4, mxfp8, fmt:E3M4, ...) is a mode too (simulated): `--recipe nvfp4`
+adds nvfp4:eager and nvfp4:compiled. torchao_slow / scaled_mm_slow are the FP8 peers through torch._scaled_mm on
+CPU (ALTGRAD_CPU_FP8_GEMM=scaled_mm; hw_fp8.py), against their default dequantize + FP32 GEMM path.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py               # all modes
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py --modes fp32:eager sim:compiled --steps 20
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py --modes fp32:eager fp32:compiled --recipe nvfp4 mxfp8
     python bench/train_step.py --device cuda --precision bf16 --n-layer 6 --n-embd 512 --block-size 256 \
         --vocab 50304 --batch 32                                        # e.g. the h100 profile's model
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import subprocess
 import time
 
 import torch
@@ -27,6 +32,7 @@ from common import add_model_args, check_device
 from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
 from altgrad_lib.quantize.recipes import get_policy
 from altgrad_lib.quantize.convert import quantize_model
 
@@ -37,13 +43,37 @@ MODES = {
     "torchao": ("fp8_hybrid", "torchao"),
     "scaled_mm": ("fp8_hybrid", "scaled_mm"),
     "sim_nocount": ("fp8_hybrid", "sim"),   # sim without the saturation/underflow counters (Quantizer.count=False)
+    "torchao_slow": ("fp8_hybrid", "torchao"),       # CPU GEMMs through torch._scaled_mm (hw_fp8.cpu_fp8_gemm)
+    "scaled_mm_slow": ("fp8_hybrid", "scaled_mm"),
 }
+
+
+def recipe_backend(mode: str) -> tuple[str, str]:
+    """(recipe, backend) of a mode name: a MODES key, or any recipe get_policy accepts (simulated)."""
+    if mode in MODES:
+        return MODES[mode]
+    get_policy(mode)   # raises one line naming the valid recipes
+    return mode, "sim"
+
+
+def cpu_model() -> str:
+    """The CPU's model name as lscpu prints it (platform.processor() where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or platform.machine()
 DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:eager", "torchao:compiled",
            "scaled_mm:eager", "scaled_mm:compiled"]
 
 
 def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision: str):
-    recipe, backend = MODES[mode]
+    recipe, backend = recipe_backend(mode)
+    gemm = "scaled_mm" if mode.endswith("_slow") else "dequant"
+    set_cpu_fp8_gemm(gemm)   # torchao modules take it when built / moved, ScaledMMLinear at each call (step below)
     torch.manual_seed(0)
     model = GPT(cfg)
     quantize_model(model, get_policy(recipe, backend=backend), verbose=False)
@@ -58,6 +88,7 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision:
     checked = []
 
     def step(x, y):
+        set_cpu_fp8_gemm(gemm)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
             _, loss = fwd(x, y)
         loss.backward()
@@ -78,7 +109,7 @@ def _sync(device: str) -> None:
 
 def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, precision: str):
     """Step function for one mode, already warmed up (compiled modes compile here)."""
-    mode, how = mode_key.split(":")
+    mode, _, how = mode_key.rpartition(":")
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
@@ -97,21 +128,33 @@ def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, p
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modes", nargs="+", default=DEFAULT, help=f"<{'|'.join(MODES)}>:<eager|compiled>")
+    ap.add_argument("--modes", nargs="+", default=DEFAULT,
+                    help=f"<{'|'.join(MODES)}|any recipe, e.g. nvfp4>:<eager|compiled>")
+    ap.add_argument("--recipe", nargs="+", default=[],
+                    help="simulated recipes to time too, eager and compiled (nvfp4, mxfp4, mxfp8, fmt:E3M4, ...)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     add_model_args(ap, batch=16)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
     args = ap.parse_args()
     check_device(ap, args.device)
+    args.modes = list(dict.fromkeys(args.modes + [f"{r}:{how}" for r in args.recipe for how in ("eager", "compiled")]))
+    for key in args.modes:   # every mode checked before any is built
+        mode, _, how = key.rpartition(":")
+        if how not in ("eager", "compiled"):
+            ap.error(f"mode {key!r}: expected <mode>:<eager|compiled>")
+        try:
+            recipe_backend(mode)
+        except ValueError as e:
+            ap.error(f"mode {key!r}: {e}")
 
     torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = 64     # one graph per quantizer config is fine; don't fall back to eager
     torch._dynamo.config.cache_size_limit = 64
     cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
                     vocab_size=args.vocab)
-    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else \
-        (platform.processor() or platform.machine())
+    where = torch.cuda.get_device_name(args.device) + " | CPU " + cpu_model() if args.device.startswith("cuda") \
+        else cpu_model()
     print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
           f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after {args.warmup} warmup steps")
     steps, warm_s = {}, {}
@@ -131,7 +174,7 @@ def main() -> None:
     tok_s = {k: args.batch * cfg.block_size / sorted(v)[len(v) // 2] for k, v in times.items()}
     print(f"\n{'mode':20s} {'tok/s':>9s} {'ms/step':>9s}  overhead vs fp32 (same mode)")
     for key, ts in tok_s.items():
-        base = tok_s.get("fp32:" + key.split(":")[1])
+        base = tok_s.get("fp32:" + key.rpartition(":")[2])
         ratio = f"{base / ts:.2f}x" if base else "n/a"
         print(f"{key:20s} {ts:9.0f} {1e3 * args.batch * cfg.block_size / ts:9.1f}  {ratio}")
 

@@ -9,13 +9,15 @@ current scaling, RNE cast with saturation, one E5M2 cast of dY feeding both back
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
 import torch
 import torch.nn as nn
 
-from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear
+from altgrad_lib.quantize import hw_fp8
+from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, quiet_torchao_import
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import get_policy, sqnr_db
@@ -67,7 +69,9 @@ def test_backends_swap_in_the_expected_module_types():
     lin, _, _ = _linear_case()
     assert isinstance(_quantized(lin, "sim"), QuantizedLinear)
     assert isinstance(_quantized(lin, "scaled_mm"), ScaledMMLinear)
-    assert type(_quantized(lin, "torchao")).__name__ == "Float8Linear"
+    with quiet_torchao_import():
+        from torchao.float8.float8_linear import Float8Linear
+    assert isinstance(_quantized(lin, "torchao"), Float8Linear)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -170,3 +174,136 @@ def test_torchao_import_noise_stays_out_of_outputs():
                       "logging.getLogger('torchao').warning('Failed to load x.so: later records still show')\n")
     assert "Failed to load /" not in ours and "is an Enum subclass" not in ours, ours
     assert "later records still show" in ours, ours
+
+
+# ----------------------------------------------------------------------------- the CPU GEMM path (issue 24)
+
+@pytest.fixture
+def cpu_gemm():
+    """set_cpu_fp8_gemm for one test, restored after it."""
+    yield hw_fp8.set_cpu_fp8_gemm
+    hw_fp8.set_cpu_fp8_gemm(None)
+
+
+@contextlib.contextmanager
+def _onednn_off():
+    """torch's own CPU emulation of _scaled_mm: with oneDNN on, torch sends _scaled_mm to oneDNN on AMX CPUs."""
+    was = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = was
+
+
+def _cases():
+    # (m, k, n, bias): 3-D inputs, a bias, and one case whose M is not a multiple of 16 (dW's reduction length)
+    return [(256, 128, 64, False), (96, 64, 32, True), (36, 32, 48, False)]
+
+
+@pytest.mark.parametrize("backend", ["scaled_mm", "torchao"])
+def test_cpu_default_never_calls_scaled_mm(backend, monkeypatch, cpu_gemm):
+    """The default CPU path computes every GEMM without torch._scaled_mm (on AMX CPUs it goes to oneDNN at
+    2,000-3,000x an FP32 GEMM); the explicit option still calls it (forward + both backward GEMMs)."""
+    calls = []
+    real = torch._scaled_mm
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    lin, x, gy = _linear_case()
+    _fwd_bwd(_quantized(lin, backend), x, gy)
+    assert calls == []
+    cpu_gemm("scaled_mm")
+    _fwd_bwd(_quantized(lin, backend), x, gy)
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("m,k,n,bias", _cases())
+def test_scaled_mm_cpu_path_is_bit_identical_to_torch_scaled_mm(m, k, n, bias, cpu_gemm):
+    """ScaledMMLinear's default CPU GEMMs are the ops of torch's CPU emulation of _scaled_mm, so forward and both
+    gradients are bit-identical to calling it. oneDNN is switched off for the reference: with it on, torch sends
+    _scaled_mm to oneDNN on AMX CPUs (Sapphire Rapids), which applies the scales around its own accumulation
+    (the bound of the next test covers that route)."""
+    lin, x, gy = _linear_case(seed=m, m=m, k=k, n=n, bias=bias)
+    fast = _fwd_bwd(_quantized(lin, "scaled_mm"), x, gy)
+    cpu_gemm("scaled_mm")
+    with _onednn_off():
+        ref = _fwd_bwd(_quantized(lin, "scaled_mm"), x, gy)
+    for name, a, b in zip(("y", "dX", "dW"), fast, ref):
+        assert torch.equal(a, b), (name, (a - b).abs().max())
+
+
+def _fp32_bound(a: torch.Tensor, b: torch.Tensor, k: int) -> torch.Tensor:
+    """|difference| allowed between two fp32 evaluations of the same FP8 GEMM whose dequantized operands may each
+    differ by 3 ulp (x/s rounded once vs x·fl(1/s) rounded twice) and whose sums may be ordered differently:
+    2·(3u + 3u) + 2·γ_K with γ_K = K·u (Higham, Accuracy and Stability, §3.5), u = 2^-24, relative to Σ|a||b|.
+    a, b: the high-precision operands; FP8 rounding can grow a magnitude by at most 1/8 (E5M2's half ulp)."""
+    u = 2.0 ** -24
+    return (12 + 2 * k) * u * 1.125 ** 2 * (a.double().abs() @ b.double().abs())
+
+
+@pytest.mark.parametrize("backend", ["torchao", "scaled_mm"])
+@pytest.mark.parametrize("m,k,n,bias", _cases())
+def test_cpu_path_equals_the_scaled_mm_path_to_fp32_rounding(backend, m, k, n, bias, cpu_gemm):
+    """torchao's emulate=True GEMMs (our CPU default) use the same FP8 codes and scales as its _scaled_mm path but
+    dequantize as codes/s, where _scaled_mm's CPU emulation multiplies by fl(1/s), and oneDNN (AMX CPUs) applies
+    the scales around its accumulation: so forward and gradients agree to fp32 rounding (a bound derived a priori,
+    _fp32_bound), not bit for bit. Checked against both _scaled_mm routes: the emulation, and oneDNN where torch
+    picks it (on a CPU without AMX both references are the emulation)."""
+    lin, x, gy = _linear_case(seed=m, m=m, k=k, n=n, bias=bias)
+    fast = _fwd_bwd(_quantized(lin, backend), x, gy)
+    cpu_gemm("scaled_mm")
+    refs = [_fwd_bwd(_quantized(lin, backend), x, gy)]
+    with _onednn_off():
+        refs.append(_fwd_bwd(_quantized(lin, backend), x, gy))
+    x2, g2, w = x.reshape(-1, k), gy.reshape(-1, n), lin.weight.detach()
+    bounds = (_fp32_bound(x2, w.t(), k), _fp32_bound(g2, w, n), _fp32_bound(g2.t(), x2, x2.shape[0]))
+    for ref in refs:
+        for name, a, b, bound in zip(("y", "dX", "dW"), fast, ref, bounds):
+            excess = ((a - b).reshape(bound.shape).double().abs() - bound).max()
+            assert excess <= 0, (name, float(excess))
+
+
+def test_torchao_modules_follow_their_device(cpu_gemm):
+    """torchao fixes `emulate` when it builds a module; ours re-decide whenever the module moves: emulated on CPU
+    by default, torch._scaled_mm on any other device (as on CUDA) or with the explicit option."""
+    lin, _, _ = _linear_case()
+    q = _quantized(lin, "torchao")
+    assert all(c.emulate for c in q.linear_mm_config)
+    cpu_gemm("scaled_mm")
+    q.to("cpu")
+    assert not any(c.emulate for c in q.linear_mm_config)
+    cpu_gemm(None)
+    q.to("cpu")
+    assert all(c.emulate for c in q.linear_mm_config)
+    q.to("meta")     # not a CPU tensor: the _scaled_mm path, whatever the CPU option says
+    assert not any(c.emulate for c in q.linear_mm_config)
+
+
+def test_a_bad_cpu_gemm_mode_is_one_line_before_compute(monkeypatch, cpu_gemm):
+    from altgrad_lib.errors import ConfigError
+
+    lin, _, _ = _linear_case()
+    monkeypatch.setenv("ALTGRAD_CPU_FP8_GEMM", "fast")
+    with pytest.raises(ConfigError, match=r"^ALTGRAD_CPU_FP8_GEMM='fast' is invalid; valid choices: dequant, "
+                                          r"scaled_mm$"):
+        _quantized(lin, "scaled_mm")
+    with pytest.raises(ConfigError, match=r"^CPU FP8 GEMM mode 'onednn' is invalid; valid choices: dequant, "
+                                          r"scaled_mm$"):
+        cpu_gemm("onednn")
+    monkeypatch.setenv("ALTGRAD_CPU_FP8_GEMM", "scaled_mm")
+    assert hw_fp8.cpu_fp8_gemm() == "scaled_mm"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("backend", ["scaled_mm", "torchao"])
+def test_cuda_always_calls_scaled_mm(backend, monkeypatch):
+    calls = []
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lin, x, gy = _linear_case()
+    _fwd_bwd(_quantized(lin, backend).cuda(), x.cuda(), gy.cuda())
+    assert len(calls) == 3

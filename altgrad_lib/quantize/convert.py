@@ -97,9 +97,9 @@ def _first_hp_block(linears, n_last: int) -> int | None:
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
     """fqn -> swapped module (sim, scaled_mm or torchao) for inspection and monitors."""
-    from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear
+    from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, is_float8_linear
     out = {}
     for fqn, m in model.named_modules():
-        if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or type(m).__name__ == "Float8Linear":
+        if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or is_float8_linear(m):
             out[fqn] = m
     return out

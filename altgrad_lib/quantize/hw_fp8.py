@@ -8,21 +8,66 @@ These are the peers the simulator (`quantize.linear.QuantizedLinear`, backend "s
   per-tensor scales and calls `torch._scaled_mm` for Y = X·Wᵀ; in backward dY is cast once to float8_e5m2 and
   `_scaled_mm` computes both dX = dY·W and dW = dYᵀ·X.
 
-On a GPU with FP8 tensor cores (H100/MI300/RTX 40xx) these are the real hardware paths. On CPU (this repo's CI)
-`torch._scaled_mm` is an emulation in fp32, so they are numerically faithful but slow. Only the two hardware
-formats are supported; exotic formats (E3M4, E2M1, ...) need backend="sim".
+On a GPU with FP8 tensor cores (H100/MI300/RTX 40xx) these are the real hardware paths. On CPU there are no FP8
+GEMMs: by default (`cpu_fp8_gemm() == "dequant"`) both backends compute each GEMM of CPU tensors as dequantize +
+FP32 GEMM: ScaledMMLinear as torch's own CPU emulation of `_scaled_mm` does (ATen's `_scaled_mm_out_cpu_emulated`:
+codes·(1/s) per operand, then matmul; bit-identical to it, tests/test_quantize_hw_fp8.py), torchao through its
+`emulate=True` GEMMs (codes/s per operand: the same FP8 codes and scales, each dequantized operand within a few ulp
+of codes·fl(1/s), so results agree to fp32 rounding, a bound the tests derive). Both apply the scales before the
+fp32 accumulation; cuBLAS and oneDNN apply them to the accumulator (fp32 rounding again, GPU numbers are not
+CPU numbers to the bit either way). `torch._scaled_mm` itself is an option, not the default: on
+CPUs with AMX (Intel Sapphire Rapids and later) torch routes it to oneDNN, which took 750-930 ms for one
+1024x64 @ 64x256 GEMM (2,000-3,000x FP32) and made notebook 03 take hours. Ask for it with the environment
+variable ALTGRAD_CPU_FP8_GEMM=scaled_mm (inherited by study workers) or `set_cpu_fp8_gemm("scaled_mm")` before
+building the model. Which CPU kernel runs is not part of a run's config hash, as the CPU vendor is not. CUDA
+tensors always go through `torch._scaled_mm`. Only the two hardware formats are supported; exotic formats
+(E3M4, E2M1, ...) need backend="sim".
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 
 import torch
 import torch.nn as nn
 
 from altgrad_lib.choices import HW_BACKENDS  # noqa: E402
+from altgrad_lib.errors import ConfigError
+
 HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 16
+
+
+# ----------------------------------------------------------------------------- how CPU tensors do their FP8 GEMMs
+
+CPU_FP8_GEMMS = ("dequant", "scaled_mm")   # dequantize + FP32 GEMM (default) | torch._scaled_mm (slow with AMX)
+CPU_FP8_GEMM_ENV = "ALTGRAD_CPU_FP8_GEMM"
+_cpu_fp8_gemm: str | None = None           # set_cpu_fp8_gemm's choice; None: the environment variable's, or dequant
+
+
+def set_cpu_fp8_gemm(mode: str | None) -> None:
+    """Choose how hardware-backend GEMMs of CPU tensors run: "dequant" or "scaled_mm" (None: back to the
+    environment variable / default). Set it before building the model: torchao modules read it when built or
+    moved (`.to()`), ScaledMMLinear at each call."""
+    global _cpu_fp8_gemm
+    if mode is not None and mode not in CPU_FP8_GEMMS:
+        raise ConfigError(f"CPU FP8 GEMM mode {mode!r} is invalid; valid choices: {', '.join(CPU_FP8_GEMMS)}")
+    _cpu_fp8_gemm = mode
+
+
+def cpu_fp8_gemm() -> str:
+    """The CPU FP8 GEMM mode in force: set_cpu_fp8_gemm's, else $ALTGRAD_CPU_FP8_GEMM, else "dequant"."""
+    if _cpu_fp8_gemm is not None:
+        return _cpu_fp8_gemm
+    env = os.environ.get(CPU_FP8_GEMM_ENV, "").strip() or "dequant"
+    if env not in CPU_FP8_GEMMS:
+        raise ConfigError(f"{CPU_FP8_GEMM_ENV}={env!r} is invalid; valid choices: {', '.join(CPU_FP8_GEMMS)}")
+    return env
+
+
+def _dequant_gemm(device: torch.device) -> bool:
+    return device.type == "cpu" and cpu_fp8_gemm() == "dequant"
 
 
 # ----------------------------------------------------------------------------- validation
@@ -59,6 +104,7 @@ def check_hw_layer(backend: str, layer_spec, fqn: str, linear: nn.Linear) -> tup
     """Validate one Linear for a hardware backend; returns (x_dtype, w_dtype, g_dtype)."""
     if backend not in HW_BACKENDS:
         raise ValueError(f"unknown hardware backend {backend!r}; valid choices: {HW_BACKENDS}")
+    cpu_fp8_gemm()   # a bad $ALTGRAD_CPU_FP8_GEMM is refused here, when the model is built (preflight), not mid-run
     dtypes = tuple(hw_dtype(getattr(layer_spec, r), backend, r, fqn) for r in ("input", "weight", "grad_output"))
     check_hw_gemm(backend, layer_spec, fqn)
     if linear.in_features % GEMM_MULTIPLE or linear.out_features % GEMM_MULTIPLE:
@@ -81,9 +127,19 @@ def _to_fp8(x_hp: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch
     return x_fp8, scale.reciprocal()
 
 
-def _col_major(t: torch.Tensor) -> torch.Tensor:
+def _fp8_gemm(a: torch.Tensor, b: torch.Tensor, a_inv_s: torch.Tensor, b_inv_s: torch.Tensor,
+              out_dtype: torch.dtype) -> torch.Tensor:
+    """(a_inv_s · a) @ (b_inv_s · b) for FP8 codes a (M, K) and b (K, N), accumulated in fp32.
+
+    CUDA (or cpu_fp8_gemm() == "scaled_mm"): torch._scaled_mm. CPU by default: the very ops of torch's CPU
+    emulation of _scaled_mm (ATen Blas.cpp, `_scaled_mm_out_cpu_emulated`: both operands made contiguous, cast to
+    fp32, multiplied by their inverse scale, then matmul), so the result is bit-identical to `_scaled_mm` wherever
+    torch emulates it (CPUs without AMX, or oneDNN off); with AMX torch calls oneDNN instead (slow; the scales
+    are applied around its own accumulation, so results differ there by fp32 rounding)."""
+    if _dequant_gemm(a.device):
+        return torch.matmul(a.contiguous().float() * a_inv_s, b.contiguous().float() * b_inv_s).to(out_dtype)
     # _scaled_mm wants its second operand column-major (CUDA requires it; CPU accepts either)
-    return t.t().contiguous().t()
+    return torch._scaled_mm(a, b.t().contiguous().t(), scale_a=a_inv_s, scale_b=b_inv_s, out_dtype=out_dtype)
 
 
 class _ScaledMMFunc(torch.autograd.Function):
@@ -93,8 +149,7 @@ class _ScaledMMFunc(torch.autograd.Function):
         x2_hp = x_hp.reshape(-1, x_hp.shape[-1])                                  # (M, K)
         x_fp8, x_inv_s = _to_fp8(x2_hp, x_dtype)
         w_fp8, w_inv_s = _to_fp8(w_hp, w_dtype)                                  # (N, K)
-        y = torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_inv_s, scale_b=w_inv_s,
-                             out_dtype=x_hp.dtype)                                # (M, N)
+        y = _fp8_gemm(x_fp8, w_fp8.t(), x_inv_s, w_inv_s, x_hp.dtype)            # (M, N)
         ctx.save_for_backward(x_fp8, x_inv_s, w_fp8, w_inv_s)
         ctx.g_dtype, ctx.out_dtype, ctx.lead = g_dtype, x_hp.dtype, lead
         return y.reshape(*lead, w_hp.shape[0])
@@ -104,17 +159,14 @@ class _ScaledMMFunc(torch.autograd.Function):
         x_fp8, x_inv_s, w_fp8, w_inv_s = ctx.saved_tensors
         g2_hp = grad_y_hp.reshape(-1, grad_y_hp.shape[-1])                       # (M, N)
         g_fp8, g_inv_s = _to_fp8(g2_hp, ctx.g_dtype)                             # one cast feeds both GEMMs
-        # dX = dY · W : (M, N) @ (N, K)
-        grad_x = torch._scaled_mm(g_fp8, _col_major(w_fp8), scale_a=g_inv_s, scale_b=w_inv_s,
-                                  out_dtype=ctx.out_dtype)
-        # dW = dYᵀ · X : (N, M) @ (M, K); the transposed dY is made row-major as the first operand must be
-        grad_w = torch._scaled_mm(g_fp8.t().contiguous(), _col_major(x_fp8), scale_a=g_inv_s, scale_b=x_inv_s,
-                                  out_dtype=ctx.out_dtype)
+        grad_x = _fp8_gemm(g_fp8, w_fp8, g_inv_s, w_inv_s, ctx.out_dtype)        # dX = dY · W : (M, N) @ (N, K)
+        # dW = dYᵀ · X : (N, M) @ (M, K); the transposed dY is made row-major as _scaled_mm's first operand must be
+        grad_w = _fp8_gemm(g_fp8.t().contiguous(), x_fp8, g_inv_s, x_inv_s, ctx.out_dtype)
         return grad_x.reshape(*ctx.lead, -1), grad_w, None, None, None
 
 
 class ScaledMMLinear(nn.Linear):
-    """nn.Linear whose GEMMs run in FP8 through `torch._scaled_mm` (real FP8 on GPU, emulated on CPU).
+    """nn.Linear whose GEMMs run in FP8 through `torch._scaled_mm` on GPU (on CPU: `_fp8_gemm`, module docstring).
 
     Bias is added in high precision and its gradient uses the unquantized dY (as torchao does)."""
 
@@ -180,8 +232,8 @@ def quiet_torchao_import():
 def torchao_config(layer_spec, fqn: str = "", linear: nn.Linear | None = None):
     """Float8LinearConfig matching a LayerSpec (dynamic tensorwise scaling, dtypes from the spec).
 
-    The default (non-emulated) config works on CPU here: torchao then calls torch._scaled_mm, which CPU
-    emulates; `emulate=True` would dequantize and matmul in fp32 instead (same numerics, no FP8 GEMM)."""
+    emulate=False: the GEMMs call torch._scaled_mm. convert_torchao's modules switch to torchao's `emulate=True`
+    GEMMs (dequantize, FP32 GEMM) while their weights are on the CPU (module docstring)."""
     with quiet_torchao_import():
         from torchao.float8 import Float8LinearConfig
         from torchao.float8.config import CastConfig
@@ -198,8 +250,34 @@ def torchao_config(layer_spec, fqn: str = "", linear: nn.Linear | None = None):
     )
 
 
+_DEVICE_AWARE: list[type] = []   # the Float8Linear subclass, made once torchao is imported (import cost)
+
+
+def _device_aware_float8_linear() -> type:
+    """torchao's Float8Linear whose GEMMs follow its weight's device: emulated (dequantize, FP32 GEMM) on CPU
+    when cpu_fp8_gemm() is "dequant", torch._scaled_mm otherwise. torchao fixes `emulate` per module when it builds
+    it, and our models are converted on CPU, then moved; so the choice is remade whenever the module moves."""
+    if not _DEVICE_AWARE:
+        from torchao.float8.float8_linear import Float8Linear
+
+        class DeviceAwareFloat8Linear(Float8Linear):
+            def _apply(self, fn, recurse=True):   # .to() / .cuda() / .cpu() all come through here
+                out = super()._apply(fn, recurse)
+                self.follow_device()
+                return out
+
+            def follow_device(self) -> None:
+                emulate = _dequant_gemm(self.weight.device)
+                self.linear_mm_config = type(self.linear_mm_config)(
+                    *(c._replace(emulate=emulate) for c in self.linear_mm_config))
+
+        _DEVICE_AWARE.append(DeviceAwareFloat8Linear)
+    return _DEVICE_AWARE[0]
+
+
 def convert_torchao(model: nn.Module, layer_specs: dict[str, object]) -> None:
-    """Swap the Linears named in `layer_specs` (fqn -> LayerSpec) for torchao Float8Linear, in place."""
+    """Swap the Linears named in `layer_specs` (fqn -> LayerSpec) for torchao Float8Linear, in place (as the
+    device-aware subclass above)."""
     with quiet_torchao_import():
         from torchao.float8 import convert_to_float8_training
 
@@ -214,3 +292,13 @@ def convert_torchao(model: nn.Module, layer_specs: dict[str, object]) -> None:
         wanted = set(fqns)
         config = torchao_config(layer_specs[fqns[0]], fqns[0])
         convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn in wanted)
+    cls = _device_aware_float8_linear()
+    for fqn in layer_specs:
+        m = model.get_submodule(fqn)
+        m.__class__ = cls   # adds no state, only the _apply hook: torchao built it, we keep its __init__
+        m.follow_device()
+
+
+def is_float8_linear(m: nn.Module) -> bool:
+    """A torchao Float8Linear (ours or torchao's own), without importing torchao."""
+    return any(c.__name__ == "Float8Linear" for c in type(m).__mro__)

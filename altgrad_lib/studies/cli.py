@@ -55,7 +55,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
-            for line in [*plan_lines, *_budget(worst or points, args.workers)]:
+            for line in [*plan_lines, *_budget(worst or points, args.workers, args.threads)]:
                 print(line)
             for c in study.comparisons:   # the equivalence margin, stated before any run
                 print(margin_line(c["axis"], c["baseline"], c.get("delta"), c.get("value", "final_val_loss")))
@@ -125,10 +125,11 @@ def _seed_plan(study, args: argparse.Namespace) -> tuple:
     return study, lines, worst
 
 
-def _budget(points: list, workers: int) -> list[str]:
-    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers as the study would)."""
-    from altgrad_lib.studies.budget import study_budget
-    from altgrad_lib.studies.executors import auto_workers
+def _budget(points: list, workers: int, threads: int | None = None) -> list[str]:
+    """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers and threads as the study
+    would use them)."""
+    from altgrad_lib.studies.budget import process_age_seconds, study_budget
+    from altgrad_lib.studies.executors import auto_workers, default_threads
     from altgrad_lib.training.tokenizers import get_tokenizer
 
     cfg = points[0].config
@@ -138,4 +139,5 @@ def _budget(points: list, workers: int) -> list[str]:
         def expand(self):
             return points
 
-    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n)
+    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n,
+                        threads=threads or (default_threads(n) if n > 1 else None), driver_s=process_age_seconds())
