@@ -37,7 +37,7 @@ import torch
 
 from altgrad_lib.errors import exc_line
 from altgrad_lib.monitors.config import INTERVAL_FIELDS, DiagnosticsConfig
-from altgrad_lib.studies.claims import mde
+from altgrad_lib.studies.claims import verdict_mde
 from altgrad_lib.training.config import NON_RESULT_FIELDS
 from altgrad_lib.training.loop import train
 from altgrad_lib.training.preflight import FLOPS_PER_S, estimate_memory, resolve_device
@@ -180,10 +180,12 @@ def flops_lower_bound(cfg: Any, vocab_size: int, device: str) -> float:
 
 
 def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int | None = None,
-                 reference_sd: float | None = None, device: str | None = None, driver_s: float = 0.0) -> list[str]:
+                 reference_sd: float | None = None, device: str | None = None, driver_s: float = 0.0,
+                 holm_rows: int = 1) -> list[str]:
     """Lines describing the study's cost (per run, all runs on `workers`, each on `threads` torch threads) and its
     resolving power at its seeds. Costs are measured here (module note), once per distinct run setting; driver_s:
-    seconds the study command spends before its first run (its start and checks), added to the study's time."""
+    seconds the study command spends before its first run (its start and checks), added to the study's time;
+    holm_rows: the rows of the claims table (its Holm family), for the MDE the verdict is held to (claims.verdict_mde)."""
     points = study.expand()
     cfg0 = points[0].config
     dev = device or resolve_device(str(cfg0.device))
@@ -229,11 +231,15 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
                  f"FLOP/s, without set-up, compile or simulation cost): {len(points)} runs, {tokens / 1e6:.3g}M "
                  f"tokens each; one run >= {min(secs):.3g}-{max(secs):.3g} s, the study >= "
                  f"{sum(secs) / max(workers, 1) / 60:.3g} min on {workers} worker(s)"]
+    power_txt = (f"the verdict's test: 80 % power at Holm's α/{holm_rows} over {holm_rows} row(s), with the sd's 80 % "
+                 f"upper confidence bound")
     if reference_sd is not None:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(len(seeds), reference_sd):.3g} nats, assuming "
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {verdict_mde(len(seeds), reference_sd, holm_rows):.3g} "
+                     f"nats ({power_txt}), assuming "
                      f"a paired sd of {reference_sd:.3g} nats (measured on the cpu profile, not on this one); the "
                      f"window (hp vs frozen-blocks control) is unknown until its runs exist")
     else:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde(len(seeds), 1.0):.3g} x the paired sd of "
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {verdict_mde(len(seeds), 1.0, holm_rows):.3g} x the "
+                     f"sample sd of the paired differences ({power_txt}) of "
                      f"the comparison (unknown until the runs exist)")
     return lines

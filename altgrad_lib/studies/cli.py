@@ -55,7 +55,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             print(study.short_str())
             for p in points:
                 print(f"  {p.name}  {p.axes}")
-            for line in [*plan_lines, *_budget(worst or points, args.workers, args.threads)]:
+            for line in [*plan_lines, *_budget(worst or points, args.workers, args.threads, holm_rows(study))]:
                 print(line)
             for c in study.comparisons:   # the equivalence margin, stated before any run
                 print(margin_line(c["axis"], c["baseline"], c.get("delta"), c.get("value", "final_val_loss")))
@@ -125,7 +125,20 @@ def _seed_plan(study, args: argparse.Namespace) -> tuple:
     return study, lines, worst
 
 
-def _budget(points: list, workers: int, threads: int | None = None) -> list[str]:
+def holm_rows(study) -> int:
+    """Rows of the first comparison's claims table (one Holm family): its axis' levels but the baseline, times the
+    levels of every other varied axis but the seed (claims_table pairs within each of their combinations)."""
+    if not study.comparisons:
+        return 1
+    axis = study.comparisons[0]["axis"]
+    m = max(1, len(study.axes.get(axis, ())) - 1)
+    for k, v in study.axes.items():
+        if k not in (axis, "seed"):
+            m *= max(1, len(v))
+    return m
+
+
+def _budget(points: list, workers: int, threads: int | None = None, holm_rows: int = 1) -> list[str]:
     """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers and threads as the study
     would use them)."""
     from altgrad_lib.studies.budget import process_age_seconds, study_budget
@@ -140,4 +153,5 @@ def _budget(points: list, workers: int, threads: int | None = None) -> list[str]
             return points
 
     return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n,
-                        threads=threads or (default_threads(n) if n > 1 else None), driver_s=process_age_seconds())
+                        threads=threads or (default_threads(n) if n > 1 else None), driver_s=process_age_seconds(),
+                        holm_rows=holm_rows)
