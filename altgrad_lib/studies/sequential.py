@@ -27,9 +27,14 @@ error rates of claims.py's fixed-sample rules, so the verdicts here use group-se
                  each rejection raises the others' level, as Holm does. Family-wise false worse/better ≤ α.
   equivalent     the two one-sided TOST tests, each with one-sided boundaries at α: equivalent when TOST's p
                  (the larger of the two) is ≤ the look's one-sided bound. False "equivalent" (|gap| ≥ δ) ≤ α.
+  verdicts       claims.verdict's own rules (smoke, "diverged in k/n seeds", too few seeds, the frozen-blocks
+                 control, "state delta", the "(baseline diverged ...)" note) with its two p-value decisions
+                 replaced by the sequential ones above; δ is absolute (claims.DELTA_NATS unless stated), the same
+                 at every look. The CI beside a verdict is at the level of the bound it was held to (1 − p_bound;
+                 1 − 2·p_bound_tost beside "equivalent"), mde_nats the 80 %-power MDE at p_bound.
   stopping       a row whose variant is resolved gets no more seeds (non-binding: stopping only lowers the error);
-                 a row that claims.py calls something other than worse / better / equivalent / inconclusive
-                 ("not training its blocks", diverged, ...) is resolved by that verdict.
+                 open rows are "inconclusive ..." and "too few seeds ..." (OPEN); a look whose control check fails
+                 is a smoke test: no verdict, nothing open, no seed added.
 
 Everything is replayed from the study's index (`replay`): the looks are a deterministic function of the finished
 runs, so an interrupted study resumes where it was by re-running the same command, and `Study.claims` of a
@@ -51,9 +56,9 @@ import pandas as pd
 from scipy import optimize, special
 
 from altgrad_lib.io import write_csv
-from altgrad_lib.studies.claims import (ALPHA, INCONCLUSIVE, SD_CONFIDENCE, SEQUENTIAL, TOO_FEW, ci_at, positive_control_state,
-                                       verdict, verdict_mde)
-from altgrad_lib.studies.claims import describe as claims_describe
+from altgrad_lib.studies import claims
+from altgrad_lib.studies.claims import (ALPHA, INCONCLUSIVE, SD_CONFIDENCE, SEQUENTIAL, TOO_FEW, ci_at,
+                                        positive_control_state, verdict, verdict_mde)
 
 SPENDING = ("pocock", "obf")
 SEED_PLAN_KEYS = ("min", "max", "step", "start", "spending")
@@ -396,10 +401,10 @@ def mark_smoke(table: pd.DataFrame, alpha: float = ALPHA, lower_is_better: bool 
     return out
 
 
-def describe(table: pd.DataFrame, plan: SeedPlan, alpha: float = ALPHA) -> str:
+def describe_sequential(table: pd.DataFrame, plan: SeedPlan, alpha: float = ALPHA) -> str:
     """claims.describe's paragraph for a sequential table: the rules the verdicts, CIs and MDEs were held to."""
     if table.empty or ("smoke" in table and table.smoke.astype(bool).all()):
-        return claims_describe(table)
+        return claims.describe(table)
     deltas = sorted(set(np.round(table.delta_nats.dropna().to_numpy(float), 6)))
     delta_txt = (", ".join(f"{d:.4g}" for d in deltas) + " nats" if deltas
                  else "none (state `delta`: equivalence not tested)")
@@ -583,7 +588,7 @@ def dry_run_lines(study: Any, plan: SeedPlan) -> tuple[list[str], list]:
             "the estimate below is the worst case"], worst
 
 
-__all__ = ["SPENDING", "SEED_PLAN_KEYS", "SEQUENTIAL_FILE", "spend", "boundaries", "z_nominal_bounds", "nominal_bounds", "holm_bounds",
-           "sequential_calls", "SeedPlan", "per_seed_points", "plan_for", "with_seeds", "is_open",
-           "sequential_verdicts", "mark_smoke", "describe", "Candidate", "Replay", "replay", "study_candidates", "study_replay",
-           "run_until_resolved", "dry_run_lines"]
+__all__ = ["SPENDING", "SEED_PLAN_KEYS", "SEQUENTIAL_FILE", "spend", "boundaries", "z_nominal_bounds",
+           "nominal_bounds", "holm_bounds", "sequential_calls", "SeedPlan", "per_seed_points", "plan_for", "with_seeds",
+           "is_open", "sequential_verdicts", "mark_smoke", "describe_sequential", "Candidate", "Replay", "replay",
+           "study_candidates", "study_replay", "run_until_resolved", "dry_run_lines"]

@@ -340,9 +340,9 @@ class Study:
         table = self.claims(frame, smoke=clear is False)
         lines = report_lines(table, clear, sentence)
         if self.seed_plan is not None:   # the rules a sequential table was judged by replace the fixed-sample ones
-            from altgrad_lib.studies.sequential import describe
+            from altgrad_lib.studies.sequential import describe_sequential
 
-            lines[-1:] = [self.seed_plan.describe(), describe(table, self.seed_plan)]
+            lines[-1:] = [self.seed_plan.describe(), describe_sequential(table, self.seed_plan)]
         if write:
             write_claims(table, self.claims_path)
         return table, lines
