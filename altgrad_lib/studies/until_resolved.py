@@ -22,7 +22,8 @@ import pandas as pd
 
 from altgrad_lib.io import write_csv
 from altgrad_lib.paths import outputs_dir
-from altgrad_lib.studies.sequential import SEQUENTIAL_FILE, Candidate, Replay, SeedPlan, replay
+from altgrad_lib.studies import claims as claims_lib
+from altgrad_lib.studies.sequential import SEQUENTIAL_FILE, Candidate, Replay, SeedPlan, describe_sequential, replay
 from altgrad_lib.studies.study import train_variants
 
 
@@ -35,6 +36,12 @@ class Resolved:
     claims: pd.DataFrame
     looks: pd.DataFrame = field(default_factory=pd.DataFrame)
     plan: SeedPlan | None = None
+
+    def describe(self, table: pd.DataFrame | None = None) -> str:
+        """The rules `table` (default: all the claims) was judged by: sequential.describe_sequential with a plan,
+        else claims.describe."""
+        table = self.claims if table is None else table
+        return claims_lib.describe(table) if self.plan is None else describe_sequential(table, self.plan)
 
     @property
     def seeds(self) -> list[int]:
