@@ -238,8 +238,7 @@ def test_the_checker_catches_each_defect():
 
     def on_data(fig, ax):
         ok(fig, ax)
-        ax.legend(loc="upper left")   # the line y = x runs through the upper-left box? no: through the centre
-        ax.plot([0, 0.1], [1, 0.9])
+        ax.plot([0, 0.1], [1, 0.9])   # a second line in the upper-left corner, under the legend box
         ax.legend(loc="upper left")
     assert any("legend covers" in p for p in _bad(on_data))
 
