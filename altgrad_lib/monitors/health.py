@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, StepContext
+from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
+from altgrad_lib.quantize.linear import grad_counters_live
 
 ROLE_ATTR = {"X": "x_quant", "W": "w_quant", "dY": "g_quant"}
 
@@ -93,8 +95,6 @@ def _or_nan(q: Any, t: torch.Tensor) -> torch.Tensor:
 class CountersMonitor(Monitor):
     def __init__(self, att) -> None:
         super().__init__(att)
-        from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
-        from altgrad_lib.quantize.linear import grad_counters_live
         self.points: list[tuple[str, str, Any, bool]] = []   # fqn, role, quantizer, counters live
         for fqn, mod in att.quantized.items():
             for role, attr in ROLE_ATTR.items():

@@ -16,8 +16,8 @@ modules do not import each other.
 from __future__ import annotations
 
 # canonical name -> (ebits, mbits, reference, aliases)
-_SPECS = {
+WIDE_SPECS = {
     "BF16": (8, 7, "torch.bfloat16", ("bf16", "e8m7", "bfloat16")),
     "FP16": (5, 10, "torch.float16 (IEEE binary16)", ("fp16", "e5m10", "float16", "half")),
 }
-WIDE_ALIASES = {a: n for n, spec in _SPECS.items() for a in (n.lower(), *spec[3])}
+WIDE_ALIASES = {a: n for n, spec in WIDE_SPECS.items() for a in (n.lower(), *spec[3])}

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import pandas as pd
+
+from altgrad_lib.studies import claims
+
 OPTIMIZER_VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "adamw fp32": ("adamw", {"storage": "fp32"}, None),
     "adamw grid_rne": ("adamw", {"storage": "grid_rne"}, None),
@@ -110,10 +114,6 @@ def reference_claims(frame, parts: Mapping[str, tuple[str, str]], references: Ma
     then Holm and the verdicts over all rows together (one family). Columns: claims.COLUMNS plus format, variant,
     reference. `frame`: runs.frame() (label, seed, `value`, freeze_blocks). `smoke`: the control check failed (no
     verdicts, claims_table)."""
-    import pandas as pd
-
-    from altgrad_lib.studies import claims
-
     labels = list(dict.fromkeys(frame.label))
     tables = []
     for fmt in dict.fromkeys(f for f, _ in parts.values()):

@@ -32,15 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from .tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
+from altgrad_lib.choices import CORPORA  # noqa: F401  (re-exported)
+from altgrad_lib.io import atomic_file, atomic_write_text
+from altgrad_lib.training.progress import progress_bar
+from altgrad_lib.training.tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
 
 __all__ = [
     "CORPORA", "CORPUS_CREDITS", "DEFAULT_CORPUS", "DEFAULT_TOKENIZER", "TokenCorpus", "corpus_stats",
     "get_tokenizer", "license_family", "load_corpus",
 ]
 
-from altgrad_lib.choices import CORPORA  # noqa: E402,F401  (re-exported)
-from altgrad_lib.io import atomic_file, atomic_write_text  # noqa: E402
 DEFAULT_CORPUS = "licenses"
 CORPUS_CREDITS = {
     "licenses": (
@@ -290,8 +291,6 @@ def _file_sha256(path: Path) -> str:
 
 def _tokenize_split(ds, enc, eot: int, dtype, out: Path, desc: str, num_threads: int, progress: bool) -> dict:
     """Tokenize documents (each followed by EOT) into `out`, atomically (io.atomic_file)."""
-    from altgrad_lib.training.progress import progress_bar
-
     h = hashlib.sha256()
     n_tok = 0
     with atomic_file(out) as f, progress_bar(len(ds), desc=desc, unit="doc", enabled=bool(progress)) as bar:
