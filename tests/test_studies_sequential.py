@@ -20,7 +20,8 @@ from altgrad_lib.studies.sequential import (SeedPlan, boundaries, holm_bounds, n
 RPACT = [
     # (what, information rates, cumulative α spent (None: from our spending function), sides, critical values)
     ("x7a asOF, alpha 0.13, kMax 3", (0.4, 0.75, 1), ("obf", 0.13), 1, (2.1280732, 1.4368565, 1.2468994)),
-    ("x7a asOF, alpha 0.13, kMax 4", (0.4, 0.75, 0.85, 1), ("obf", 0.13), 1, (2.1280732, 1.4368565, 1.422873, 1.2970881)),
+    ("x7a asOF, alpha 0.13, kMax 4", (0.4, 0.75, 0.85, 1), ("obf", 0.13), 1,
+     (2.1280732, 1.4368565, 1.422873, 1.2970881)),
     ("x6a asP, alpha 0.13", (0.35, 0.7, 1), ("pocock", 0.13), 1, (1.5446617, 1.4828682, 1.4620058)),
     ("x6b asP, alpha 0.025, rates (0.4, 0.7)", (0.4, 0.7), ("pocock", 0.025), 1, (2.223875, 2.3050796)),
     ("x5 asUser (0.01, 0.02, 0.03, 0.05)", (0.25, 0.5, 0.75, 1), (0.01, 0.02, 0.03, 0.05), 1,

@@ -50,7 +50,8 @@ CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
     "cheap": (CHEAP_GROUPS, 10),
-    "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),   # a full diagnostic step costs ~4 CPU training steps (bench/diagnostics.py)
+    # a full diagnostic step costs ~4 CPU training steps (bench/diagnostics.py)
+    "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),
 }
 OUTPUT_FORMATS = ("csv",)
 

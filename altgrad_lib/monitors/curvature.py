@@ -391,7 +391,8 @@ def _restrict(op: _HVP, idx: list[int]) -> Callable[[list[Tensor]], list[Tensor]
 
 class CurvatureMonitor(Monitor):
     """The "curvature" diagnostics group (DiagnosticsConfig.hessian_interval > 0): every hessian_interval steps
-    (and at step 1) `curvature_rows` (hessian_iters power iterations at most) of the live model, after that step's optimizer update, on a **fixed batch**
+    (and at step 1) `curvature_rows` (hessian_iters power iterations at most) of the live model, after that step's
+    optimizer update, on a **fixed batch**
     (the batch of the first measured step, kept in the checkpointed state, so λ_max is comparable over
     training): lambda_max, lr_lambda_max (lr·λ_max; the GD alarm is at 2), power_iters for layer "model" and
     each block. role "ste_surrogate" on a quantized model: the Hessian of the STE surrogate (STE_NOTE), not of

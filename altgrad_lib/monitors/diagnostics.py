@@ -38,7 +38,8 @@ from altgrad_lib.quantize.linear import QuantizedLinear
 
 PROBE_GROUPS = ("numerics", "shadow", "activations")
 SIM_ONLY = ("counters", "numerics", "shadow", "grid")   # need simulated QuantizedLinear layers
-# the class of each group of config.MONITORS (there a torch-free tuple of names; the two agree: test_monitors_diagnostics)
+# the class of each group of config.MONITORS (a torch-free tuple of names there; the two agree:
+# tests/test_monitors_diagnostics.py)
 MONITOR_CLASSES: dict[str, type[Monitor]] = {
     "counters": CountersMonitor, "gradients": GradientsMonitor, "numerics": NumericsMonitor, "shadow": ShadowMonitor,
     "grid": GridMonitor, "weights": WeightsMonitor, "activations": ActivationsMonitor, "events": EventsMonitor,

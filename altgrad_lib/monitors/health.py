@@ -54,7 +54,8 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
     zx, zy = x == 0, y == 0
     ys = (y * s).abs()
     # y·s is back on the grid up to the rounding of the division; subnormals are far below min_normal·(1-2^-12)
-    sub = ((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero else torch.zeros((), device=x.device)
+    sub = (((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero
+           else torch.zeros((), device=x.device))
     both = finite_in & torch.isfinite(y)
     xb = torch.where(both, x, 0)
     d = xb - torch.where(both, y, 0)          # exact: y is x rounded to a nearby grid point

@@ -442,7 +442,8 @@ _register(_fmt("E2M1", 2, 1, 1, specials="none", reference="ml_dtypes.float4_e2m
           "e2m1fn", "float4_e2m1fn", "fp4_e2m1", "fp4")
 for _e, _m in ((2, 5), (1, 6), (6, 1), (7, 0), (0, 7)):
     _g = FloatFormat.generic(_e, _m)
-    _register(FloatFormat(_g.name, _e, _m, _g.bias, specials="fn", note=_GEN + (" (E0M7: bias 1, fixed point k/128)" if _e == 0 else "")),
+    _register(FloatFormat(_g.name, _e, _m, _g.bias, specials="fn",
+                          note=_GEN + (" (E0M7: bias 1, fixed point k/128)" if _e == 0 else "")),
               _g.name.lower())
 
 _EXMY = re.compile(r"^e(\d+)m(\d+)$")

@@ -1,4 +1,5 @@
-"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point here).
+"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point
+here).
 
 Parameter groups: (weight format, decay) — matrices get TrainConfig.weight_decay, vectors none.  Which weights
 have a format (and so a grid, a stiffness, grid storage): by default the weights the recipe fake-quantizes

@@ -295,5 +295,5 @@ def critical_lr_table(config: TrainConfig, recipes: Sequence[str | dict], seeds:
 
 
 __all__ = ["role_recipe", "ROLE_TAGS", "Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial",
-           "find_stable_lr", "find_stable_lrs", "lr_sweep", "lr_sensitivity", "sensitivity_summary", "critical_lr_table",
-           "REASONS", "TRIAL_COLUMNS"]
+           "find_stable_lr", "find_stable_lrs", "lr_sweep", "lr_sensitivity", "sensitivity_summary",
+           "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]

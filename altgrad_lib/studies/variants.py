@@ -45,7 +45,8 @@ MASTER = "adamw fp32"   # today's path: FP32 master weights, fake-quantized forw
 
 def optimizer_runs(formats: Iterable[str], variants: Iterable[str], pairs: Iterable[str] | None = None,
                    lrs: Mapping[str, float] | None = None,
-                   stats_every: int = 10, osc_window: int | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+                   stats_every: int = 10, osc_window: int | None = None
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
     """(label -> TrainConfig overrides, label -> (format, variant)) for formats x variants plus the extra `pairs`
     ("<FMT> <variant>"); recipe `fmt:<FMT>` (WIDE_FORMATS: recipe hp and optim.weight_fmt), the variant's optimizer
     and optim settings with `track_stats` (and `osc_window` if given: measured steps per oscillation-ratio window),
@@ -62,7 +63,8 @@ def optimizer_runs(formats: Iterable[str], variants: Iterable[str], pairs: Itera
     for pair in pairs or []:
         parts = pair.split(" ", 1) if isinstance(pair, str) else []
         if len(parts) != 2 or parts[1] not in OPTIMIZER_VARIANTS:
-            raise ValueError(f"pairs entry {pair!r} must be '<FMT> <variant>' with a variant in {tuple(OPTIMIZER_VARIANTS)}")
+            raise ValueError(f"pairs entry {pair!r} must be '<FMT> <variant>' with a variant in "
+                             f"{tuple(OPTIMIZER_VARIANTS)}")
         jobs.append((parts[0], parts[1]))
     overrides, parts_of = {}, {}
     for fmt, v in dict.fromkeys(jobs):

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from altgrad_lib.choices import CORPORA  # noqa: F401  (re-exported)
+from altgrad_lib.choices import CORPORA   # re-exported (__all__)
 from altgrad_lib.io import atomic_file, atomic_write_text
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
@@ -208,7 +208,8 @@ def _load_text_path(path: Path, val_fraction: float = VAL_FRACTION):
         rel = sorted(files, key=lambda f: _stable_unit(str(f.relative_to(path))))
         n_val = max(1, round(val_fraction * len(files)))
         val = set(rel[:n_val])
-        rows = {s: [{"text": f.read_text(encoding="utf-8", errors="replace")} for f in files if (f in val) == (s == "validation")]
+        rows = {s: [{"text": f.read_text(encoding="utf-8", errors="replace")} for f in files
+                    if (f in val) == (s == "validation")]
                 for s in ("train", "validation")}
     else:
         # One file: the last ~val_fraction of its lines is validation (a contiguous tail, so no line leaks).

@@ -249,7 +249,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
             dropped = truncate_csv(run_dir / METRICS_FILE, start, METRICS_HEADER)
             prov = read_json(prov_path)
-            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start, "command": " ".join(sys.argv)})
+            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start,
+                                                   "command": " ".join(sys.argv)})
             write_json(prov_path, prov)
             _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
         diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
