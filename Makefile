@@ -52,9 +52,12 @@ test-portable: $(STAMP)
 # Re-execute the committed notebooks in place with their CI-default parameters (no -p), in order (03 reuses 02's
 # baseline run; 06 trains the CI study params/studies/ci_formats.yaml, about a minute, and analyses it). Needed whenever library text they print changes (format notes, short_str, tables); commit the
 # result. A fresh ALTGRAD_OUTPUTS, as in `make test`, so no output comes from a run made by older code.
+# papermill keeps the kernelspec a notebook had; tools/kernelspec.py writes the installed one ("Python 3 (ipykernel)"),
+# which JupyterLab would otherwise rewrite on opening, so the notebooks open clean (tests/test_notebook_kernelspec.py).
 notebooks: $(STAMP)
 	export ALTGRAD_OUTPUTS=$$(mktemp -d) && for nb in $(NOTEBOOKS); do \
 		$(VENV)/bin/papermill -k python3 --cwd notebooks $$nb $$nb || exit 1; done
+	$(PY) tools/kernelspec.py $(NOTEBOOKS)
 
 # torch 2.11 is the stock image of rented GPU boxes, and two of our worst bugs lived only there (compiled blocks
 # got all-zero gradients; the E4M3 cast gave NaN instead of saturating). This pass re-runs the tests of those

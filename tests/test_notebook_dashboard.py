@@ -36,9 +36,9 @@ def test_curves_plot_the_seed_mean_per_level():
 def test_dashboard_callbacks_redraw():
     pytest.importorskip("ipywidgets")
     d = dashboard.Dashboard(_metrics(), ["recipe", "seed"])
-    assert d.fig.axes[0].get_ylabel() == "val/loss"
+    assert d.fig.axes[0].get_ylabel() == "validation loss (nats/token)"   # names.METRICS, not the raw key
     d.metric.value = "train/grad_norm"                                   # widget callback -> redraw
-    assert d.fig.axes[0].get_ylabel() == "train/grad_norm"
+    assert d.fig.axes[0].get_ylabel() == "gradient norm before clipping (L2 norm)"
     d.hue.value = "seed"    # colour by seed: still one line per configuration (recipe), never two recipes pooled
     assert [ln.get_label() for ln in d.fig.axes[0].get_lines()] == [
         "seed=0 | bf16 (n=1)", "seed=0 | fp8 (n=1)", "seed=1 | bf16 (n=1)", "seed=1 | fp8 (n=1)"]
@@ -164,11 +164,11 @@ def _lines_by_label(ax):
 def test_drilldown_figure_draws_the_rows_and_names_missing_data():
     fig = dashboard.drilldown(_diag_with_hists(), "E4M3")
     w, g = _lines_by_label(fig.axes[0]), _lines_by_label(fig.axes[1])
-    assert w == {"h.0.a.c_attn (step 10)": ([-5, -4], [0.25, 0.75]),                # labels: short_layer
-                 "h.0.m.c_fc (step 10)": ([-4, -3], [0.25, 0.75])}
-    assert g["h.0.m.c_fc"] == ([5, 10], [0.5, 1.0]) and g["h.0.a.c_attn"] == ([5, 10], [1.5, 2.0])  # bias left out
+    assert w == {"block 0 attn QKV (step 10)": ([-5, -4], [0.25, 0.75]),          # labels: names.layer_name
+                 "block 0 MLP up (step 10)": ([-4, -3], [0.25, 0.75])}
+    assert g["block 0 MLP up"] == ([5, 10], [0.5, 1.0]) and g["block 0 attn QKV"] == ([5, 10], [1.5, 2.0])  # no bias
     one = _lines_by_label(dashboard.drilldown(_diag_with_hists(), "E4M3", layer="h.0.mlp.c_fc").axes[0])
-    assert set(one) == {"h.0.m.c_fc (step 10)", "h.0.m.c_fc (step 5)"}   # one layer: first step too
+    assert set(one) == {"block 0 MLP up (step 10)", "block 0 MLP up (step 5)"}   # one layer: first step too
     empty = dashboard.drilldown(None, "hp")
     texts = [t.get_text() for ax in empty.axes for t in ax.texts]
     assert any("no weight histograms" in t for t in texts) and any("no per-layer gradient norms" in t for t in texts)
@@ -182,7 +182,7 @@ def test_drilldown_callbacks_redraw_and_static_figures():
     assert d.fig._suptitle.get_text() == "E4M3 (fmt-s0-abc)"
     assert list(d.layer.options) == [dashboard.ALL, "h.0.attn.c_attn", "h.0.mlp.c_fc"]
     d.layer.value = "h.0.attn.c_attn"                                       # widget callback -> redraw
-    assert set(_lines_by_label(d.fig.axes[1])) == {"h.0.a.c_attn"}
+    assert set(_lines_by_label(d.fig.axes[1])) == {"block 0 attn QKV"}
     d.config.value = "hp"                                                   # no diagnostics: layers reset, message
     assert list(d.layer.options) == [dashboard.ALL] and d.layer.value == dashboard.ALL
     assert d.fig._suptitle.get_text() == "hp"

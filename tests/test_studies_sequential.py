@@ -234,3 +234,131 @@ def test_per_seed_points_follow_the_seeds(tmp_path):
     s = Study.from_dict(d)
     assert [p.config.seed for p in s.expand() if p.config.freeze_blocks] == [0, 1]
     assert [p.config.seed for p in with_seeds(s, [0, 1, 2]).expand() if p.config.freeze_blocks] == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------------ with claims.py's rules
+# Synthetic indexes of a sequential study (no training): every run of the worst case, with a loss set per config;
+# the replay takes the runs each look needs.
+
+def _seq_study(tmp_path, control: bool = False, **changes):
+    from altgrad_lib.studies.study import Study
+
+    d = _grad_clip_study(tmp_path, min=3, max=5, step=1)
+    d["comparisons"] = [{"axis": "grad_clip", "baseline": 1.0e6}]      # no delta: the default δ, claims.DELTA_NATS
+    if control:
+        d["points"] = [{"grad_clip": 1.0e6, "freeze_blocks": True}]
+    return Study.from_dict({**d, **changes}, out_dir=str(tmp_path / "st"))
+
+
+def _seq_index(s, loss, status=lambda c: "completed"):
+    from altgrad_lib.studies.sequential import with_seeds
+
+    rows = []
+    for p in with_seeds(s, s.seed_plan.seeds(s.seed_plan.max)).expand():
+        st = status(p.config)
+        rows.append({"run": p.name, **s.index_values(p), "status": st,
+                     "final_val_loss": math.nan if st == "diverged" else loss(p.config)})
+    return pd.DataFrame(rows)
+
+
+# per-seed noise of the paired differences, fixed numbers (not drawn): seeds 0..4
+NOISE = [0.0004, -0.0003, 0.0001, -0.0002, 0.0003]
+
+
+def test_sequential_study_with_the_default_delta_prints_the_ci_and_mde_of_its_bounds(tmp_path):
+    """Default δ (claims.DELTA_NATS, absolute: the same at every look). 1e7 equals the baseline within 0.0004 nats:
+    equivalent at the first look; 0.3 is +0.05 in every seed: worse at the first look. The CI beside each verdict
+    is at the level of the bound it was held to (1 − 2·p_bound_tost beside TOST, 1 − p_bound beside worse; the
+    fixed-sample Holm/90 % levels before), so it lies inside ±δ / excludes 0, and the MDE is the one-row MDE at
+    p_bound (claims.verdict_mde)."""
+    from altgrad_lib.studies import claims
+    from altgrad_lib.studies.sequential import study_replay
+
+    s = _seq_study(tmp_path)
+    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
+    rep = study_replay(s, idx)
+    t = rep.table.set_index("level")
+    assert rep.done and (t.delta_nats == claims.DELTA_NATS).all() and (t.look == 1).all()
+    eq, worse = t.loc[1.0e7], t.loc[0.3]
+    assert eq.verdict == f"equivalent within ±{claims.DELTA_NATS:.3g}" and worse.verdict == "worse"
+    assert eq.ci_level == pytest.approx(1 - 2 * eq.p_bound_tost) and worse.ci_level == pytest.approx(1 - worse.p_bound)
+    assert -claims.DELTA_NATS < eq.ci_lo and eq.ci_hi < claims.DELTA_NATS and worse.ci_lo > 0
+    half = stats.t.ppf(1 - eq.p_bound_tost, eq.n - 1) * eq.sd_nats / math.sqrt(eq.n)    # scipy, not claims.ci_at
+    assert eq.ci_hi == pytest.approx(eq.gap_nats + half)
+    assert worse.mde_nats == pytest.approx(claims.verdict_mde(3, worse.sd_nats, 1, worse.p_bound))
+    assert set(rep.looks.look) == {1}                  # nothing open: no seed added
+    lines = s.report(idx, write=False)[1]
+    assert "CI at 1 − p_bound" in lines[-1] and f"δ = {claims.DELTA_NATS:.4g} nats" in lines[-1]
+
+
+def test_sequential_study_keeps_a_diverged_seed_in_its_row(tmp_path):
+    """0.3 diverged in seed 1 (status diverged, no loss): its row stays, "diverged in 1/3 seeds", a harm, resolved
+    at look 1 (no seed added to it) while the open row 1e7 (+0.005 ± 0.008) gets its seeds."""
+    from altgrad_lib.studies.sequential import study_replay
+
+    s = _seq_study(tmp_path)
+    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: 0.005 + 20 * NOISE[c.seed],
+                                                          0.3: 0.05 + NOISE[c.seed]}[c.grad_clip],
+                     status=lambda c: "diverged" if (c.grad_clip, c.seed) == (0.3, 1) else "completed")
+    rep = study_replay(s, idx)
+    first = rep.looks[rep.looks.look == 1].set_index("level")
+    assert first.loc[0.3, "verdict"] == "diverged in 1/3 seeds" and not first.loc[0.3, "adds_seeds"]
+    assert first.loc[1.0e7, "adds_seeds"]
+    t = rep.table.set_index("level")
+    assert t.loc[0.3, "look"] == 1 and t.loc[0.3, "n_diverged"] == 1 and t.loc[0.3, "n_seeds"] == 3
+    assert t.loc[1.0e7, "n"] == 5 and t.loc[1.0e7, "look"] == 3
+    need = {c.name for c in rep.need}
+    assert not any(n in need for n in idx[(idx.grad_clip == 0.3) & (idx.seed >= 3)].run)
+
+
+def _label_index(loss, status=lambda label, seed: "completed", labels=("base", "var", "div"), seeds=range(5)):
+    return pd.DataFrame([{"run": f"{lb} s{s}", "label": lb, "seed": s, "status": status(lb, s),
+                          "final_val_loss": math.nan if status(lb, s) == "diverged" else loss(lb, s)}
+                         for lb in labels for s in seeds])
+
+
+def test_a_noted_fixed_verdict_is_rejudged_by_the_sequential_bound():
+    """The baseline's seed 2 diverged: claims.py appends "(baseline diverged in 1/3 seeds: pairs dropped)" to every
+    row. var's fixed-sample verdict over its 2 pairs is "worse (baseline diverged ...)" (Holm p < 0.05), but its p
+    is above the first look's group-sequential bound: sequentially it is "inconclusive (baseline diverged ...)",
+    open, and gets seeds (before, a verdict with the note was not matched as a p-value call: the fixed "worse"
+    stood)."""
+    from altgrad_lib.studies.claims import claims_table
+    from altgrad_lib.studies.until_resolved import label_replay
+
+    gap = {0: 0.0100, 1: 0.0114, 3: 0.0103, 4: 0.0131}   # 2 pairs at look 1: t = 15.3, p 0.042
+    idx = _label_index(lambda lb, s: 3.0 + 0.01 * s + {"base": 0, "var": gap.get(s, 0), "div": 0.05}[lb],
+                       status=lambda lb, s: "diverged" if (lb, s) in (("div", 1), ("base", 2)) else "completed")
+    rep = label_replay(idx, SeedPlan(min=3, max=5), ["base", "var", "div"], [],
+                       lambda f, smoke: claims_table(f, "label", "base", smoke=smoke))
+    first = rep.looks[rep.looks.look == 1].set_index("level")
+    note = " (baseline diverged in 1/3 seeds: pairs dropped)"
+    assert first.loc["div", "verdict"] == "diverged in 1/3" + " seeds" + note and not first.loc["div", "adds_seeds"]
+    row = first.loc["var"]
+    fixed = claims_table(idx[idx.seed < 3], "label", "base").set_index("level").loc["var"]
+    assert fixed.verdict == "worse" + note and fixed.n == 2                      # the fixed-sample call ...
+    assert row.p_paired > row.p_bound                                           # ... not at the look's bound
+    assert row.verdict == "inconclusive" + note and row.adds_seeds
+    assert rep.table.set_index("level").loc["var", "n_seeds"] > 3
+
+
+def test_sequential_study_judged_as_a_smoke_test_prints_no_verdict_words(tmp_path):
+    """Study.claims(smoke=True) of a sequential study: every row "smoke test: no verdict", the 95 % CI (the smoke
+    flag was ignored on this path before). And a study whose baseline does not beat its frozen-blocks control is a
+    smoke test at its first look: no row is open, so no seed is added although 0.3's row would be."""
+    from altgrad_lib.studies import claims
+    from altgrad_lib.studies.sequential import study_replay
+
+    s = _seq_study(tmp_path, control=True)
+    clear = lambda c: 3.0 + 0.5 * c.freeze_blocks + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip]  # noqa: E731
+    t = s.claims(_seq_index(s, clear), smoke=True)
+    assert len(t) == 2 and (t.verdict == claims.SMOKE).all() and t.smoke.all() and (t.ci_level == 0.95).all()
+    words = ("worse", "better", "equivalent", "inconclusive", "not training")
+    assert not any(w in v for v in t.verdict for w in words)
+    assert not s.claims(_seq_index(s, clear)).smoke.any()              # the same runs, control clear: verdicts
+
+    # the baseline does not beat its control: a smoke test at look 1, whatever 0.3's row says
+    noisy = lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.004 * (c.seed % 2)}[c.grad_clip]  # noqa: E731
+    rep = study_replay(s, _seq_index(s, noisy))
+    assert rep.done and set(rep.looks.look) == {1} and not rep.looks.adds_seeds.any()
+    assert (rep.table.verdict == claims.SMOKE).all()

@@ -5,6 +5,7 @@ No logic lives here. Every name is imported from the module that owns it, so the
   - notebook/tables     : provenance banner, loss / summary / model tables, trained-model loading
   - studies/results     : tidy run frames (one row per run), final metrics, metric-name lookup
   - studies/study       : train_variants (a notebook's variants x seeds through the study layer)
+  - studies/until_resolved : train_until_resolved (train_variants with seeds until resolved), all_seeds
   - studies/claims      : the paired claims table, the frozen-blocks control check, own-seed gaps
   - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance
   - numerics/oracles    : our rounding vs torch float8 dtypes, ml_dtypes and gfloat (shared with the tests)
@@ -30,4 +31,5 @@ from altgrad_lib.studies.results import (THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final
                                          metrics_wide, run_frame)
 from altgrad_lib.studies.claims import claims_table, control_check, seed_gaps
 from altgrad_lib.studies.study import train_variants
+from altgrad_lib.studies.until_resolved import all_seeds, train_until_resolved
 from altgrad_lib.training.build import gpt_config

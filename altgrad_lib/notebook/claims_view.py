@@ -52,16 +52,18 @@ def _f4(v: float) -> str:
     return f"{v:.4f}" if np.isfinite(v) else ""
 
 
-def ci_label(verdict: str, level: float) -> str:
+def ci_label(verdict: str, level: float, sequential: bool = False) -> str:
     """"90 % (TOST)" beside an equivalence verdict, "99.4 % (Holm)" beside the others, "95 %" in a smoke test: the
-    level of the CI printed with a row (claims ci_level)."""
+    level of the CI printed with a row (claims ci_level). In a sequential table (studies/sequential.py) the level is
+    that of the look's group-sequential bound: "99.1 % (sequential bound)", "96.8 % (TOST, sequential bound)"."""
     if not np.isfinite(level):
         return ""
-    if str(verdict).startswith("equivalent"):
-        return f"{100 * level:.0f} % (TOST)"
     if verdict == claims.SMOKE:
         return f"{100 * level:.0f} % (no test)"
-    return f"{100 * level:.3g} % (Holm)"
+    seq = ", sequential bound" if sequential else ""
+    if str(verdict).startswith("equivalent"):
+        return f"{100 * level:.3g} % (TOST{seq})"
+    return f"{100 * level:.3g} % ({'sequential bound' if sequential else 'Holm'})"
 
 
 def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
@@ -80,7 +82,7 @@ def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
         "baseline diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged_baseline, seeds)],
         "gap nats [CI]": [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else f"{g:+.4f}"
                           for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
-        "CI": [ci_label(v, lv) for v, lv in zip(table.verdict, table.ci_level)],
+        "CI": [ci_label(v, lv, "p_bound" in table) for v, lv in zip(table.verdict, table.ci_level)],
         "gap / window": [f"{v:+.1%}" if np.isfinite(v) else "" for v in table.gap_window],
         "p paired": table.p_paired.map(_p), "p Holm": table.p_holm.map(_p), "p sign-flip": table.p_perm.map(_p),
         "signs": table.signs, "p Welch": table.p_welch.map(_p),
@@ -103,7 +105,8 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
     if r.empty:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
-    ci = (f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {ci_label(r.verdict, r.ci_level)} CI" if np.isfinite(r.ci_lo) else "")
+    ci = (f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {ci_label(r.verdict, r.ci_level, 'p_bound' in r)} CI"
+          if np.isfinite(r.ci_lo) else "")
     if bool(r.smoke):   # the gap and the seeds without a result, no verdict word
         return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}; seeds with no result: {r.n_diverged}/"
                 f"{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds})")

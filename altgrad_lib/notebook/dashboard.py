@@ -21,7 +21,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from altgrad_lib.notebook.plots_diagnostics import short_layer
+from altgrad_lib.notebook.names import (
+    FRACTIONS,
+    column_label,
+    layer_name,
+    metric_label,
+    metric_name,
+)
+from altgrad_lib.notebook.plots_diagnostics import constant_panel, constant_text
 
 ALL = "(all)"
 
@@ -53,7 +60,7 @@ def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "", keys: 
 
     Lines are keyed by `hue` and by every other configuration key in `keys` that varies (group_keys): a figure "by
     recipe" of a study with a frozen-blocks control draws `hp` and `hp freeze_blocks` as two lines."""
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))   # + the legend column
     m = metrics[metrics.name == metric]
     cols = group_keys(m, hue, keys)
     for i, (level, g) in enumerate(m.groupby(cols, sort=True, dropna=False)):
@@ -65,10 +72,11 @@ def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "", keys: 
         if (stat["count"] > 1).any():
             ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i % 10}", alpha=0.2, lw=0)
     ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.set_title(title or f"{metric} by {hue}, per configuration (mean over seeds, band = min..max)", fontsize=9)
+    ax.set_ylabel(metric_label(metric) if metric_label(metric) != metric else f"{metric} (as logged)")
+    ax.set_title(title or f"{metric_name(metric)} by {hue}, per configuration (mean over seeds, band = min..max)",
+                 fontsize=9)
     if len(m):
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
         ax.text(0.5, 0.5, f"no '{metric}' rows for this selection", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
@@ -84,17 +92,27 @@ def parallel_coordinates(frame: pd.DataFrame, label: str, columns: Sequence[str]
     present = [c for c in columns if c in frame and frame[c].notna().any()]
     missing = [c for c in columns if c not in present]
     means = frame.groupby(label)[present].mean(numeric_only=True) if present else pd.DataFrame()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    # an axis on which every configuration has the same mean says nothing as a line: named in the title instead
+    constant = [c for c in present if len(means) and means[c].min() == means[c].max()]
+    present = [c for c in present if c not in constant]
+    fig, ax = plt.subplots(figsize=(10, 4))   # + the legend column
+
+    def name(c: str) -> str:
+        return column_label(c)
+
     if len(present) >= 1 and len(means):
-        lo, hi = means.min(), means.max()
-        scaled = (means - lo) / (hi - lo).replace(0, 1)
-        for i, (name, row) in enumerate(scaled.iterrows()):
-            ax.plot(range(len(present)), row.to_numpy(), marker="o", color=f"C{i}", label=str(name))
-        ax.set_xticks(range(len(present)), [f"{c}\n[{lo[c]:.3g} .. {hi[c]:.3g}]" for c in present], fontsize=8)
+        lo, hi = means[present].min(), means[present].max()
+        scaled = (means[present] - lo) / (hi - lo)
+        for i, (lv, row) in enumerate(scaled.iterrows()):
+            ax.plot(range(len(present)), row.to_numpy(), marker="o", color=f"C{i}", label=str(lv))
+        ax.set_xticks(range(len(present)), [f"{name(c)}\n[{lo[c]:.3g} .. {hi[c]:.3g}]" for c in present],
+                      fontsize=8)
         ax.set_yticks([0, 1], ["min", "max"])
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     title = f"per {label}: mean over runs, each axis scaled to its range"
-    ax.set_title(title + (f"\nnot recorded: {', '.join(missing)}" if missing else ""), fontsize=9)
+    if constant:
+        title += "\nequal in every " + label + ": " + ", ".join(f"{name(c)} = {means[c].iloc[0]:.3g}" for c in constant)
+    ax.set_title(title + (f"\nnot recorded: {', '.join(name(c) for c in missing)}" if missing else ""), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -103,17 +121,24 @@ def layer_heatmap(diag: pd.DataFrame, metric: str, role: str | None = None) -> F
     """Layer x step image of one diagnostic metric (diagnostics.csv: step, layer, role, metric, value)."""
     d = diag[(diag.metric == metric) & ((diag.role == role) if role else True)]
     table = d.pivot_table(index="layer", columns="step", values="value", aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * len(table) + 1)))
-    if len(table):
-        im = ax.imshow(table.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis")
+    table = table.reindex([lyr for lyr in dict.fromkeys(d.layer) if lyr in table.index])   # depth order
+    rows_h = 1 if constant_text(table.to_numpy(dtype=float)) is not None else len(table)
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.25 * rows_h + 1)))
+    ax.set_title(f"{metric_name(metric)}{f' ({role})' if role else ''} per layer and step")
+    if not len(table):
+        constant_panel(ax, np.array([np.nan]), metric_name(metric))
+    elif not constant_panel(ax, table.to_numpy(dtype=float), metric_name(metric)):
+        lo = 0.0 if metric in FRACTIONS else None   # a share is never negative
+        im = ax.imshow(table.to_numpy(), aspect="auto", interpolation="nearest", cmap="viridis", vmin=lo)
         ax.grid(False)   # plots.setup turns grids on: lines over an image hide cells
-        ax.set_yticks(range(len(table)), table.index, fontsize=7)
+        ax.set_yticks(range(len(table)), [layer_name(lyr) for lyr in table.index], fontsize=7)
         steps = table.columns.to_numpy()
         ticks = np.linspace(0, len(steps) - 1, min(8, len(steps))).astype(int)
         ax.set_xticks(ticks, steps[ticks])
-        fig.colorbar(im, ax=ax, label=metric)
-    ax.set_xlabel("step")
-    ax.set_title(f"{metric}{f' ({role})' if role else ''} per layer and step")
+        fig.colorbar(im, ax=ax, label=metric_label(metric) if metric_label(metric) != metric
+                     else f"{metric} (as logged)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("layer")
     fig.tight_layout()
     return fig
 
@@ -278,7 +303,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
     """Two panels for one run: left, the log2|w| histogram of each layer (or of `layer`) at the last diagnostic
     step (one layer: the first step dashed too); right, the gradient flow, ||grad W|| per layer over training (log
     scale). A panel whose rows the run did not record says so instead of drawing anything."""
-    fig, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_w, ax_g) = plt.subplots(1, 2, figsize=(11, 5))   # legends below the panels
     diag = diag if diag is not None else pd.DataFrame(columns=["step", "layer", "role", "metric", "value"])
     pick = (lambda d: d) if layer == ALL else (lambda d: d[d.layer == layer])
     h = pick(diag[diag.metric.str.startswith(LOG2W + ":") & (diag.role == "W")])
@@ -291,10 +316,11 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
             for step, style in ((last, "-"), (first, "--")) if layer != ALL and first != last else ((last, "-"),):
                 b = g[g.step == step].groupby("k").value.sum()
                 ax_w.plot(b.index, b.to_numpy(), style, marker=".", color=f"C{i % 10}",
-                          label=f"{short_layer(name)} (step {step})")
-        ax_w.set_xlabel("floor(log2 |w|)")
+                          label=f"{layer_name(name)} (step {step})")
+        ax_w.set_xlabel("floor(log2 |w|) (binade)")
         ax_w.set_ylabel("fraction of weights")
-        ax_w.legend(fontsize=6)
+        ax_w.set_ylim(bottom=0)   # a share: a flat histogram must not be magnified around its level
+        ax_w.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     ax_w.set_title("weight histograms (log2 |w|)", fontsize=9)
     g = pick(diag[(diag.metric == GRAD_NORM) & (diag.role == "weight")])
     if g.empty:
@@ -302,11 +328,12 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
                        "train it with the diagnostics group 'gradients'")
     else:
         for i, (name, d) in enumerate(g.sort_values("step").groupby("layer", sort=True)):
-            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1, label=short_layer(name))
+            ax_g.plot(d.step, d.value, color=f"C{i % 10}", ls=("-", "--", ":")[i // 10 % 3], lw=1,
+                      label=layer_name(name))
         ax_g.set_yscale("log")
         ax_g.set_xlabel("step")
-        ax_g.set_ylabel("||grad W|| (before clipping)")
-        ax_g.legend(fontsize=6)
+        ax_g.set_ylabel("||grad W|| before clipping (L2 norm)")
+        ax_g.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     ax_g.set_title("gradient flow: weight-gradient norm per layer", fontsize=9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

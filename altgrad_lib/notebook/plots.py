@@ -7,6 +7,7 @@ notebooks stay small.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Iterable
 
 import matplotlib.pyplot as plt
@@ -14,14 +15,23 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from altgrad_lib.notebook.figure_check import MIN_DPI
+from altgrad_lib.notebook.names import COLUMNS, column_label, layer_name
 from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 FIGSIZE = (8, 4)
+DPI = 120   # 80 dpi gave 640 px wide figures with 7-9 px text (issue 28); figure_check requires >= MIN_DPI
+# Runs that are controls, not variants: the Δ panel of loss_curves leaves them out (their +0.45 nats set its range)
+CONTROL_MARKERS = ("freeze_blocks", "frozen", "control")
 SUBNORMAL_STYLE = dict(color="0.85", zorder=0, label="subnormal")
 
 
-def setup(dpi: int = 80) -> None:
-    """Notebook-wide style: small PNGs, grid, readable fonts."""
+def setup(dpi: int = DPI) -> None:
+    """Notebook-wide style: grid, readable fonts, dpi >= MIN_DPI (a lower `dpi` is raised to DPI, with a warning)."""
+    if dpi < MIN_DPI:
+        warnings.warn(f"plots.setup(dpi={dpi}): below {MIN_DPI} dpi figure text is unreadable; using {DPI}",
+                      stacklevel=2)
+        dpi = DPI
     plt.rcParams.update({"figure.dpi": dpi, "savefig.dpi": dpi, "figure.figsize": FIGSIZE,
                          "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
                          "axes.spines.top": False, "axes.spines.right": False})
@@ -49,7 +59,7 @@ def format_grid(fmt: FloatFormat | str, binades: pd.DataFrame) -> Figure:
             color=["0.6" if r == "subnormal" else "C0" for r in binades.region], edgecolor="white")
     ax1.set_xscale("log", base=2)
     ax1.set_xlabel("|value| (log2 scale)")
-    ax1.set_ylabel("values per binade")
+    ax1.set_ylabel("values per binade (count)")
     ax1.set_xlim(v[0] / 2, v[-1] * 2)
     fig.tight_layout()
     return fig
@@ -65,12 +75,12 @@ def rounding_error(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
     ax.axhline(2.0 ** -(f.mbits + 1), color="k", ls="--", lw=1, label=f"$2^{{-{f.mbits + 1}}}$ unit roundoff")
     _shade_subnormal(ax, f, df.x.min())
     ax.axvline(f.max, color="C3", lw=1, label="max")
-    ax.set(xscale="log", yscale="log", xlabel="|x| (log scale)", ylabel="relative error |Q(x)-x| / |x|",
+    ax.set(xscale="log", yscale="log", xlabel="|x| (log scale)", ylabel="relative error |Q(x)−x|/|x| (dimensionless)",
            title=f"{f.name}: relative rounding error vs magnitude")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_ylim(floor / 2, 4)
-    ax.legend(loc="lower left", fontsize=8, markerscale=4, framealpha=0.9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=8, markerscale=4)
     fig.tight_layout()
     return fig
 
@@ -79,15 +89,15 @@ def ulp_stiffness(df: pd.DataFrame, fmt: FloatFormat | str) -> Figure:
     """Left: ULP up/down (= stiffness S) at each grid value. Right: ulp/|w|, the smallest relative move."""
     f = get_format(fmt)
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE)
-    for ax, cols, ylabel in ((ax0, ("ulp_up", "ulp_down"), "ULP (absolute spacing)"),
-                             (ax1, ("rel_ulp_up", "rel_ulp_down"), "relative spacing ULP / |w|")):
+    for ax, cols, ylabel in ((ax0, ("ulp_up", "ulp_down"), "ULP: absolute spacing (units of w)"),
+                             (ax1, ("rel_ulp_up", "rel_ulp_down"), "relative spacing ULP/|w| (dimensionless)")):
         ax.step(df.w, df[cols[0]], where="post", color="C0", label="up (away from 0)")
         ax.step(df.w, df[cols[1]], where="post", color="C1", ls="--", label="down (toward 0)")
         _shade_subnormal(ax, f, df.w.min())
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ax.set(xlabel="|w| on the grid (log2)", ylabel=ylabel)
-        ax.legend(fontsize=8)
+        ax.set(xlabel="|w| on the grid (log2 scale)", ylabel=ylabel)
+    ax0.legend(fontsize=8, loc="upper left")   # ULP grows with |w|: the upper left is empty
     fig.suptitle(f"{f.name}: grid spacing = stiffness S, and relative spacing (subnormals shaded)")
     fig.tight_layout()
     return fig
@@ -101,16 +111,19 @@ def sr_bias(df: pd.DataFrame, fmt: FloatFormat | str, n_samples: int) -> Figure:
     colors = {a: f"C{i}" for i, a in enumerate(df.anchor.unique())}
     ax0.bar(idx, df.bias_z, color=[colors[a] for a in df.anchor])
     ax0.axhspan(-3, 3, color="0.9", zorder=0, label="±3σ")
-    ax0.set(xlabel="probe point (grouped by binade)", ylabel="bias / standard error",
+    ax0.set(xlabel="probe point (grouped by binade)", ylabel="bias (standard errors)",
             title=f"bias, {n_samples} draws per point")
-    ax0.legend(fontsize=8)
+    ax0.xaxis.get_major_locator().set_params(integer=True)   # probe points are whole numbers, no 2.5 ticks
+    ax0.set_ylim(-5, 5)   # the ±3σ band in the middle, room above it for the legend
+    ax0.legend(fontsize=8, loc="upper right")
     for a, c in colors.items():
         d = df[df.anchor == a]
         ax1.plot(d.frac, d["var"] / (d.hi - d.lo) ** 2, "o", color=c, label=a)
     p = np.linspace(0, 1, 101)
     ax1.plot(p, p * (1 - p), "k--", lw=1, label="p(1-p)")
-    ax1.set(xlabel="p = (x - lo) / ulp", ylabel="Var[Q(x)] / ulp²", title="variance")
-    ax1.legend(fontsize=8)
+    ax1.set(xlabel="p = (x − lo)/ulp (fraction of an ulp)", ylabel="Var[Q(x)] (ulp²)", title="variance")
+    ax1.set_ylim(0, 0.4)   # p(1-p) peaks at 0.25: room above it for the legend
+    ax1.legend(fontsize=8, loc="upper center", ncol=3)
     fig.suptitle(f"{f.name}: stochastic rounding is unbiased with Bernoulli variance")
     fig.tight_layout()
     return fig
@@ -142,20 +155,26 @@ def format_tradeoff(summary: pd.DataFrame, x: str, y: str, label: str = "format"
                 cluster.append(r)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set(xlabel=f"{x} (log2)", ylabel=f"{y} (log2)", title="range vs precision across formats")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set(xlabel=column_label(x, "log2 scale"), ylabel=column_label(y, "log2 scale"),
+           title="range vs precision across formats")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
 
 
 def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str = "loss",
-                log_x: bool = False, baseline: str | None = None) -> Figure:
+                log_x: bool = False, baseline: str | None = None, controls: Iterable[str] | None = None) -> Figure:
     """Train (thin) and val (markers) cross-entropy per run; dashed line = unigram entropy.
 
     With `baseline` (a label in `losses`), a lower panel shows each run's loss minus the baseline's at the
-    same step, which is where differences of 1e-3 nats between near-identical curves become visible.
+    same step, which is where differences of 1e-3 nats between near-identical curves become visible. Controls
+    (`controls`; default the labels naming CONTROL_MARKERS, e.g. "hp freeze_blocks") stay out of that panel: a
+    frozen-blocks control sits ~0.5 nats above and would set its range; the panel names them and their final gap.
     """
     labels = list(dict.fromkeys(losses.label))
+    controls = ([lb for lb in labels if any(m in str(lb) for m in CONTROL_MARKERS)] if controls is None
+                else [lb for lb in controls if lb in labels])
+    left_out = []
     width = FIGSIZE[0] + 1.5 + 0.05 * max((len(str(lb)) for lb in labels), default=0)   # + the legend column
     if baseline is None:
         fig, ax = plt.subplots(figsize=(width, FIGSIZE[1]))
@@ -169,7 +188,9 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
             ax.plot(tr.step, tr.loss, color=f"C{i}", lw=0.8, alpha=0.6, label=f"{label} train")
         if len(va):
             ax.plot(va.step, va.loss, "o-", color=f"C{i}", ms=3, label=f"{label} val")
-        if axd is not None and label != baseline:
+        if axd is not None and label in controls and label != baseline:
+            left_out.append(label)
+        elif axd is not None and label != baseline:
             for split, style in (("train", dict(lw=0.8, alpha=0.5)), ("val", dict(marker="o", ms=3))):
                 mine = d[d.split == split].set_index("step").loss
                 ref = losses[(losses.label == baseline) & (losses.split == split)].set_index("step").loss
@@ -192,6 +213,16 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
     if axd is not None:
         axd.axhline(0, color="k", lw=0.8)
         axd.set(xlabel="step", ylabel=f"loss - {baseline} (nats)")
+        if left_out:
+            gaps = []
+            for lb in left_out:
+                d = losses[losses.label == lb]
+                split = "val" if (d.split == "val").any() else "train"
+                mine = d[d.split == split].set_index("step").loss
+                ref = losses[(losses.label == baseline) & (losses.split == split)].set_index("step").loss
+                delta = (mine - ref).dropna()
+                gaps.append(f"{lb} ({delta.iloc[-1]:+.2f} at step {delta.index[-1]})" if len(delta) else str(lb))
+            axd.set_title("not drawn here (controls, off this scale): " + ", ".join(gaps), fontsize=8)
     else:
         ax.set_xlabel("step")
     fig.tight_layout()
@@ -207,10 +238,10 @@ def sqnr_bars(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32",
     w = 0.8 / max(len(cols), 1)
     finite = df[cols].replace([np.inf, -np.inf], np.nan)
     for i, c in enumerate(cols):
-        ax.bar(idx + (i - (len(cols) - 1) / 2) * w, finite[c], width=w, label=c.replace("_sqnr_db", ""))
-    ax.set_xticks(idx, df.layer, rotation=60, ha="right", fontsize=7)
+        ax.bar(idx + (i - (len(cols) - 1) / 2) * w, finite[c], width=w, label=COLUMNS.get(c, (c, ""))[0])
+    ax.set_xticks(idx, [layer_name(lb) for lb in df.layer], rotation=60, ha="right", fontsize=7)
     ax.set(ylabel="SQNR (dB, higher = closer to FP32)", title=title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
 
@@ -255,7 +286,7 @@ def paired_gaps(gaps: pd.DataFrame, claims: pd.DataFrame, title: str = "paired g
     deltas = claims.delta_nats.dropna()
     if len(deltas):
         ax.axhspan(-float(deltas.iloc[0]), float(deltas.iloc[0]), color="0.9", zorder=0, label="±δ")
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.axhline(0.0, color="0.4", lw=0.8)
     ax.set_xticks(range(len(levels)), [str(lv) for lv in levels], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="val loss gap vs baseline (nats)", xlabel="recipe (dots: seeds; diamond: mean, 95 % CI)",
@@ -277,7 +308,7 @@ def sqnr_heatmap(df: pd.DataFrame, title: str = "per-layer SQNR vs FP32 (dB)") -
         for q, short in quantities.items():
             if q in d:
                 cols[f"{b} {short}".strip()] = d[q].replace([np.inf, -np.inf], np.nan)
-    mat = pd.DataFrame(cols)
+    mat = pd.DataFrame(cols).rename(index=layer_name)
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(layers) + 1.5))
     sns.heatmap(mat, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "SQNR (dB)"}, ax=ax,
                 annot_kws={"fontsize": 7})
@@ -314,6 +345,6 @@ def lr_envelope(trials: pd.DataFrame, by: str = "recipe", title: str = "LR stabi
     ax.set_ylabel("final validation loss (nats/token)")
     ax.set_title(f"{title}: o stable, x unstable (top edge: diverged), -- largest stable lr")
     ax.set_ylim(top=top * 1.02)
-    ax.legend(fontsize=8, title=by, title_fontsize=8)
+    ax.legend(fontsize=8, title=by, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig

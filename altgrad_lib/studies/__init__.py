@@ -6,6 +6,7 @@
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
     claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
     sequential.py  seeds until resolved: group-sequential boundaries, the looks replayed from study.csv
+    until_resolved.py  the same for a notebook's variants (train_variants + the replay, keyed by label)
     stats.py       Welch / Student-t primitives and the frozen-blocks control rule
     envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity
     diagnosis.py   per-format mechanism verdicts from the monitors (notebook 04)

@@ -82,11 +82,13 @@ NO_DELTA = "inconclusive (equivalence not tested: state delta)"
 NOT_TRAINING = "not training its blocks"
 WORSE_THAN_CONTROL = "worse (below its frozen-blocks control)"
 SMOKE = "smoke test: no verdict"
+TOO_FEW = "too few seeds"
 COLUMNS = ("comparison", "level", "baseline", "value", "n_seeds", "n_diverged", "n_diverged_baseline", "n", "seeds",
            "mean", "mean_baseline", "gap_nats", "gap_lo", "gap_hi", "ci_level", "ci_lo", "ci_hi", "window_nats",
            "gap_window", "p_paired", "p_perm", "signs", "p_welch", "p_holm", "delta_nats", "p_tost", "equiv_bound",
            "mde_nats", "control", "smoke", "positive_control", "verdict")
 EXTRA = ("sd_nats", "control_ok")   # kept for re-judging a stacked table (`judge`), not printed
+SEQUENTIAL = ("fixed_verdict", "look", "p_bound", "p_bound_tost")   # what studies/sequential.py adds to a table
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def verdict(row: dict[str, Any], alpha: float = ALPHA, lower_is_better: bool = T
     if k:
         return f"diverged in {k}/{seeds} seeds{note}"
     if row["n"] < 2:
-        return f"too few seeds (n = {row['n']} pairs; need >= 2){note}"
+        return f"{TOO_FEW} (n = {row['n']} pairs; need >= 2){note}"
     sig = row["p_holm"] < alpha   # NaN compares False
     harmful = (row["gap_nats"] > 0) == lower_is_better
     if row.get("control_ok") is False:
@@ -254,8 +256,6 @@ def is_harm(verdict_text: str) -> bool:
 def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER, lower_is_better: bool = True) -> pd.DataFrame:
     """Holm, the MDE, the verdict-level CI, the verdicts and the positive controls of `table` as ONE family (a
     claims_table, or several stacked with pd.concat: what variants.reference_claims does); returns a copy."""
-    from scipy import stats
-
     t = table.copy()
     if t.empty:
         return t
@@ -267,18 +267,32 @@ def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER, lower
     with np.errstate(divide="ignore", invalid="ignore"):
         a_row = np.where(np.isfinite(ph) & (ph > 0), alpha * p / ph, alpha / m)   # Holm's level for this row
     level = np.where(t.verdict.str.startswith("equivalent"), 1 - 2 * alpha, 1 - a_row)
-    level = np.where(t.smoke.astype(bool), 0.95, level) if "smoke" in t else level
-    n = t.n.to_numpy(float)
-    with np.errstate(invalid="ignore"):
-        half = np.where(n >= 2, stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * t.sd_nats.to_numpy(float)
-                        / np.sqrt(np.maximum(n, 1)), math.nan)
-    t["ci_level"], t["ci_lo"], t["ci_hi"] = level, t.gap_nats - half, t.gap_nats + half
+    smoke = t.smoke.astype(bool).to_numpy() if "smoke" in t else np.zeros(len(t), dtype=bool)
+    level = np.where(smoke, 0.95, level)
+    t["ci_level"] = level
+    t["ci_lo"], t["ci_hi"] = ci_at(t.gap_nats, t.sd_nats, t.n, level)
     pc = t.positive_control.astype(str) != ""
-    harm = t.verdict.map(is_harm)
-    t.loc[pc, "positive_control"] = np.where(harm[pc], "resolved", "NOT resolved")
-    if "smoke" in t:
-        t.loc[pc & t.smoke.astype(bool), "positive_control"] = "not judged (smoke test)"
+    t.loc[pc, "positive_control"] = [positive_control_state(v, s) for v, s in zip(t.verdict[pc], smoke[pc])]
     return t
+
+
+def ci_at(gap: Any, sd: Any, n: Any, level: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Paired-t CI gap ± t_{(1+level)/2, n−1} · sd/√n at `level` (arrays or scalars; NaN where n < 2)."""
+    from scipy import stats
+
+    gap, sd, n, level = (np.asarray(x, dtype=float) for x in (gap, sd, n, level))
+    with np.errstate(invalid="ignore"):
+        half = np.where(n >= 2, stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1)),
+                        math.nan)
+    return gap - half, gap + half
+
+
+def positive_control_state(verdict_text: str, smoke: bool = False) -> str:
+    """A positive control's column: "resolved" when its verdict is a harm (is_harm), "not judged (smoke test)" in a
+    smoke test, else "NOT resolved"."""
+    if smoke:
+        return "not judged (smoke test)"
+    return "resolved" if is_harm(verdict_text) else "NOT resolved"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -483,7 +497,7 @@ def by_columns(table: pd.DataFrame) -> list[str]:
     """The configuration columns a claims table was grouped by (not its statistics, not the axis = `level`)."""
     level = table["level"].astype(object).to_numpy()   # by value: pandas' str dtype vs object would never be equal
     return [c for c in table.columns
-            if c not in COLUMNS and c not in EXTRA and not (table[c].astype(object).to_numpy() == level).all()]
+            if c not in COLUMNS and c not in EXTRA and c not in SEQUENTIAL and not (table[c].astype(object).to_numpy() == level).all()]
 
 
 def positive_control_lines(table: pd.DataFrame) -> list[str]:
@@ -532,8 +546,9 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
     write_csv(path, table)
 
 
-__all__ = ["ALPHA", "POWER", "DELTA_NATS", "SD_CONFIDENCE", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SMOKE",
-           "NOT_TRAINING", "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "sign_flip_p", "holm", "tost_p",
-           "power_paired", "mde", "sd_upper", "verdict_mde", "paired_row", "verdict", "is_harm", "judge", "in_nats",
-           "default_delta", "margin_line", "window_by_seed", "claims_table", "seed_gaps", "by_columns",
-           "control_check", "headline", "report_lines", "positive_control_lines", "describe", "write_claims"]
+__all__ = ["ALPHA", "POWER", "DELTA_NATS", "SD_CONFIDENCE", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SEQUENTIAL", "SMOKE",
+           "NOT_TRAINING", "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "TOO_FEW", "sign_flip_p", "holm",
+           "tost_p", "power_paired", "mde", "sd_upper", "verdict_mde", "paired_row", "verdict", "is_harm", "judge",
+           "ci_at", "positive_control_state", "in_nats", "default_delta", "margin_line", "window_by_seed",
+           "claims_table", "seed_gaps", "by_columns", "control_check", "headline", "report_lines",
+           "positive_control_lines", "describe", "write_claims"]

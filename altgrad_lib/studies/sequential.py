@@ -27,9 +27,14 @@ error rates of claims.py's fixed-sample rules, so the verdicts here use group-se
                  each rejection raises the others' level, as Holm does. Family-wise false worse/better ≤ α.
   equivalent     the two one-sided TOST tests, each with one-sided boundaries at α: equivalent when TOST's p
                  (the larger of the two) is ≤ the look's one-sided bound. False "equivalent" (|gap| ≥ δ) ≤ α.
+  verdicts       claims.verdict's own rules (smoke, "diverged in k/n seeds", too few seeds, the frozen-blocks
+                 control, "state delta", the "(baseline diverged ...)" note) with its two p-value decisions
+                 replaced by the sequential ones above; δ is absolute (claims.DELTA_NATS unless stated), the same
+                 at every look. The CI beside a verdict is at the level of the bound it was held to (1 − p_bound;
+                 1 − 2·p_bound_tost beside "equivalent"), mde_nats the 80 %-power MDE at p_bound.
   stopping       a row whose variant is resolved gets no more seeds (non-binding: stopping only lowers the error);
-                 a row that claims.py calls something other than worse / better / equivalent / inconclusive
-                 ("not training its blocks", diverged, ...) is resolved by that verdict.
+                 open rows are "inconclusive ..." and "too few seeds ..." (OPEN); a look whose control check fails
+                 is a smoke test: no verdict, nothing open, no seed added.
 
 Everything is replayed from the study's index (`replay`): the looks are a deterministic function of the finished
 runs, so an interrupted study resumes where it was by re-running the same command, and `Study.claims` of a
@@ -51,7 +56,9 @@ import pandas as pd
 from scipy import optimize, special
 
 from altgrad_lib.io import write_csv
-from altgrad_lib.studies.claims import ALPHA, INCONCLUSIVE, NOT_TRAINING
+from altgrad_lib.studies import claims
+from altgrad_lib.studies.claims import (ALPHA, INCONCLUSIVE, SD_CONFIDENCE, SEQUENTIAL, TOO_FEW, ci_at,
+                                        positive_control_state, verdict, verdict_mde)
 
 SPENDING = ("pocock", "obf")
 SEED_PLAN_KEYS = ("min", "max", "step", "start", "spending")
@@ -59,7 +66,7 @@ SEQUENTIAL_FILE = "sequential.csv"
 _GRID_H = 0.01        # Simpson grid step of the recursive integration, in sd units of the score at each look
 _TAIL = 10.0          # one-sided boundaries: the continuation region is cut at −10 sd (mass ~1e-23)
 T_SIMS, T_SEED = 400_000, 20260   # null tables simulated for the t bounds (`nominal_bounds`); MC sd of α/8 ≈ 2 %
-OPEN = ("inconclusive", "equivalence not tested", "too few seeds")   # verdict prefixes that ask for more seeds
+OPEN = (INCONCLUSIVE, TOO_FEW)   # claims verdict prefixes that ask for more seeds (claims.NO_DELTA is inconclusive too)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -321,30 +328,49 @@ def _family(p: Mapping[str, Any]) -> str:
 # the verdicts of one look
 
 
-def _statistical(v: str) -> bool:
-    """claims.py verdicts that the sequential rule replaces (the others — not training, diverged, too few seeds —
-    are not p-value calls and stand)."""
-    return v in ("worse", "better") or v.startswith(("equivalent within", INCONCLUSIVE, "equivalence not tested"))
+def is_open(verdict_text: str) -> bool:
+    """A row that more seeds could resolve: "inconclusive" (with or without a δ) or "too few seeds", whatever note
+    follows (claims.verdict's wording); a smoke test, a harm, "not training its blocks" are not."""
+    return str(verdict_text).startswith(OPEN)
 
 
-def is_open(verdict: str) -> bool:
-    """A row that more seeds could resolve."""
-    return str(verdict).startswith(OPEN)
+def _judged(r: Mapping[str, Any], sig: bool, eq: bool, p_bound: float, p_bound_tost: float, alpha: float,
+            lower_is_better: bool) -> dict[str, Any]:
+    """One row's sequential verdict and the columns that depend on it. The verdict is claims.verdict's own rules
+    (smoke, diverged, too few seeds, the frozen-blocks control, the baseline note, "state delta") with its two
+    p-value decisions replaced by the group-sequential ones: p_holm < α becomes `sig`, p_tost < α becomes `eq`.
+    The CI is at the level of the bound the verdict was held to (1 − p_bound; 1 − 2·p_bound_tost beside
+    "equivalent", TOST's CI at its one-sided bound; 95 % in a smoke test): it excludes 0 exactly when the look's p
+    crossed. mde_nats is claims.verdict_mde at that bound (one row at level p_bound, 80 % UCB of the sd): the
+    smallest gap this look alone detects with 80 % power (the looks before it only add power)."""
+    smoke = bool(r.get("smoke") is True)
+    v = verdict({**r, "p_holm": 0.0 if sig else 1.0, "p_tost": 0.0 if eq else 1.0}, alpha, lower_is_better)
+    level = 0.95 if smoke else 1 - 2 * p_bound_tost if v.startswith("equivalent") else 1 - p_bound
+    lo, hi = ci_at(r["gap_nats"], r.get("sd_nats", math.nan), r["n"], level)
+    out = {"verdict": v, "ci_level": level, "ci_lo": float(lo), "ci_hi": float(hi),
+           "mde_nats": verdict_mde(int(r["n"]), float(r.get("sd_nats", math.nan)), 1, p_bound)
+           if p_bound > 0 else math.nan}
+    if str(r.get("positive_control", "")) != "":
+        out["positive_control"] = positive_control_state(v, smoke)
+    return out
 
 
 def sequential_verdicts(table: pd.DataFrame, keys: list[tuple], history: Mapping[tuple, list], plan: SeedPlan,
-                        alpha: float = ALPHA, lower_is_better: bool = True) -> pd.DataFrame:
+                        alpha: float = ALPHA, lower_is_better: bool = True,
+                        family: str | None = "comparison") -> pd.DataFrame:
     """`table` (claims rows, keys[i] the key of row i) with verdicts by the group-sequential rule; history[key] =
-    [(look index, p_paired, p_tost), ...]. Adds fixed_verdict (claims.py's fixed-sample verdict: not valid after
-    several looks, kept for reference), look (1-based look of the row's last data), p_bound (the two-sided bound
-    its p was held to: look, Holm level), p_bound_tost; p_holm stays the fixed-sample number."""
+    [(look index, p_paired, p_tost), ...]. One Holm family per value of the `family` column (None: the whole
+    table, e.g. variants.reference_claims' one family over formats). Adds fixed_verdict (claims.py's fixed-sample
+    verdict: not valid after several looks, kept for reference), look (1-based look of the row's last data),
+    p_bound (the two-sided bound its p was held to: look, Holm level), p_bound_tost; rewrites verdict, ci_level /
+    ci_lo / ci_hi, mde_nats and positive_control (`_judged`); p_holm stays the fixed-sample number."""
     out = table.reset_index(drop=True).copy()
     looks, K = plan.looks, len(plan.looks)
-    out["fixed_verdict"] = out["verdict"]
-    out["look"], out["p_bound"], out["p_bound_tost"] = 0, math.nan, math.nan
+    fixed, look, p_bound, p_bound_tost = SEQUENTIAL
+    out[fixed], out[look], out[p_bound], out[p_bound_tost] = out["verdict"], 0, math.nan, math.nan
     bound1 = nominal_bounds(looks, plan.max, alpha, plan.spending, 1)
-    comp = out["comparison"] if "comparison" in out else pd.Series("", index=out.index)
-    for _, idx in out.groupby(comp, sort=False).groups.items():
+    fam = out[family] if family is not None and family in out else pd.Series("", index=out.index)
+    for _, idx in out.groupby(fam, sort=False).groups.items():
         idx = list(idx)
         p2, pt = np.full((len(idx), K), math.nan), np.full((len(idx), K), math.nan)
         last = np.zeros(len(idx), dtype=int)
@@ -354,23 +380,45 @@ def sequential_verdicts(table: pd.DataFrame, keys: list[tuple], history: Mapping
         b2 = holm_bounds(looks, plan.max, len(idx), alpha, plan.spending)
         sig, eq, div = sequential_calls(p2, pt, b2, bound1)
         for j, i in enumerate(idx):
-            r = out.loc[i]
-            v = str(r["verdict"])
-            harm = bool((r["gap_nats"] > 0) == lower_is_better)
-            if _statistical(v):
-                v = ("worse" if harm else "better") if sig[j] else \
-                    f"equivalent within ±{r['delta_nats']:.3g}" if eq[j] else \
-                    INCONCLUSIVE if v in ("worse", "better") or v.startswith("equivalent within") else v
-            out.at[i, "verdict"] = v
-            out.at[i, "look"] = int(last[j]) + 1
-            out.at[i, "p_bound"] = float(b2[div[j] - 1, last[j]])
-            out.at[i, "p_bound_tost"] = float(bound1[last[j]])
-            pc = str(r.get("positive_control", ""))
-            if pc in ("resolved", "NOT resolved"):
-                hit = v == "worse" if _statistical(str(r["verdict"])) else bool(sig[j] and harm) \
-                    if v == NOT_TRAINING else pc == "resolved"     # diverged & co: claims.py's call stands
-                out.at[i, "positive_control"] = "resolved" if hit else "NOT resolved"
+            pb, pbt = float(b2[div[j] - 1, last[j]]), float(bound1[last[j]])
+            upd = _judged(out.loc[i].to_dict(), bool(sig[j]), bool(eq[j]), pb, pbt, alpha, lower_is_better)
+            upd.update(look=int(last[j]) + 1, p_bound=pb, p_bound_tost=pbt)
+            for c, val in upd.items():
+                out.at[i, c] = val
     return out
+
+
+def mark_smoke(table: pd.DataFrame, alpha: float = ALPHA, lower_is_better: bool = True) -> pd.DataFrame:
+    """A sequential table as a smoke test (the control check failed): smoke True, verdict "smoke test: no verdict",
+    the 95 % CI, positive controls "not judged" (the rules of `_judged`)."""
+    out = table.copy()
+    out["smoke"] = True
+    for i in out.index:
+        r = out.loc[i].to_dict()
+        for c, val in _judged(r, False, False, float(r.get("p_bound", math.nan)),
+                              float(r.get("p_bound_tost", math.nan)), alpha, lower_is_better).items():
+            out.at[i, c] = val
+    return out
+
+
+def describe_sequential(table: pd.DataFrame, plan: SeedPlan, alpha: float = ALPHA) -> str:
+    """claims.describe's paragraph for a sequential table: the rules the verdicts, CIs and MDEs were held to."""
+    if table.empty or ("smoke" in table and table.smoke.astype(bool).all()):
+        return claims.describe(table)
+    deltas = sorted(set(np.round(table.delta_nats.dropna().to_numpy(float), 6)))
+    delta_txt = (", ".join(f"{d:.4g}" for d in deltas) + " nats" if deltas
+                 else "none (state `delta`: equivalence not tested)")
+    mdes = table.mde_nats.dropna()
+    mde_txt = f"{mdes.min():.4f}..{mdes.max():.4f} nats" if len(mdes) else "n/a (fewer than 2 pairs)"
+    return (f"paired by seed, seeds until resolved ({plan.min}..{plan.max}, looks at n = "
+            f"{', '.join(map(str, plan.looks))}, {plan.spending} α-spending); a seed that diverged or did not learn "
+            f"stays in its row ('diverged in k/n seeds', a harm); worse/better: a look's paired-t p <= its "
+            f"group-sequential bound p_bound at Holm's level over the table (family-wise α = {alpha}), CI at "
+            f"1 − p_bound; equivalent: TOST p <= the look's one-sided bound p_bound_tost within ±δ, δ = {delta_txt} "
+            f"(stated before the runs), CI at 1 − 2·p_bound_tost; p_holm and fixed_verdict are the fixed-sample "
+            f"numbers, not valid after several looks; MDE (80 % power at the row's p_bound, with the "
+            f"{SD_CONFIDENCE:.0%} upper confidence bound of its sd): {mde_txt}; 'inconclusive' at the last look means "
+            f"the seeds cannot tell, not 'no effect'")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -400,13 +448,17 @@ class Replay:
 FINISHED_STATUS_EXCLUDED = ("pending", "interrupted")   # any other status (completed, diverged, failed) is a result
 
 
-def replay(frame: pd.DataFrame, plan: SeedPlan, candidates: list[Candidate], claims: Callable[[pd.DataFrame], pd.DataFrame],
+def replay(frame: pd.DataFrame, plan: SeedPlan, candidates: list[Candidate],
+           claims: Callable[[pd.DataFrame, bool], pd.DataFrame],
            involved: Callable[[Mapping[str, Any]], tuple[set, set]], row_key: Callable[[Mapping[str, Any]], tuple],
-           alpha: float = ALPHA) -> Replay:
+           alpha: float = ALPHA, smoke: Callable[[pd.DataFrame], bool] | None = None,
+           family: str | None = "comparison") -> Replay:
     """Replay the looks on `frame` (an index: run, status, ...): the minimum seeds of every configuration, the
-    claims (`claims(sub-frame)`), the sequential verdicts, then `step` more seeds for the configurations
-    `involved(row)` = (variant keys, baseline and control keys) of each open row, until no row is open, the last
-    look, or a run that is not in `frame` (then `missing` lists what to run)."""
+    claims (`claims(sub-frame, smoke)`, smoke = `smoke(sub-frame)`: the control check failed at this look, so no
+    row gets a verdict and none is open: a smoke test stops at the look where it is one), the sequential verdicts
+    (one Holm family per `family` value), then `step` more seeds for the configurations `involved(row)` = (variant
+    keys, baseline and control keys) of each open row, until no row is open, the last look, or a run that is not in
+    `frame` (then `missing` lists what to run)."""
     done = frame.loc[~frame.status.isin(FINISHED_STATUS_EXCLUDED), "run"] if len(frame) else pd.Series(dtype=str)
     present = set(done)
     allowed: dict[tuple, int] = {}
@@ -419,7 +471,8 @@ def replay(frame: pd.DataFrame, plan: SeedPlan, candidates: list[Candidate], cla
         missing = [c for c in need if c.name not in present]
         if missing:
             return Replay(table, need, missing, pd.DataFrame(log))
-        table = claims(frame[frame.run.isin({c.name for c in need})])
+        sub = frame[frame.run.isin({c.name for c in need})]
+        table = claims(sub, bool(smoke(sub)) if smoke is not None else False)
         keys = [row_key(r) for r in table.to_dict("records")]
         for r, key in zip(table.to_dict("records"), keys):
             variant, _ = involved(r)
@@ -427,7 +480,7 @@ def replay(frame: pd.DataFrame, plan: SeedPlan, candidates: list[Candidate], cla
             k = looks.index(n) if n in looks else look
             if not history.get(key) or history[key][-1][0] < k:
                 history.setdefault(key, []).append((k, float(r["p_paired"]), float(r["p_tost"])))
-        table = sequential_verdicts(table, keys, history, plan, alpha)
+        table = sequential_verdicts(table, keys, history, plan, alpha, family=family)
         open_rows = [r for r in table.to_dict("records") if is_open(r["verdict"])]
         log += [{"look": look + 1, "n_seeds": looks[look], **{c: r[c] for c in ("comparison", "level") if c in r},
                  "n": r["n"], "seeds": r.get("seeds", ""), "gap_nats": r["gap_nats"], "p_paired": r["p_paired"],
@@ -466,8 +519,11 @@ def study_candidates(study: Any, plan: SeedPlan) -> tuple[list[Candidate], list[
     return cands, cols, values
 
 
-def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None) -> Replay:
-    """`replay` of a Study (its comparisons' claims tables, configurations keyed by their index values)."""
+def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None, smoke: bool = False) -> Replay:
+    """`replay` of a Study (its comparisons' claims tables, configurations keyed by their index values). Each look
+    is a smoke test when the study's control check of that look's runs fails (Study.control without the unigram
+    entropy: the run loop and every later replay see the same looks); `smoke` (Study.report's control check of all
+    the runs, with the entropy) also marks the final table a smoke test (`mark_smoke`)."""
     plan = plan or study.seed_plan
     fixed = dataclasses.replace(study, seed_plan=None)
     cands, cols, values = study_candidates(study, plan)
@@ -491,7 +547,11 @@ def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None) 
         return variant, baseline | {k for k in ctl if values[k][axis] in (base, str(r["level"]))}
 
     empty = pd.DataFrame(columns=["run", "status"])
-    return replay(empty if frame is None else frame, plan, cands, fixed.claims, involved, row_key)
+    rep = replay(empty if frame is None else frame, plan, cands, lambda f, s: fixed.claims(f, smoke=s), involved,
+                 row_key, smoke=lambda f: study.control(f)[1] is False)
+    if smoke and len(rep.table):
+        rep.table = mark_smoke(rep.table)
+    return rep
 
 
 def run_until_resolved(study: Any, run: Callable[[list], pd.DataFrame], log: Callable[[str], None] = print,
@@ -528,7 +588,7 @@ def dry_run_lines(study: Any, plan: SeedPlan) -> tuple[list[str], list]:
             "the estimate below is the worst case"], worst
 
 
-__all__ = ["SPENDING", "SEED_PLAN_KEYS", "SEQUENTIAL_FILE", "spend", "boundaries", "z_nominal_bounds", "nominal_bounds", "holm_bounds",
-           "sequential_calls", "SeedPlan", "per_seed_points", "plan_for", "with_seeds", "is_open",
-           "sequential_verdicts", "Candidate", "Replay", "replay", "study_candidates", "study_replay",
-           "run_until_resolved", "dry_run_lines"]
+__all__ = ["SPENDING", "SEED_PLAN_KEYS", "SEQUENTIAL_FILE", "spend", "boundaries", "z_nominal_bounds",
+           "nominal_bounds", "holm_bounds", "sequential_calls", "SeedPlan", "per_seed_points", "plan_for", "with_seeds",
+           "is_open", "sequential_verdicts", "mark_smoke", "describe_sequential", "Candidate", "Replay", "replay",
+           "study_candidates", "study_replay", "run_until_resolved", "dry_run_lines"]

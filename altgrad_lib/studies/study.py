@@ -402,7 +402,7 @@ class Study:
         if self.seed_plan is not None:   # seeds until resolved: the looks replayed, sequential verdicts
             from altgrad_lib.studies.sequential import study_replay
 
-            return study_replay(self, frame).table
+            return study_replay(self, frame, smoke=smoke).table
         tables = [self._claims_of(frame, c, smoke) for c in self.comparisons]
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
@@ -445,8 +445,10 @@ class Study:
         ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
         table = self.claims(frame, smoke=clear is False)
         lines = report_lines(table, clear, sentence)
-        if self.seed_plan is not None:
-            lines.append(self.seed_plan.describe())
+        if self.seed_plan is not None:   # the rules a sequential table was judged by replace the fixed-sample ones
+            from altgrad_lib.studies.sequential import describe_sequential
+
+            lines[-1:] = [self.seed_plan.describe(), describe_sequential(table, self.seed_plan)]
         if write:
             self.claim_dir()
             write_claims(table, self.claims_path)
@@ -627,8 +629,10 @@ def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
     return run_point(config, resume)
 
 def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int], *,
-                   study: str | None = None, executor: Any = None, **train_kwargs: Any) -> dict[str, Any]:
-    """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>".
+                   study: str | None = None, executor: Any = None, only: Iterable[tuple[str, int]] | None = None,
+                   **train_kwargs: Any) -> dict[str, Any]:
+    """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>". `only`: the
+    (label, seed) pairs to train, a subset of variants x seeds (seeds until resolved: until_resolved.py).
 
     The runs still to train go through the study layer (study.run_points): side by side on `executor`
     (default executors.auto_executor: on CPU one single-threaded worker per core), with an index
@@ -644,8 +648,11 @@ def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: I
     from altgrad_lib.training.loop import train
 
     keyed = []
+    wanted = None if only is None else {(str(lb), int(s)) for lb, s in only}
     for seed in seeds:
         for label, overrides in variants.items():
+            if wanted is not None and (label, int(seed)) not in wanted:
+                continue
             c = cfg.replace(seed=int(seed), **overrides).resolved()
             keyed.append((f"{label} s{seed}", StudyPoint(c.run_name, {"label": label, "seed": int(seed)}, c)))
     unique: dict[str, Any] = {}

@@ -1,0 +1,308 @@
+"""Every plotting function of altgrad_lib/notebook/ drawn on small synthetic data and checked by
+notebook/figure_check.py (units on every axis, no constant or all-NaN image, no legend over data, dpi >= 110, no
+internal metric names), plus the checker itself on figures built to break each rule, and the fixes of issue 28's
+figures (controls out of the Δ panel, "all zero" instead of a constant heatmap, the stiffness field's cropped rows,
+attention entropy against the uniform-attention reference).
+
+ALTGRAD_FIG_DIR=/some/dir saves every gallery figure there as PNG (to look at them)."""
+from __future__ import annotations
+
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from altgrad_lib.notebook import analysis, dashboard, plots
+from altgrad_lib.notebook import plots_diagnostics as pdiag
+from altgrad_lib.notebook.figure_check import figure_problems, internal_names, label_ok
+from altgrad_lib.notebook.names import layer_name, metric_label
+from altgrad_lib.numerics.formats import format_summary_table
+
+LAYERS = [f"transformer.h.{b}.{p}" for b in range(2) for p in ("attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                               "mlp.c_proj")]
+STEPS = [10, 20, 30, 40]
+
+
+def _run(metrics: dict[str, list[float]]):
+    rows = [(s, n, v) for n, vals in metrics.items() for s, v in zip(range(0, 50, 10), vals)]
+    return type("R", (), {"metrics": pd.DataFrame(rows, columns=["step", "name", "value"]), "dir": "x"})()
+
+
+def _curve(off: float) -> list[float]:
+    return [5.0 - 0.3 * i + off for i in range(5)]
+
+
+def _losses(with_control: bool = True) -> pd.DataFrame:
+    runs = {"hp": _run({"train/loss": _curve(0), "val/loss": _curve(0.02)})}
+    for i, name in enumerate(("E4M3", "E5M2", "E3M4")):
+        runs[name] = _run({"train/loss": _curve(0.005 * (i + 1)), "val/loss": _curve(0.02 + 0.008 * (i + 1))})
+    if with_control:   # the frozen-blocks control: +0.45 nats, as in notebook 04
+        runs["hp freeze_blocks"] = _run({"train/loss": _curve(0.45), "val/loss": _curve(0.47)})
+    return analysis.loss_table(runs)
+
+
+def _diag(zero_metric: str = "ctr.sat_frac") -> pd.DataFrame:
+    """A tidy diagnostics frame (monitors.read_diagnostics' columns) of two blocks over four steps."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for s in STEPS:
+        for lyr in LAYERS:
+            for role in ("X", "W", "dY"):
+                rows.append((s, lyr, role, "overflow_frac", float(rng.uniform(0, 1e-3))))
+                rows.append((s, lyr, role, zero_metric, 0.0))
+                rows.append((s, lyr, role, "grad_snr_db", float(rng.uniform(10, 30))))
+            rows.append((s, lyr, "X", "kurtosis", float(rng.uniform(0, 20) + s / 10)))
+            for k in range(-12, -3):   # scaled-grid ULPs: only rows -12..-4 hold weights (of -20..+8)
+                rows.append((s, lyr, "W", f"hist.log2ulp:{k}", (k + 13) / 45))
+            for k in (-20, -19, 7, 8):
+                rows.append((s, lyr, "W", f"hist.log2ulp:{k}", 0.0))
+            for k in range(-3, 4):
+                rows.append((s, lyr, "W", f"hist.dcode:{k}", float(0.9 if k == 0 else 0.1 / 6)))
+            for c in ("0x38", "0x39", "0x40", "0x41"):
+                rows.append((s, lyr, "W", f"hist.code:{c}", 0.25))
+            for k in range(-8, -2):
+                rows.append((s, lyr, "W", f"hist.log2w:{k}", 1 / 6))
+            rows.append((s, lyr, "weight", "grad_norm", float(0.1 + rng.uniform(0, 1))))
+        for b in range(2):
+            for h in range(2):   # a 0.003-nat drift, as in notebook 04
+                rows.append((s, f"transformer.h.{b}.attn", f"head{h}", "attn_entropy", 3.2029 + 0.00001 * s * h))
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+
+
+def _study_metrics() -> pd.DataFrame:
+    rows = []
+    for recipe, off in (("bf16", 0.0), ("fp8_hybrid", 0.05)):
+        for seed in (0, 1):
+            for step in (0, 10, 20):
+                run = f"{recipe}-s{seed}"
+                rows.append((run, recipe, seed, step, "val/loss", 5 - step / 10 + off + 0.01 * seed))
+                rows.append((run, recipe, seed, step, "train/grad_norm", 1 + seed + step / 20))
+    return pd.DataFrame(rows, columns=["run", "recipe", "seed", "step", "name", "value"])
+
+
+def _claims():
+    claims = pd.DataFrame({"level": ["E4M3", "E5M2"], "n": [2, 2], "gap_nats": [0.01, 0.03],
+                           "gap_lo": [0.0, 0.02], "gap_hi": [0.02, 0.04], "delta_nats": [0.01, 0.01]})
+    gaps = pd.DataFrame({"level": ["E4M3", "E4M3", "E5M2", "E5M2"], "seed": [0, 1, 0, 1],
+                         "gap_nats": [0.008, 0.012, 0.028, 0.032]})
+    return gaps, claims
+
+
+def _trials():
+    rows = []
+    for recipe, crit in (("bf16", 0.1), ("fmt:E5M2", 0.01)):
+        for lr in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
+            reason = "stable" if lr < crit else ("above_initial" if lr < 1 else "diverged")
+            rows.append({"recipe": recipe, "lr": lr, "stable": reason == "stable", "reason": reason,
+                         "final_val_loss": float("nan") if reason == "diverged" else 5 + lr})
+    return pd.DataFrame(rows)
+
+
+def _sqnr():
+    sq = pd.DataFrame({"layer": LAYERS + ["lm_head"], "out_sqnr_db": np.linspace(20, 30, 9),
+                       "grad_in_sqnr_db": np.linspace(15, 25, 9), "grad_w_sqnr_db": np.linspace(18, 28, 9)})
+    return sq
+
+
+def _final():
+    return pd.DataFrame({"config": ["bf16", "bf16", "fp8_hybrid", "fp8_hybrid"], "val/loss": [3.1, 3.2, 3.3, 3.35],
+                         "overflow_rate": [0.0, 0.0, 0.01, 0.02], "stall_rate": [0.1, 0.12, 0.3, 0.32]})
+
+
+GALLERY = {
+    "format_grid": lambda: plots.format_grid("E4M3", analysis.binade_counts("E4M3")),
+    "rounding_error": lambda: plots.rounding_error(analysis.rounding_error("E4M3", n=500), "E4M3"),
+    "ulp_stiffness": lambda: plots.ulp_stiffness(analysis.ulp_at_grid("E4M3"), "E4M3"),
+    "sr_bias": lambda: plots.sr_bias(analysis.sr_bias_variance("E4M3", n_samples=200), "E4M3", 200),
+    "format_tradeoff": lambda: plots.format_tradeoff(format_summary_table().reset_index(), x="dynamic_range_log2",
+                                                     y="values_per_binade", label="format", highlight="E4M3"),
+    "loss_curves": lambda: plots.loss_curves(_losses(False), entropy=6.2, title="bf16 baseline"),
+    "loss_curves_delta": lambda: plots.loss_curves(_losses(), entropy=6.2, title="formats vs hp", baseline="hp"),
+    "sqnr_bars": lambda: plots.sqnr_bars(_sqnr(), title="fp8_hybrid"),
+    "sqnr_heatmap": lambda: plots.sqnr_heatmap(pd.concat([_sqnr().assign(backend="sim"),
+                                                          _sqnr().assign(backend="torchao")]), title="fp8_hybrid"),
+    "bars": lambda: plots.bars(pd.Series({"sim": 100.0, "torchao": 50.0}), "throughput (tokens/s)", "throughput"),
+    "paired_gaps": lambda: plots.paired_gaps(*_claims()),
+    "lr_envelope": lambda: plots.lr_envelope(_trials()),
+    "layer_step_heatmap": lambda: pdiag.layer_step_heatmap(_diag(), "overflow_frac", "dY"),
+    "layer_step_heatmap_zero": lambda: pdiag.layer_step_heatmap(_diag(), "ctr.sat_frac", "X"),
+    "layer_step_heatmap_log": lambda: pdiag.layer_step_heatmap(_diag(), "overflow_frac", "X", log=True),
+    "layer_step_heatmap_snr": lambda: pdiag.layer_step_heatmap(_diag(), "grad_snr_db"),
+    "stiffness_field": lambda: pdiag.stiffness_field(_diag(), LAYERS[2]),
+    "hist_dcode": lambda: pdiag.hist_at_steps(_diag(), LAYERS[2], "hist.dcode"),
+    "hist_code": lambda: pdiag.hist_at_steps(_diag(), LAYERS[2], "hist.code", steps=[40]),
+    "attention_entropy": lambda: pdiag.attention_entropy(_diag(), seq_len=64, reference=3.5),
+    "kurtosis": lambda: pdiag.kurtosis(_diag()),
+    "curves": lambda: dashboard.curves(_study_metrics(), "val/loss", "recipe"),
+    "curves_grad": lambda: dashboard.curves(_study_metrics(), "train/grad_norm", "recipe"),
+    "parallel_coordinates": lambda: dashboard.parallel_coordinates(_final(), "config",
+                                                                   ["val/loss", "overflow_rate", "stall_rate"]),
+    "layer_heatmap": lambda: dashboard.layer_heatmap(_diag(), "overflow_frac", "W"),
+    "layer_heatmap_zero": lambda: dashboard.layer_heatmap(_diag(), "ctr.sat_frac"),
+    "drilldown": lambda: dashboard.drilldown(_diag(), "E4M3"),
+    "drilldown_layer": lambda: dashboard.drilldown(_diag(), "E4M3", layer=LAYERS[0]),
+    "drilldown_empty": lambda: dashboard.drilldown(None, "hp"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _style():
+    plots.setup()
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("name", sorted(GALLERY))
+def test_every_figure_passes_the_check(name):
+    fig = GALLERY[name]()
+    if os.environ.get("ALTGRAD_FIG_DIR"):
+        # bbox_inches="tight", as the notebooks' inline backend saves figures
+        fig.savefig(os.path.join(os.environ["ALTGRAD_FIG_DIR"], f"{name}.png"), bbox_inches="tight")
+    assert figure_problems(fig) == []
+
+
+def test_the_gallery_covers_every_plotting_function():
+    """A new plotting function (public, returns a Figure by its annotation) must get a gallery entry."""
+    import inspect
+
+    from altgrad_lib.notebook import optim_view
+
+    drawn = {"format_grid", "rounding_error", "ulp_stiffness", "sr_bias", "format_tradeoff", "loss_curves",
+             "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
+             "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
+             "layer_heatmap", "drilldown"}
+    found = set()
+    for mod in (plots, pdiag, dashboard, optim_view, analysis):
+        for n, f in vars(mod).items():
+            if (inspect.isfunction(f) and not n.startswith("_") and f.__module__ == mod.__name__
+                    and "Figure" in str(inspect.signature(f).return_annotation)):
+                found.add(n)
+    assert found == drawn
+
+
+# ---------------------------------------------------------------------------------------------- the checker
+
+
+def test_label_rule():
+    assert label_ok("cross-entropy (nats/token)") and label_ok("SQNR [dB]") and label_ok("training step")
+    assert label_ok("fraction of weights") and label_ok("count")
+    assert not label_ok("") and not label_ok("loss") and not label_ok("relative error |Q(x)-x| / |x|")
+
+
+def test_internal_names():
+    assert internal_names("ctr.sat_frac per layer") == ["ctr.sat_frac"]
+    assert internal_names("val/loss by recipe") == ["val/loss"]
+    assert internal_names("h.0.a.c_attn (step 10)") and internal_names("transformer.h.1.mlp.c_fc")
+    assert internal_names("validation loss (nats/token)") == [] and internal_names("block 0 attn QKV") == []
+    assert layer_name("transformer.h.0.attn.c_attn") == layer_name("h.0.a.c_attn") == "block 0 attn QKV"
+    assert layer_name("transformer.h.1.mlp.c_proj") == "block 1 MLP down" and layer_name("lm_head") == "LM head"
+    assert metric_label("val/loss") == "validation loss (nats/token)"
+
+
+def _bad(build) -> list[str]:
+    fig, ax = plt.subplots(dpi=120)
+    build(fig, ax)
+    out = figure_problems(fig)
+    plt.close(fig)
+    return out
+
+
+def test_the_checker_catches_each_defect():
+    def ok(fig, ax):
+        ax.plot([0, 1], [0, 1], label="a")
+        ax.set(xlabel="step", ylabel="loss (nats)", title="fine")
+        ax.legend(loc="lower right")
+    assert _bad(ok) == []
+
+    def low_dpi(fig, ax):
+        ok(fig, ax)
+        fig.set_dpi(80)
+    assert any("dpi" in p for p in _bad(low_dpi))
+
+    def no_unit(fig, ax):
+        ok(fig, ax)
+        ax.set_ylabel("loss")
+    assert any("names no unit" in p for p in _bad(no_unit))
+
+    def raw_name(fig, ax):
+        ok(fig, ax)
+        ax.set_title("ctr.sat_frac of h.0.a.c_attn")
+    assert any("internal names" in p for p in _bad(raw_name))
+
+    def on_data(fig, ax):
+        ok(fig, ax)
+        ax.plot([0, 0.1], [1, 0.9])   # a second line in the upper-left corner, under the legend box
+        ax.legend(loc="upper left")
+    assert any("legend covers" in p for p in _bad(on_data))
+
+    def constant(fig, ax):
+        im = ax.imshow(np.zeros((3, 4)))
+        fig.colorbar(im, ax=ax, label="overflow (fraction of elements)")
+        ax.set(xlabel="step", ylabel="layer")
+    assert any("constant" in p for p in _bad(constant))
+
+    def all_nan(fig, ax):
+        ax.imshow(np.full((3, 4), np.nan))
+        ax.set(xlabel="step", ylabel="layer")
+    assert any("all NaN" in p for p in _bad(all_nan))
+
+
+# ---------------------------------------------------------------------------------------------- the fixes
+
+
+def test_delta_panel_leaves_the_control_out_and_says_so():
+    """Issue 28 item 1: the frozen-blocks control (+0.45 nats) set the Δ panel's y range; the formats' gaps
+    (<= 0.024) lay flat on zero."""
+    fig = plots.loss_curves(_losses(), baseline="hp", title="formats vs hp")
+    axd = fig.axes[1]
+    labels = [ln.get_label() for ln in axd.lines]
+    assert not any("freeze_blocks" in lb for lb in labels) and any("E4M3" in lb for lb in labels)
+    assert axd.get_ylim()[1] < 0.1   # the formats' largest gap is 0.024 + margins; the control's 0.45 is not drawn
+    said = " ".join([axd.get_title()] + [t.get_text() for t in axd.texts])
+    assert "freeze_blocks" in said and "+0.45" in said
+
+
+def test_constant_heatmap_says_all_zero_and_fraction_scales_start_at_zero():
+    """Issue 28 item 2: all-zero panels were drawn with -0.1..+0.1 colour bars."""
+    for fig in (pdiag.layer_step_heatmap(_diag(), "ctr.sat_frac", "X"), dashboard.layer_heatmap(_diag(), "ctr.sat_frac")):
+        ax = fig.axes[0]
+        assert not ax.images and any("all zero" in t.get_text() for t in ax.texts)
+    fig = pdiag.layer_step_heatmap(_diag(), "overflow_frac", "dY")
+    assert fig.axes[0].images[0].get_clim()[0] == 0.0
+
+
+def test_stiffness_field_crops_empty_rows_and_names_the_scaled_grid():
+    """Issue 28 item 3: rows that hold no weight at any step were drawn; the y label said ULP at w·s while the
+    title said ULP(w)."""
+    fig = pdiag.stiffness_field(_diag(), LAYERS[2])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [str(k) for k in range(-12, -3)]
+    assert "w·s" in ax.get_ylabel() and "w·s" in ax.get_title()
+
+
+def test_attention_entropy_draws_the_uniform_reference_and_keeps_the_range():
+    """Issue 28 item 4: a 0.003-nat drift filled the y range; no uniform-attention reference."""
+    T = 64
+    fig = pdiag.attention_entropy(_diag(), seq_len=T, reference=3.5)
+    ax = fig.axes[0]
+    uniform = np.mean(np.log(np.arange(1, T + 1)))   # causal row t attends to t tokens: ln t, averaged over rows
+    ys = [ln.get_ydata()[0] for ln in ax.lines if ln.get_transform() is not ax.transData]
+    assert any(math.isclose(y, uniform) for y in ys) and any(math.isclose(y, 3.5) for y in ys)
+    lo, hi = ax.get_ylim()
+    assert lo <= 0.0 and hi >= uniform   # the whole [0, uniform] range: a 0.003-nat drift stays small
+    assert pdiag.attention_entropy(_diag()).axes[0].get_ylim()[0] <= 0.0   # the old call still works
+
+
+def test_setup_dpi_at_least_110():
+    with pytest.warns(UserWarning, match="dpi=80"):
+        plots.setup(dpi=80)   # the committed notebooks still ask for 80
+    assert plt.rcParams["figure.dpi"] >= 110
+    plots.setup()
+    assert plt.rcParams["figure.dpi"] >= 110
