@@ -275,7 +275,8 @@ def test_sequential_study_with_the_default_delta_prints_the_ci_and_mde_of_its_bo
     from altgrad_lib.studies.sequential import study_replay
 
     s = _seq_study(tmp_path)
-    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
+    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed
+                     + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
     rep = study_replay(s, idx)
     t = rep.table.set_index("level")
     assert rep.done and (t.delta_nats == claims.DELTA_NATS).all() and (t.look == 1).all()
@@ -350,7 +351,11 @@ def test_sequential_study_judged_as_a_smoke_test_prints_no_verdict_words(tmp_pat
     from altgrad_lib.studies.sequential import study_replay
 
     s = _seq_study(tmp_path, control=True)
-    clear = lambda c: 3.0 + 0.5 * c.freeze_blocks + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip]  # noqa: E731
+
+    def clear(c):
+        return (3.0 + 0.5 * c.freeze_blocks + 0.01 * c.seed
+                + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
+
     t = s.claims(_seq_index(s, clear), smoke=True)
     assert len(t) == 2 and (t.verdict == claims.SMOKE).all() and t.smoke.all() and (t.ci_level == 0.95).all()
     words = ("worse", "better", "equivalent", "inconclusive", "not training")
