@@ -24,7 +24,8 @@ MX4 = {"fmt": "E2M1", "scaling": {"kind": "mx"}}
 
 @pytest.mark.parametrize("specs", [
     dict(input="E4M3", weight="E4M3", grad_output="E5M2"),
-    dict(input="E3M4", weight={"fmt": "E2M3", "scaling": "none"}, grad_output={"fmt": "E5M2", "rounding": "stochastic"}),
+    dict(input="E3M4", weight={"fmt": "E2M3", "scaling": "none"},
+         grad_output={"fmt": "E5M2", "rounding": "stochastic"}),
     dict(input={"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}}, weight=None, grad_output="E5M2"),
 ])
 def test_per_tensor_specs_bit_identical_to_classic_path(specs):

@@ -23,7 +23,7 @@ from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import get_policy, sqnr_db
 from altgrad_lib.quantize.convert import quantize_model, quantized_modules
 
-from altgrad_lib.choices import BACKENDS  # noqa: E402
+from altgrad_lib.choices import BACKENDS
 
 
 def _linear_case(seed=0, m=256, k=128, n=64, bias=False):

@@ -346,7 +346,8 @@ def test_bf16_autocast_does_not_round_the_quantized_operands_again():
     sx = fmt.max / x.abs().max().double()
     sw = fmt.max / lin.weight.detach().abs().max().double()
     cx = torch.from_numpy(gfloat.round_ndarray(fi, (x.double() * sx).numpy(), RoundMode.TiesToEven, sat=True))
-    cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven, sat=True))
+    cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven,
+                                               sat=True))
     ref = (cx @ cw.t()) / (sx * sw)
     assert float(((y32.double() - ref).norm() / ref.norm())) < 1e-5
 

@@ -22,11 +22,13 @@ from torch import nn
 
 from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
+from altgrad_lib.model import MLP, CausalSelfAttention
+from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
+from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
 
 def _quantized_sim(model: nn.Module) -> dict[str, nn.Module]:
-    from altgrad_lib.quantize.linear import QuantizedLinear
     return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
 
 
@@ -90,7 +92,6 @@ class Probe:
                         _patch_quantizer(q, fqn, role, out["health"])
                     patched.append(q)
         if activations:
-            from altgrad_lib.model import MLP, CausalSelfAttention
             for fqn, mod in self.copy.named_modules():
                 if isinstance(mod, nn.Linear):
                     handles.append(mod.register_forward_pre_hook(
@@ -180,7 +181,6 @@ def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
 def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     """Health of the first (row-wise) copy of a block-scaled operand in the step, with the per-element block
     scale as tensor_health's s, plus the spread of the block scales (log2) and the per-block flush fractions."""
-    from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
     orig = q.quantize
 
     def quantize(t: torch.Tensor) -> torch.Tensor:

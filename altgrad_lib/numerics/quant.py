@@ -279,7 +279,8 @@ class Quantizer(nn.Module):
         self.scaler = Scaler(self.spec.scaling, self.spec.fmt)   # block kinds: unused (they are stateless)
         self._block = isinstance(self.spec.scaling, BlockScaling)
         # eval mode: deterministic rounding, so evaluating never draws from the training SR stream
-        self._eval_spec = replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic" else self.spec
+        self._eval_spec = (replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic"
+                           else self.spec)
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
