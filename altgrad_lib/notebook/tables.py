@@ -131,7 +131,8 @@ def model_summary(cfg: Any, vocab_size: int) -> pd.DataFrame:
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return pd.DataFrame({"value": {
         "layers x heads x width": f"{cfg.n_layer} x {cfg.n_head} x {cfg.n_embd}", "context": cfg.block_size,
-        "vocab": vocab_size, "wte / lm_head rows (padded)": model.config.padded_vocab_size, "mlp": cfg.mlp, "params": total, "params (non-embedding)": non_emb,
+        "vocab": vocab_size, "wte / lm_head rows (padded)": model.config.padded_vocab_size, "mlp": cfg.mlp,
+        "params": total, "params (non-embedding)": non_emb,
         "Linear layers": n_linear, "tokens / step": cfg.batch_size * cfg.block_size,
         "tokens seen": cfg.batch_size * cfg.block_size * cfg.max_steps}})
 
