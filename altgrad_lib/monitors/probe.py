@@ -168,11 +168,13 @@ def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     path), from its last call in the step."""
     orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
 
-    def quantize(g: torch.Tensor) -> torch.Tensor:
-        s = q.scaler.scale_peek(g)
+    def quantize(g: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        gm = g.movedim(axis, -1)            # per_row scales along `axis` (a GEMM's reduction dim)
+        s = q.scaler.scale_peek(gm)
         eps0 = q.scaler.eps_hits.clone()
-        out = orig(g)
-        sink[(fqn, role)] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        out = orig(g, axis=axis)
+        sink[(fqn, role)] = tensor_health(gm.detach(), out.movedim(axis, -1).detach(), s, q.spec.fmt,
+                                          q.scaler.eps_hits - eps0)
         return out
     q.quantize = quantize
 
@@ -183,10 +185,11 @@ def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> Non
     from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
     orig = q.quantize
 
-    def quantize(t: torch.Tensor) -> torch.Tensor:
-        out = orig(t)
+    def quantize(t: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        out = orig(t, axis=axis)
         if (fqn, role) not in sink:
             fmt, cfg = q.spec.fmt, q.spec.scaling
+            t, out = t.movedim(axis, -1), out.movedim(axis, -1)     # the blocks along the last dim, as in the stats
             h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
             h.update(block_scale_stats(t.detach(), fmt, cfg))
             h.update(block_flush_stats(t.detach(), out.detach(), cfg))
