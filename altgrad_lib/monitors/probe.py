@@ -189,10 +189,10 @@ def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> Non
         out = orig(t, axis=axis)
         if (fqn, role) not in sink:
             fmt, cfg = q.spec.fmt, q.spec.scaling
-            t, out = t.movedim(axis, -1), out.movedim(axis, -1)     # the blocks along the last dim, as in the stats
-            h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
-            h.update(block_scale_stats(t.detach(), fmt, cfg))
-            h.update(block_flush_stats(t.detach(), out.detach(), cfg))
+            tm, om = t.detach().movedim(axis, -1), out.detach().movedim(axis, -1)   # blocks along the last dim
+            h = tensor_health(tm, om, elementwise_scale(tm, fmt, cfg), fmt)
+            h.update(block_scale_stats(tm, fmt, cfg))
+            h.update(block_flush_stats(tm, om, cfg))
             sink[(fqn, role)] = h
         return out
     q.quantize = quantize
