@@ -7,7 +7,7 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     subnormal_frac   outputs on the format's subnormal grid (0 < |y·s| < min_normal) / numel
     nan_in, inf_in, nan_out, inf_out   counts
     amax             max |x| over finite elements (NaN/Inf are counted above), in the tensor's own units
-    scale            the scale s in use (per_row / per_block: the smallest)
+    scale            the scale s in use (per_row and block kinds: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
     mse              Σ(x − y)² / (their number), over the same elements (TE's tensor stats log it too)

@@ -169,11 +169,13 @@ def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     path), from its last call in the step."""
     orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
 
-    def quantize(g: torch.Tensor) -> torch.Tensor:
-        s = q.scaler.scale_peek(g)
+    def quantize(g: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        gm = g.movedim(axis, -1)            # per_row scales along `axis` (a GEMM's reduction dim)
+        s = q.scaler.scale_peek(gm)
         eps0 = q.scaler.eps_hits.clone()
-        out = orig(g)
-        sink[(fqn, role)] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        out = orig(g, axis=axis)
+        sink[(fqn, role)] = tensor_health(gm.detach(), out.movedim(axis, -1).detach(), s, q.spec.fmt,
+                                          q.scaler.eps_hits - eps0)
         return out
     q.quantize = quantize
 
@@ -183,13 +185,14 @@ def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> Non
     scale as tensor_health's s, plus the spread of the block scales (log2) and the per-block flush fractions."""
     orig = q.quantize
 
-    def quantize(t: torch.Tensor) -> torch.Tensor:
-        out = orig(t)
+    def quantize(t: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        out = orig(t, axis=axis)
         if (fqn, role) not in sink:
             fmt, cfg = q.spec.fmt, q.spec.scaling
-            h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
-            h.update(block_scale_stats(t.detach(), fmt, cfg))
-            h.update(block_flush_stats(t.detach(), out.detach(), cfg))
+            tm, om = t.detach().movedim(axis, -1), out.detach().movedim(axis, -1)   # blocks along the last dim
+            h = tensor_health(tm, om, elementwise_scale(tm, fmt, cfg), fmt)
+            h.update(block_scale_stats(tm, fmt, cfg))
+            h.update(block_flush_stats(tm, om, cfg))
             sink[(fqn, role)] = h
         return out
     q.quantize = quantize
