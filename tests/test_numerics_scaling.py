@@ -85,7 +85,8 @@ def test_per_block_is_a_spelling_of_mx_and_refused_by_scaling_config():
     from altgrad_lib.numerics.block_scaling import BlockScaling
     from altgrad_lib.numerics.quant import QuantSpec
 
-    with pytest.raises(ValueError, match=r"kind='per_block' is invalid; valid choices: .*'per_row'.*did you mean.*'mx'"):
+    with pytest.raises(ValueError,
+                       match=r"kind='per_block' is invalid; valid choices: .*'per_row'.*did you mean.*'mx'"):
         ScalingConfig(kind="per_block")
     assert QuantSpec(fmt="E4M3", scaling="per_block").scaling == BlockScaling(kind="mx", mode="floor", block_size=32)
     assert QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "block_size": 16}).scaling == BlockScaling("mx", 16)

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from altgrad_lib.errors import check_keys
+
 BLOCK_KINDS = ("nvfp4", "mx")
 # other names of a block kind: "per_block" is MX FLOOR (OCP MX 1.0's rule), taking only a block_size
 BLOCK_KIND_ALIASES = {"per_block": "mx"}
@@ -287,6 +289,6 @@ def block_flush_stats(x: Tensor, y: Tensor, cfg: BlockScaling) -> dict[str, Tens
     flushed, dims = _layout(((x != 0) & (y == 0)).to(torch.float64), cfg)
     real, _ = _layout(torch.ones_like(x, dtype=torch.float64), cfg)
     frac = (flushed.sum(dim=dims) / real.sum(dim=dims)).flatten()
-    return {"blk_flush_mean": frac.mean(), "blk_flush_std": frac.std() if frac.numel() > 1 else torch.zeros_like(frac.mean()),
-            "blk_flush_max": frac.max(), "blk_flush_any": (frac > 0).to(torch.float64).mean()}
-from altgrad_lib.errors import check_keys
+    std = frac.std() if frac.numel() > 1 else torch.zeros_like(frac.mean())
+    return {"blk_flush_mean": frac.mean(), "blk_flush_std": std, "blk_flush_max": frac.max(),
+            "blk_flush_any": (frac > 0).to(torch.float64).mean()}

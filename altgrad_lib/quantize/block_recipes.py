@@ -8,14 +8,15 @@
     mxfp8   E4M3 for X, W and dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
     mxfp6   E2M3 for X and W, E3M2 for dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
 
-Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX
-scale mode RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in high precision), hp_attn (attention
-linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer blocks in high precision;
-the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g. "nvfp4:disable_rht:hp_last=1".
+Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX scale mode
+RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in
+high precision), hp_attn (attention linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer
+blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g.
+"nvfp4:disable_rht:hp_last=1".
 """
 from __future__ import annotations
 
-from altgrad_lib.choices import BLOCK_RECIPES, BLOCK_SWITCHES  # noqa: E402  (one copy of the names)
+from altgrad_lib.choices import BLOCK_RECIPES, BLOCK_SWITCHES  # one copy of the names
 
 
 def is_block_recipe(name: str) -> bool:

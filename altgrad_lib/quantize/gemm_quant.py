@@ -6,11 +6,12 @@ Each of the three GEMMs of `Y = X·Wᵀ` quantizes its own two operands along it
     dgrad  dX = dY · W     dY (tokens, out) and W blocked along `out` (W's column-wise copy)
     wgrad  dW = dYᵀ · X    dY and X blocked along the tokens (batch × time flattened)
 
-Each copy is one call of the operand's Quantizer with the GEMM's reduction dim as its axis (block_scaling.py's
-one MX / NVFP4 routine, per_row likewise). Every copy is quantized from the high-precision tensor (``columnwise_source="hp"``, TE's default) or, for the
-column-wise copies, from the dequantized row-wise copy (``"dequantized"``). A tensor whose scaling does not
-depend on a dimension (per-tensor kinds none/current/delayed) is quantized once and the same copy serves every
-GEMM, which is what the old `QuantizedLinear` path does: with such specs this path is bit-identical to it.
+Each copy is one call of the operand's Quantizer with the GEMM's reduction dim as its axis (block_scaling.py's one MX
+/ NVFP4 routine, per_row likewise). Every copy is quantized from the high-precision tensor
+(``columnwise_source="hp"``, TE's default) or, for the column-wise copies, from the dequantized row-wise copy
+(``"dequantized"``). A tensor whose scaling does not depend on a dimension (per-tensor kinds none/current/delayed) is
+quantized once and the same copy serves every GEMM, which is what the old `QuantizedLinear` path does: with such specs
+this path is bit-identical to it.
 A GEMM listed in ``hp_gemms`` runs on the high-precision operands (TE's DisableQuantizationGEMM). An operand
 listed in ``overrides`` (gemm_overrides.py) is quantized by its own Quantizer and spec, so no copy is shared
 between it and the other GEMMs; a column-wise copy is taken from a dequantized row-wise one only when both come
@@ -140,7 +141,8 @@ def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
 
 def _per_tensor(q) -> bool:
     """Scaling independent of the layout: one quantized copy serves every GEMM."""
-    return q is None or (not isinstance(q.spec.scaling, BlockScaling) and q.spec.scaling.kind in ("none", "current", "delayed"))
+    return q is None or (not isinstance(q.spec.scaling, BlockScaling)
+                         and q.spec.scaling.kind in ("none", "current", "delayed"))
 
 
 def _rowwise(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:

@@ -1,4 +1,5 @@
-"""`QuantizedLinear`: an nn.Linear whose GEMM inputs, weight and output gradient are fake-quantized per its LayerSpec."""
+"""`QuantizedLinear`: an nn.Linear whose GEMM inputs, weight and output gradient are fake-quantized per its
+LayerSpec."""
 from __future__ import annotations
 
 import zlib

@@ -5,8 +5,8 @@ to a `LayerSpec`: one QuantSpec per GEMM operand (input X, weight W, grad_output
 `quantize_model(model, policy)` swaps the matching `nn.Linear`s in place and prints what is quantized where.
 Embeddings, LayerNorm, softmax and the attention matmuls always stay high precision.
 
-Backends: "sim" (quantize/linear.py; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm" (altgrad_lib.quantize.hw_fp8;
-E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
+Backends: "sim" (quantize/linear.py; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm"
+(altgrad_lib.quantize.hw_fp8; E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
 """
 from __future__ import annotations
 
@@ -16,17 +16,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-
+from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES, did_you_mean
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
+from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 from altgrad_lib.quantize.block_recipes import block_recipe, canonical_block_recipe, is_block_recipe
 from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 
 LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
-from altgrad_lib.choices import (BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES,  # noqa: E402,F401
-                                 did_you_mean)                                          # (RECIPES re-exported)
-from altgrad_lib.numerics.formats import get_format  # noqa: E402
 ROLES = ("input", "weight", "grad_output")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
@@ -221,8 +219,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             xw, grad = _fmt_recipe_parts(name)
             layers = _hybrid(xw, grad or "E5M2", lm_head=False)
         else:
-            raise ValueError(f"unknown recipe {name!r}{did_you_mean(name, NAMED_RECIPES + BLOCK_RECIPES)}; valid choices: {RECIPES} "
-                             f"or a per-layer dict")
+            raise ValueError(f"unknown recipe {name!r}{did_you_mean(name, NAMED_RECIPES + BLOCK_RECIPES)}; "
+                             f"valid choices: {RECIPES} or a per-layer dict")
         if not is_block_recipe(name):
             policy = QuantPolicy(name=name, layers=layers)
     else:
