@@ -47,6 +47,8 @@ def _check_torch() -> None:
 
 _check_torch()
 
+# Lazy, not explicit imports: they would import torch on `import altgrad_lib` (tests/test_init.py keeps it
+# torch-free) and point from layer 0 up to every layer. In the package, import a name from its module.
 _LAZY = {
     "get_format": "numerics.formats", "FloatFormat": "numerics.formats", "BUILTIN_FORMATS": "numerics.formats",
     "ScalingConfig": "numerics.scaling", "QuantSpec": "numerics.quant", "Quantizer": "numerics.quant",

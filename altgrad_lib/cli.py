@@ -15,15 +15,22 @@ import json
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 from typing import Any, Sequence
+
+import altgrad_lib
+from altgrad_lib.errors import Interrupted, SizeWarning, UserError, one_line
+from altgrad_lib.studies.cli import add_study_parser, cmd_study   # `altgrad study -f params/studies/x.yaml`
+from altgrad_lib.training.config import TrainConfig, key_docs
+from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75
+# Everything above is torch-free, so `altgrad --help` starts at once; the modules that import torch (run_dir,
+# preflight, loop) are imported inside the commands that need them.
 
 EXIT_USER_ERROR = 2   # argparse's code for a usage error
 EXIT_RUN_FAILED = 1   # the run could not train (gradient-flow guard)
 
 
 def _keys_help() -> str:
-    from altgrad_lib.training.config import key_docs  # torch-free: --help stays instant
-
     docs = key_docs()
     width = max(len(k) for k, *_ in docs)
     dwidth = max(len(repr(d)) for _, d, *_ in docs)
@@ -39,10 +46,7 @@ def _keys_help() -> str:
 
 def version_string() -> str:
     """'altgrad <version> (git <sha12>[-dirty])' of the altgrad_lib actually imported."""
-    from pathlib import Path
-
-    import altgrad_lib
-    from altgrad_lib.training.run_dir import git_info
+    from altgrad_lib.training.run_dir import git_info   # local: imports torch, pandas (--help stays instant)
 
     g = git_info(Path(altgrad_lib.__file__).resolve().parent)
     sha = g["sha"] if g["sha"] == "unknown" else g["sha"][:12] + ("-dirty" if g["dirty"] else "")
@@ -80,24 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check recipe, backend, tokenizer and device, print the resolved config and exit")
     tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
-    from altgrad_lib.studies.cli import add_study_parser  # `altgrad study -f params/studies/x.yaml`
-
     add_study_parser(sub)
     return ap
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from altgrad_lib.training.config import TrainConfig
-
     cfg = TrainConfig.from_yaml(args.file, args.param)
     if args.print_config:
-        from altgrad_lib.training.preflight import check_config
+        from altgrad_lib.training.preflight import check_config   # local: imports torch (--help stays instant)
 
         check_config(cfg)
         print(json.dumps(cfg.resolved().to_dict(), indent=2))
         return 0
     print(f"config: {cfg.short_str()}")
-    from altgrad_lib.training.loop import GradientFlowError, train
+    from altgrad_lib.training.loop import GradientFlowError, train   # local: imports torch (--help stays instant)
 
     try:
         run = train(cfg, resume=not args.no_resume, progress=not args.no_progress)
@@ -118,21 +118,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _error(e: BaseException) -> None:
-    from altgrad_lib.errors import one_line
-
     print(f"altgrad: error: {one_line(e)}", file=sys.stderr)
 
 
 def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-    from altgrad_lib.errors import one_line
-
     print(f"altgrad: warning: {one_line(message)}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from altgrad_lib.errors import Interrupted, SizeWarning, UserError
-    from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75; torch-free
 
     prev = warnings.showwarning
     warnings.showwarning = lambda m, c, *a, **k: (_show_warning(m, c, *a, **k) if issubclass(c, SizeWarning)
@@ -141,8 +135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return _cmd_train(args)
         if args.command == "study":
-            from altgrad_lib.studies.cli import cmd_study
-
             return cmd_study(args)
     except UserError as e:
         if args.debug:

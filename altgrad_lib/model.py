@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from altgrad_lib.choices import MLP_KINDS  # noqa: E402
+from altgrad_lib.choices import MLP_KINDS
 
 
 @dataclass

@@ -28,11 +28,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torch  # noqa: E402
-import yaml  # noqa: E402
+import torch
+import yaml
 
-from altgrad_lib.studies.variants import HP, HP_CONTROL  # noqa: E402
-from state_precision import _peer_optimizer  # noqa: E402
+from altgrad_lib.studies.variants import HP, HP_CONTROL
+from state_precision import _peer_optimizer
 
 PROFILE = "params/05_manifold_optimizer/cpu.yaml"
 NOTEBOOK_KEYS = ("formats", "variants", "pairs", "references", "grid_lr", "madam_lr", "seeds", "stats_every",
@@ -55,7 +55,8 @@ w − lr·u stochastically onto it, `adamw error_feedback_sr` also feeds the rou
 optim/error_feedback.py). **torchao 0.18** `_AdamW` (torchao/optim/adam.py, `single_param_adam`): states are
 `zeros_like(p)` (block_size inf), so bf16 for a bf16 weight; each step upcasts p, grad, m, v to fp32, does AdamW
 there, writes m and v back with `copy_` (round-to-nearest-even to bf16) and p with `_fp32_to_bf16_sr`
-(rounds away from zero with probability low-16-bits / 2^16, drawn by `torch.randint`: stochastic rounding) — only where `p.dtype is torch.bfloat16`;
+(rounds away from zero with probability low-16-bits / 2^16, drawn by `torch.randint`: stochastic rounding) — only
+where `p.dtype is torch.bfloat16`;
 fp32 parameters get plain AdamW. **optimi 0.3.3** `AdamW(kahan_sum=True)` (optimi/adam.py,
 `_single_param_adam`): m, v and the Kahan buffer are bf16 and updated by bf16 in-place ops (each op rounds to
 nearest), the step is accumulated in the Kahan buffer and its error carried to the next step; fp32 parameters
@@ -110,8 +111,8 @@ def _peer_maker(kind: str):
         import optimi
 
         from altgrad_lib.training.loop import adamw_param_groups
-        return optimi.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8,
-                            kahan_sum=True, foreach=False)
+        return optimi.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                            eps=1e-8, kahan_sum=True, foreach=False)
     return make
 
 

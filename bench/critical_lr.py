@@ -23,11 +23,11 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_md import header, md_table  # noqa: E402
+from report_md import header, md_table
 
-from altgrad_lib.studies.envelope import Criterion, critical_lr_table, role_recipe  # noqa: E402
-from altgrad_lib.paths import outputs_dir  # noqa: E402
-from altgrad_lib.training.config import TrainConfig  # noqa: E402
+from altgrad_lib.studies.envelope import Criterion, critical_lr_table, role_recipe
+from altgrad_lib.paths import outputs_dir
+from altgrad_lib.training.config import TrainConfig
 
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_docs=200, tokenizer="gpt2-512",
             warmup_steps=10, eval_interval=0, eval_iters=4, ckpt_interval=0, lr=1e-3, min_lr=1e-4, grad_clip=1.0)

@@ -130,7 +130,8 @@ def main() -> None:
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     # two ratios: "vs off" compares totals of different modes (hit by load drift between blocks on a shared
     # machine); "in-step" = time inside the monitors / the rest of the same steps (robust to drift)
-    print(f"{'mode':14s} {'ms/step':>9s} {'vs off':>9s} {'monitor ms':>11s} {'in-step':>9s}   (amortized over {n} steps; target)")
+    print(f"{'mode':14s} {'ms/step':>9s} {'vs off':>9s} {'monitor ms':>11s} {'in-step':>9s}   "
+          f"(amortized over {n} steps; target)")
     targets = {"cheap@1": "<= 10 %", "cheap@10": "<= 2 %", "full@default": "<= 5 %"}
     for key, tot in totals.items():
         ov = f"{100 * (tot / base - 1):+8.1f}%" if base else "      n/a"

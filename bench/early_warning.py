@@ -35,15 +35,15 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_md import header, md_table  # noqa: E402
+from report_md import header, md_table
 
-from altgrad_lib.training.data import TokenCorpus  # noqa: E402
-from altgrad_lib.studies.envelope import first_spike, role_recipe  # noqa: E402
-from altgrad_lib.monitors import curvature as cv  # noqa: E402
-from altgrad_lib.monitors import read_events  # noqa: E402
-from altgrad_lib.monitors.events import first_alarms, warning_outcome  # noqa: E402
-from altgrad_lib.paths import outputs_dir  # noqa: E402
-from altgrad_lib.training.loop import VAL_SEED, TrainConfig, train  # noqa: E402
+from altgrad_lib.training.data import TokenCorpus
+from altgrad_lib.studies.envelope import first_spike, role_recipe
+from altgrad_lib.monitors import curvature as cv
+from altgrad_lib.monitors import read_events
+from altgrad_lib.monitors.events import first_alarms, warning_outcome
+from altgrad_lib.paths import outputs_dir
+from altgrad_lib.training.loop import VAL_SEED, TrainConfig, train
 
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_docs=200, tokenizer="gpt2-512",
             warmup_steps=30, eval_interval=0, eval_iters=2, ckpt_interval=0, lr=1e-3, min_lr=1e-4, grad_clip=1.0)

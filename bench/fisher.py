@@ -28,11 +28,11 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_md import header, md_table  # noqa: E402
+from report_md import header, md_table
 
-from altgrad_lib.monitors import curvature as cv  # noqa: E402
-from altgrad_lib.monitors import fisher as fi  # noqa: E402
-from altgrad_lib.training.loop import TrainConfig, train  # noqa: E402
+from altgrad_lib.monitors import curvature as cv
+from altgrad_lib.monitors import fisher as fi
+from altgrad_lib.training.loop import TrainConfig, train
 
 CPU_PROFILE = dict(corpus="licenses", tokenizer="gpt2-4k", n_layer=2, n_head=2, n_embd=64, block_size=64,
                    batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=20, precision="fp32", device="cpu",

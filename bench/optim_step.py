@@ -87,7 +87,8 @@ def _state_memory(model_fn, base_cfg) -> dict[str, float]:
     out = {}
     for tag, optim in (("fp32", {}), ("lowp", {"state_m": "E4M3", "state_v": "E5M2", "state_block": 256,
                                                "state_min_numel": 4096})):
-        opt = build_optimizer(model_fn(), base_cfg.replace(optimizer="grid_adamw", optim={"storage": "grid_sr", **optim}))
+        opt = build_optimizer(model_fn(),
+                              base_cfg.replace(optimizer="grid_adamw", optim={"storage": "grid_sr", **optim}))
         out[tag] = state_bytes(opt)["bytes_per_param"]
     return out
 

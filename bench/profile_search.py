@@ -46,9 +46,9 @@ import yaml
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_md import header, md_table  # noqa: E402
+from report_md import header, md_table
 
-from altgrad_lib.training.config import TrainConfig  # noqa: E402
+from altgrad_lib.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_YAML = ROOT / "params" / "02_bf16_baseline" / "cpu.yaml"
@@ -222,7 +222,8 @@ def eval_noise(cand: dict, other: str, seed: int, k: int, block: int = 0) -> dic
     d = losses[other] - losses["hp"]
     sd_b = float((batches[other] - batches["hp"]).std(ddof=1))   # batches are independent random windows
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
-    return {"other": other, "k": k, "batches_per_eval": block, "tokens_per_eval": block * cfg.batch_size * cfg.block_size,
+    return {"other": other, "k": k, "batches_per_eval": block,
+            "tokens_per_eval": block * cfg.batch_size * cfg.block_size,
             "sd_hp": float(losses["hp"].std(ddof=1)), "sd_diff": float(d.std(ddof=1)), "mean_diff": float(d.mean()),
             "per_batch_sd_diff": sd_b, **{f"err_diff_E{e}": sd_b / math.sqrt(e) for e in (8, 32, 64, 128)},
             "hp_mean_all": float(losses["hp"].mean()), "val_unigram_entropy": corpus.unigram_entropy("val"),

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq  # noqa: E402
-from altgrad_lib.numerics.formats import get_format  # noqa: E402
+from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq
+from altgrad_lib.numerics.formats import get_format
 
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MLD = {"E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E3M4": "float8_e3m4"}

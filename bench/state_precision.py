@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import yaml  # noqa: E402
+import yaml
 
 PROFILE = "params/05_manifold_optimizer/cpu.yaml"
 TC_KEYS = ("corpus", "tokenizer", "n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "lr",

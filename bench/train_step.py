@@ -156,7 +156,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(args.device) + " | CPU " + cpu_model() if args.device.startswith("cuda") \
         else cpu_model()
     print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
-          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after {args.warmup} warmup steps")
+          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after "
+          f"{args.warmup} warmup steps")
     steps, warm_s = {}, {}
     for key in args.modes:
         try:

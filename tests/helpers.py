@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from altgrad_lib.numerics.formats import BUILTIN_FORMATS, FloatFormat
-from altgrad_lib.numerics.oracles import gfloat_format_info as gfloat_info  # noqa: F401  (re-exported for tests
+from altgrad_lib.numerics.oracles import gfloat_format_info as gfloat_info   # also used by tests
 
 ALL = list(BUILTIN_FORMATS)
 TORCH_REF = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2, "E4M3FNUZ": torch.float8_e4m3fnuz,
@@ -52,7 +52,8 @@ def probe_inputs(fmt: FloatFormat, n_random: int = 20000, seed: int = 0) -> torc
     top = torch.tensor([fmt.max, 2 * fmt.max, fmt.max * (1 + 2.0 ** -(fmt.mbits + 1))], dtype=torch.float64)
     mids = torch.cat([(v[1:] + v[:-1]) / 2, top, top * 1.0001])
     mids32 = mids.float()
-    near = torch.cat([mids32, torch.nextafter(mids32, torch.tensor(math.inf)), torch.nextafter(mids32, torch.tensor(-math.inf))])
+    near = torch.cat([mids32, torch.nextafter(mids32, torch.tensor(math.inf)),
+                      torch.nextafter(mids32, torch.tensor(-math.inf))])
     specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-45, -1e-45, 3.4e38, -3.4e38])
     xs = torch.cat([all_bf16_as_f32(), rnd.float(), near, -near, v.float(), specials])
     return xs
@@ -199,7 +200,8 @@ def spawn_lock_holder(run_dir):
     import sys
     from pathlib import Path
 
-    code = (f"import time; from altgrad_lib.training.run_dir import RunLock; lock = RunLock({str(run_dir)!r}).acquire(); "
+    code = (f"import time; from altgrad_lib.training.run_dir import RunLock; "
+            f"lock = RunLock({str(run_dir)!r}).acquire(); "
             f"print('locked', flush=True); time.sleep(120)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)

@@ -12,7 +12,7 @@ from helpers import tiny_study_dict
 from altgrad_lib.studies.study import Study, run_study
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import profile_search  # noqa: E402
+import profile_search
 
 
 def test_study_noise_pairs_each_level_with_the_baseline_of_its_seed(tmp_path, monkeypatch):
@@ -27,8 +27,8 @@ def test_study_noise_pairs_each_level_with_the_baseline_of_its_seed(tmp_path, mo
     noise = profile_search.study_eval_noise(tmp_path / "st", 8)
     assert noise.level.tolist() == ["fp8_hybrid"] and noise.seeds.tolist() == [2]
     runs = {(r.recipe, r.seed): Path(r.run_dir) for r in idx.itertuples()}
-    sd = [np.std(np.load(runs[("fp8_hybrid", k)] / "val_batches_8.npy") - np.load(runs[("hp", k)] / "val_batches_8.npy"),
-                 ddof=1) for k in (0, 1)]
+    sd = [np.std(np.load(runs[("fp8_hybrid", k)] / "val_batches_8.npy")
+                 - np.load(runs[("hp", k)] / "val_batches_8.npy"), ddof=1) for k in (0, 1)]
     e = int(noise.eval_iters.iloc[0])
     row = noise.iloc[0]
     assert row["sampling error of one eval"] == max(sd) / math.sqrt(e) > 0

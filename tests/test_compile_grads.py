@@ -35,7 +35,7 @@ _OVERRIDES = {"name": "nvfp4_ov", "recipe": "nvfp4", "layers": {"*": {
     "input": {"fmt": "E2M1", "scaling": "nvfp4"},
     "weight": {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},
     "grad_output": {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
-    "gemm": {"overrides": {"wgrad": {"input": {"fmt": "E4M3", "scaling": "mx"},
+    "gemm": {"rht": ["wgrad"], "overrides": {"wgrad": {"input": {"fmt": "E4M3", "scaling": "mx"},
                                      "grad_output": {"fmt": "E4M3", "scaling": "mx", "rounding": "stochastic"}},
                            "dgrad": {"weight": "E4M3"}}}}}}
 

@@ -186,7 +186,8 @@ def test_ste_surrogate_is_the_float_hessian_at_the_quantized_weights():
     Hessian of the *unquantized* network evaluated at W = Q(W) — not zero, as the quantized model's would be."""
     torch.manual_seed(7)
     spec = LayerSpec(weight=QuantSpec(fmt="E4M3"))
-    q = nn.Sequential(QuantizedLinear(4, 8, layer_spec=spec), nn.Tanh(), QuantizedLinear(8, 3, layer_spec=spec)).double()
+    q = nn.Sequential(QuantizedLinear(4, 8, layer_spec=spec), nn.Tanh(),
+                      QuantizedLinear(8, 3, layer_spec=spec)).double()
     plain = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).double()
     with torch.no_grad():
         for i in (0, 2):

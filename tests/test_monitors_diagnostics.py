@@ -13,10 +13,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from altgrad_lib.monitors import read_diagnostics, read_events
-from altgrad_lib.monitors.diagnostics import Diagnostics
+from altgrad_lib.monitors.diagnostics import MONITOR_CLASSES, Diagnostics
 from helpers import SR_DELAYED
 
-from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.monitors.config import MONITORS, DiagnosticsConfig
 from altgrad_lib.training.loop import TrainConfig, train
 
 # SR_DELAYED + dropout: every hidden state (SR generators, amax history, torch RNG) is exercised
@@ -59,6 +59,12 @@ def runs(tmp_path_factory):
     off = train(tiny(tmp_path_factory.mktemp("off")), progress=False, verbose=False)
     on = train(tiny(tmp_path_factory.mktemp("on"), diagnostics=FULL1), progress=False, verbose=False)
     return off, on
+
+
+def test_every_group_has_one_monitor_class():
+    """config.MONITORS (torch-free names) and diagnostics.MONITOR_CLASSES name the same groups, each class once."""
+    assert set(MONITOR_CLASSES) == set(MONITORS) and len(MONITORS) == len(set(MONITORS))
+    assert len(set(MONITOR_CLASSES.values())) == len(MONITOR_CLASSES)
 
 
 def test_diagnostics_on_and_off_train_bit_identically(runs):

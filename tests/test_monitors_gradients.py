@@ -87,5 +87,5 @@ def test_gradient_rows_and_clipping_counts(tmp_path):
     assert df[key + ("grad_norm",)] == pytest.approx(np.linalg.norm(g), rel=1e-12)
     assert df[key + ("grad_mean",)] == pytest.approx(g.mean(), rel=1e-5, abs=1e-12)
     assert df[key + ("grad_var",)] == pytest.approx(g.var(), rel=1e-5)
-    assert df[key + ("grad_to_weight",)] == pytest.approx(np.linalg.norm(g) / np.linalg.norm(w.double().detach().numpy()),
-                                                          rel=1e-12)
+    assert df[key + ("grad_to_weight",)] == pytest.approx(
+        np.linalg.norm(g) / np.linalg.norm(w.double().detach().numpy()), rel=1e-12)

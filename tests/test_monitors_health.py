@@ -62,7 +62,8 @@ def test_health_matches_independent_counts(scale):
     assert h["mse"] == pytest.approx(np.mean((xn[both] - yn[both]) ** 2), rel=1e-6)   # float32 squares
     assert h["amax"] == np.abs(xn[finite]).max() and h["scale"] == scale and h["eps_hits"] == 3
     both = np.isfinite(xn) & np.isfinite(yn)
-    assert h["sqnr_db"] == pytest.approx(sqnr_db(torch.from_numpy(xn[both]), torch.from_numpy(yn[both])), rel=1e-6)  # float32 squares
+    # rel 1e-6: float32 squares
+    assert h["sqnr_db"] == pytest.approx(sqnr_db(torch.from_numpy(xn[both]), torch.from_numpy(yn[both])), rel=1e-6)
 
 
 def test_underflow_is_te_definition_not_flush_when_zeros_appear_and_vanish():

@@ -105,4 +105,4 @@ def test_layer_table_shows_the_weight_grid_grid_storage_uses(tmp_path, capsys, m
     out = capsys.readouterr().out
     assert rc == 0, out
     rows = [ln.split() for ln in out.splitlines() if ln.strip().startswith("transformer.h.")]
-    assert rows and all(r[-3] == "e2m1fn/pow2/error_feedback_sr" and r[-4] == "e4m3fn/cur/rne" for r in rows), out
+    assert rows and all(r[-4] == "e2m1fn/pow2/error_feedback_sr" and r[-5] == "e4m3fn/cur/rne" for r in rows), out

@@ -35,7 +35,8 @@ def test_analysis_defines_nothing_itself():
     assert own == []
 
 
-@pytest.mark.parametrize("name, module", [("binade_counts", "numerics.anatomy"), ("oracle_agreement", "numerics.oracles"),
+@pytest.mark.parametrize("name, module", [("binade_counts", "numerics.anatomy"),
+                                          ("oracle_agreement", "numerics.oracles"),
                                           ("layer_sqnr", "quantize.layer_sqnr"), ("run_summary", "notebook.tables"),
                                           ("run_frame", "studies.results"), ("claims_table", "studies.claims"),
                                           ("sqnr_db", "numerics.quant")])

@@ -8,11 +8,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pandas as pd
+import pytest
 
-from altgrad_lib.notebook import dashboard  # noqa: E402
+from altgrad_lib.notebook import dashboard
 
 
 def _metrics():
@@ -137,7 +137,8 @@ def test_diagnostic_summary_by_hand_and_run_files(tmp_path):
     assert t.loc["r", "stall_rate"] == pytest.approx(0.25)
     assert math.isnan(dashboard.diagnostic_summary({"q": d[d.metric == "stall_rate"]}).overflow_rate.iloc[0])
     (tmp_path / "r1").mkdir()
-    (tmp_path / "r1" / "events.csv").write_text("step,kind,layer,value,threshold\n3,unavailable:dY,,,\n9,loss_spike,,5.0,4.0\n")
+    (tmp_path / "r1" / "events.csv").write_text("step,kind,layer,value,threshold\n3,unavailable:dY,,,\n"
+                                                "9,loss_spike,,5.0,4.0\n")
     idx = pd.DataFrame({"run": ["r1", "r2"], "run_dir": [str(tmp_path / "r1"), str(tmp_path / "r2")]})
     ev = dashboard.read_run_files(idx, "events.csv")
     assert list(ev) == ["r1"]

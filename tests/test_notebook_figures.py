@@ -271,7 +271,8 @@ def test_delta_panel_leaves_the_control_out_and_says_so():
 
 def test_constant_heatmap_says_all_zero_and_fraction_scales_start_at_zero():
     """Issue 28 item 2: all-zero panels were drawn with -0.1..+0.1 colour bars."""
-    for fig in (pdiag.layer_step_heatmap(_diag(), "ctr.sat_frac", "X"), dashboard.layer_heatmap(_diag(), "ctr.sat_frac")):
+    for fig in (pdiag.layer_step_heatmap(_diag(), "ctr.sat_frac", "X"),
+                dashboard.layer_heatmap(_diag(), "ctr.sat_frac")):
         ax = fig.axes[0]
         assert not ax.images and any("all zero" in t.get_text() for t in ax.texts)
     fig = pdiag.layer_step_heatmap(_diag(), "overflow_frac", "dY")

@@ -24,7 +24,8 @@ from altgrad_lib.notebook.params import check_value, closest_name
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-SETUP = "from typing import Optional\nfrom altgrad_lib.notebook import params as notebook_params\nguard = notebook_params.watch(globals())\n"
+SETUP = ("from typing import Optional\nfrom altgrad_lib.notebook import params as notebook_params\n"
+         "guard = notebook_params.watch(globals())\n")
 PARAMS = ("lr: float = 1e-3             # learning rate\n"
           "max_docs: Optional[int] = None\n"
           "backends: list[str] = ['sim']\n"
@@ -34,7 +35,7 @@ PARAMS = ("lr: float = 1e-3             # learning rate\n"
 def run_cells(*sources: str) -> dict:
     ns: dict = {"__name__": "__main__"}
     for i, src in enumerate(sources):
-        exec(compile(src, f"<cell {i}>", "exec"), ns)   # noqa: S102
+        exec(compile(src, f"<cell {i}>", "exec"), ns)
         ns[f"_i{i + 1}"] = src                           # IPython's own history names appear between cells
     return ns
 
@@ -184,7 +185,8 @@ def test_guard_surrounds_the_parameters_cell(nb_path):
     assert nb.cells[i + 1].source.startswith("P = guard.check(globals()")
 
 
-@pytest.mark.parametrize("yaml_path", sorted(p for p in (ROOT / "params").glob("*/*.yaml") if p.parent.name != "studies"),
+@pytest.mark.parametrize("yaml_path", sorted(p for p in (ROOT / "params").glob("*/*.yaml")
+                                             if p.parent.name != "studies"),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")   # params/studies/: study files (test_study.py)
 def test_every_params_yaml_key_is_a_declared_parameter_of_its_notebook(yaml_path):
     decl = declared(ROOT / "notebooks" / f"{yaml_path.parent.name}.ipynb")

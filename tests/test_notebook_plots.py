@@ -6,16 +6,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import ml_dtypes
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
 
-from altgrad_lib.notebook import analysis  # noqa: E402
+from altgrad_lib.notebook import analysis
 from altgrad_lib.notebook import plots
-from altgrad_lib.numerics.formats import format_summary_table  # noqa: E402
+from altgrad_lib.numerics.formats import format_summary_table
 
 
 def _check(fig: Figure, title_has: str | None = None) -> None:
@@ -178,7 +178,8 @@ def test_paired_gaps_draws_each_seed_and_the_ci():
     fig = plots.paired_gaps(gaps[gaps.level != "hp"], t, title="paired gaps")
     ax = fig.axes[0]
     from matplotlib.collections import PathCollection
-    assert sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection)) == 6   # 3 seeds x 2 levels
+    # 3 seeds x 2 levels
+    assert sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection)) == 6
     _check(fig, "paired gaps")
 
 

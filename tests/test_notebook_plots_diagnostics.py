@@ -5,19 +5,19 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from matplotlib.figure import Figure
 
-from altgrad_lib.notebook import plots_diagnostics as pd_  # noqa: E402
-from altgrad_lib.notebook.names import metric_name  # noqa: E402
-from altgrad_lib.state import snapshot_state  # noqa: E402
-from altgrad_lib.model import GPT, GPTConfig  # noqa: E402
-from altgrad_lib.monitors import read_diagnostics  # noqa: E402
-from altgrad_lib.monitors.config import DiagnosticsConfig  # noqa: E402
-from altgrad_lib.monitors.diagnostics import Diagnostics  # noqa: E402
-from altgrad_lib.quantize.convert import quantize_model  # noqa: E402
+from altgrad_lib.notebook import plots_diagnostics as pd_
+from altgrad_lib.notebook.names import metric_name
+from altgrad_lib.state import snapshot_state
+from altgrad_lib.model import GPT, GPTConfig
+from altgrad_lib.monitors import read_diagnostics
+from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.monitors.diagnostics import Diagnostics
+from altgrad_lib.quantize.convert import quantize_model
 
 
 @pytest.fixture(scope="module")

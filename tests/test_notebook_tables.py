@@ -99,8 +99,8 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     index = pd.read_csv(tmp_path / "outputs" / "studies" / "nb" / "study.csv")
     assert index.label.tolist() == ["hp", "control", "hp", "control"] and index.seed.tolist() == [0, 0, 1, 1]
     assert (index.status == "completed").all()
-    assert index.final_val_loss.tolist() == [runs[f"{l} s{s}"].final_val_loss
-                                             for l, s in zip(index.label, index.seed)]
+    assert index.final_val_loss.tolist() == [runs[f"{lab} s{s}"].final_val_loss
+                                             for lab, s in zip(index.label, index.seed)]
     frame = runs.frame()                                      # seeds travel as ints, labels from train_variants
     assert frame.label.tolist() == ["hp", "same", "control"] * 2 and frame.seed.tolist() == [0, 0, 0, 1, 1, 1]
     assert frame.seed.dtype.kind == "i" and frame.freeze_blocks.tolist() == [False, False, True] * 2

@@ -13,7 +13,7 @@ from gfloat.formats import format_info_ocp_e8m0
 
 from altgrad_lib.numerics.formats import BUILTIN_FORMATS, FloatFormat, format_summary_table, get_format
 
-from helpers import ALL, MLD_REF, TORCH_REF, assert_same, bits_equal, gfloat_info, mld_round, probe_inputs  # noqa: E402,F401
+from helpers import ALL, MLD_REF, TORCH_REF, assert_same, bits_equal, gfloat_info, mld_round, probe_inputs  # noqa: F401
 
 
 # ------------------------------------------------------------------ registry / validation

@@ -8,7 +8,8 @@ import torch
 from helpers import grid_ordinal_bruteforce
 
 from altgrad_lib.numerics.formats import BUILTIN_FORMATS, get_format
-from altgrad_lib.numerics.grid import code_index, fast_ulp, grid_exp, grid_scale, mantissa_stiffness, step_ulp, stiffness, to_grid
+from altgrad_lib.numerics.grid import (code_index, fast_ulp, grid_exp, grid_scale, mantissa_stiffness, step_ulp,
+                                      stiffness, to_grid)
 
 FMTS = ["E4M3", "E5M2", "E3M4", "E1M6", "E7M0", "E2M1"]
 
@@ -53,7 +54,8 @@ def test_step_ulp_lands_on_the_neighbour_code(name):
             sp = step_ulp(w, toward_zero, f, s, "step")
             new = w + (sgn if away else -sgn) * sp
             assert torch.equal(f.quantize(new), new), "lands on the grid"
-            d = torch.tensor(grid_ordinal_bruteforce(new.tolist(), f)) - torch.tensor(grid_ordinal_bruteforce(w.tolist(), f))
+            d = (torch.tensor(grid_ordinal_bruteforce(new.tolist(), f))
+                 - torch.tensor(grid_ordinal_bruteforce(w.tolist(), f)))
             assert torch.all(d == (sgn if away else -sgn)), (name, sgn, away)
 
 

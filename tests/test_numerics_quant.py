@@ -16,6 +16,14 @@ from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.quant import STE_MODES, QuantSpec, Quantizer, fake_quant, sqnr_db
 from altgrad_lib.quantize.linear import _QuantizeGradOutput
 from altgrad_lib.numerics.scaling import Scaler, ScalingConfig, stateless_scale
+from altgrad_lib.numerics.block_scaling import BlockScaling, elementwise_scale
+
+
+def scale_of(x, spec: QuantSpec) -> torch.Tensor:
+    """The encode multiplier s of spec on x (elements are Q(x·s)/s): stateless kinds or the MX/NVFP4 block rule."""
+    if isinstance(spec.scaling, BlockScaling):
+        return elementwise_scale(x, spec.fmt, spec.scaling)
+    return stateless_scale(x, spec.fmt, spec.scaling)[0]
 
 
 def gaussian(n_rows=64, n_cols=512, seed=0):
@@ -36,17 +44,16 @@ def heavy_tailed(n_rows=64, n_cols=512, seed=0):
 @pytest.mark.parametrize("fmt", ["E4M3", "E5M2", "E1M6", "E7M0", "E2M1", "E3M2"])
 @pytest.mark.parametrize(
     "scaling",
-    [ScalingConfig(pow2=True), ScalingConfig(kind="per_row", pow2=True), ScalingConfig(kind="per_block"),
-     ScalingConfig(kind="current")],
+    [ScalingConfig(pow2=True), ScalingConfig(kind="per_row", pow2=True), "per_block", ScalingConfig(kind="current")],
 )
 def test_scaled_outputs_on_grid(fmt, scaling):
     f = get_format(fmt)
     x = heavy_tailed(8, 96, seed=3)
     spec = QuantSpec(fmt=f, scaling=scaling)
-    s, _ = stateless_scale(x, f, scaling)
+    s = scale_of(x, spec)
     ys = (fake_quant(x, spec) * s).double()
     grid = f.values()
-    if scaling.pow2 or scaling.kind == "per_block":
+    if isinstance(spec.scaling, BlockScaling) or spec.scaling.pow2:
         assert torch.isin(ys, grid).all()  # power-of-two scales: exact
     else:
         # arbitrary scales: Q(x*s)/s*s is the grid value up to fp32 rounding of the two multiplications
@@ -83,10 +90,9 @@ SQNR_CASES = [("E4M3", "current", "gauss"), ("E4M3", "per_row", "gauss"), ("E4M3
 def test_sqnr_floor(key):
     fmt, kind, dist = key
     x = gaussian() if dist == "gauss" else heavy_tailed()
-    scaling = ScalingConfig(kind=kind)
-    y = fake_quant(x, QuantSpec(fmt=fmt, scaling=scaling))
-    s, _ = stateless_scale(x, get_format(fmt), scaling)
-    assert sqnr_db(x, y) >= rne_sqnr_floor_db(x, fmt, s)
+    spec = QuantSpec(fmt=fmt, scaling=kind)
+    y = fake_quant(x, spec)
+    assert sqnr_db(x, y) >= rne_sqnr_floor_db(x, fmt, scale_of(x, spec))
 
 
 def test_rne_floor_is_the_mantissa_rule_in_the_normal_range():
@@ -118,7 +124,7 @@ def test_fine_grained_scaling_beats_per_tensor_on_outlier_rows(fmt, outlier):
     normal[::16] = False
     res = {}
     for kind in ("current", "per_row", "per_block"):
-        y = fake_quant(x, QuantSpec(fmt=fmt, scaling=ScalingConfig(kind=kind)))
+        y = fake_quant(x, QuantSpec(fmt=fmt, scaling=kind))
         res[kind] = sqnr_db(x[normal], y[normal])
     assert res["per_row"] > res["current"] + 3.0, res
     assert res["per_block"] > res["current"] + 3.0, res
@@ -202,10 +208,9 @@ def test_stochastic_rounding_unbiased_through_scaling(fmt, kind):
     x = torch.empty(n, 32)
     x[:, 0] = 3.3
     x[:, 1:] = vals.repeat(8)[:31]
-    spec = QuantSpec(fmt=f, scaling=ScalingConfig(kind=kind), rounding="stochastic")
+    spec = QuantSpec(fmt=f, scaling=kind, rounding="stochastic")
     y = fake_quant(x, spec, generator=torch.Generator().manual_seed(0)).double()
-    s, _ = stateless_scale(x, f, spec.scaling)
-    s = s.expand_as(x).double()
+    s = scale_of(x, spec).expand_as(x).double()
     for j in range(1, 5):
         xs = float(x[0, j]) * float(s[0, j])
         lo = float(f.quantize(torch.tensor([xs]), rounding="toward_zero")[0])
@@ -422,7 +427,8 @@ def test_spec_normalization_short_str_and_round_trip():
     s2 = QuantSpec.from_dict(d)
     assert s2.scaling == ScalingConfig(kind="delayed", history_len=16)
     assert s2.short_str().endswith("/dly16max-m0/sr")
-    for sp in (spec, s2, QuantSpec(fmt="E2M1", scaling="per_block", ste="clipped", saturate=False)):
+    for sp in (spec, s2, QuantSpec(fmt="E2M1", scaling="per_row", ste="clipped", saturate=False),
+               QuantSpec(fmt="E2M1", scaling={"kind": "per_block", "block_size": 16})):
         assert QuantSpec.from_dict(yaml.safe_load(yaml.safe_dump(sp.to_dict()))) == sp
         assert QuantSpec.from_dict(json.loads(json.dumps(sp.to_dict()))) == sp
     with pytest.raises(ValueError, match="formt.*valid keys.*fmt.*rounding"):

@@ -1,6 +1,7 @@
-"""Tests for altgrad_lib.numerics.scaling: config validation, current/delayed/per_row/per_block scales, eps floor,
-state_dict round trip; delayed scaling against a hand-written TransformerEngine reference and per_block
-E4M3 against torchao's MX implementation (an oracle written by someone else)."""
+"""Tests for altgrad_lib.numerics.scaling: config validation, current/delayed/per_row scales, eps floor,
+state_dict round trip; delayed scaling against a hand-written TransformerEngine reference; and the old kind
+"per_block", now a QuantSpec spelling of block_scaling.py's MX (refused by ScalingConfig), against the OCP MX rule
+and torchao's MX implementation (an oracle written by someone else)."""
 from __future__ import annotations
 
 import math
@@ -46,7 +47,6 @@ def test_short_str_and_dict_round_trip():
     assert ScalingConfig(kind="delayed").short_str() == "dly16max-m0"
     assert ScalingConfig(kind="delayed", history_len=4, reduce="most_recent", margin=1).short_str() == "dly4rec-m1"
     assert ScalingConfig(kind="per_row").short_str() == "row"
-    assert ScalingConfig(kind="per_block").short_str() == "blk32"
     assert ScalingConfig(kind="current", pow2=True).short_str() == "cur-p2"
     assert ScalingConfig(kind="none").short_str() == "none"
     c = ScalingConfig(kind="delayed", history_len=8, pow2=True)
@@ -81,12 +81,30 @@ def test_per_row_scale():
     assert (x * s).abs().amax(-1).sub(448.0).abs().max() < 1e-3  # each row's amax lands on fmt.max
 
 
+def test_per_block_is_a_spelling_of_mx_and_refused_by_scaling_config():
+    from altgrad_lib.numerics.block_scaling import BlockScaling
+    from altgrad_lib.numerics.quant import QuantSpec
+
+    with pytest.raises(ValueError, match=r"kind='per_block' is invalid; valid choices: .*'per_row'.*did you mean.*'mx'"):
+        ScalingConfig(kind="per_block")
+    assert QuantSpec(fmt="E4M3", scaling="per_block").scaling == BlockScaling(kind="mx", mode="floor", block_size=32)
+    assert QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "block_size": 16}).scaling == BlockScaling("mx", 16)
+    assert QuantSpec(fmt="E4M3", scaling="per_block").short_str().split("/")[1] == "mx32f"
+    with pytest.raises(ValueError, match=r"'per_block'.*only 'block_size', got \['margin'\].*kind 'mx'"):
+        QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "margin": 1})
+    with pytest.raises(ValueError, match="ste='identity'"):     # MX saturates; the clipped STE has no meaning there
+        QuantSpec(fmt="E4M3", scaling="per_block", ste="clipped")
+
+
 @pytest.mark.parametrize("k", [64, 70, 5])  # 70, 5: ragged last block
 def test_per_block_mx_scale(k):
+    from altgrad_lib.numerics.block_scaling import elementwise_scale
+    from altgrad_lib.numerics.quant import QuantSpec
+
     torch.manual_seed(0)
     x = torch.randn(3, k) * torch.logspace(-3, 3, k)
-    cfg = ScalingConfig(kind="per_block", block_size=32)
-    s, _ = stateless_scale(x, E4M3, cfg)
+    spec = QuantSpec(fmt=E4M3, scaling={"kind": "per_block", "block_size": 32})
+    s = elementwise_scale(x, E4M3, spec.scaling)
     assert s.shape == x.shape and is_pow2(s)
     for j0 in range(0, k, 32):
         blk = x[:, j0 : j0 + 32]
@@ -100,6 +118,7 @@ def test_per_block_mx_scale(k):
 def test_per_block_against_torchao_mx_bit_exact():
     from torchao.prototype.mx_formats.mx_tensor import ScaleCalculationMode, get_fp_scale, to_mx
 
+    from altgrad_lib.numerics.block_scaling import block_scales
     from altgrad_lib.numerics.quant import QuantSpec, fake_quant
 
     torch.manual_seed(1)
@@ -109,15 +128,11 @@ def test_per_block_against_torchao_mx_bit_exact():
     x[1, 32:64] = torch.linspace(-1, 1, 32) * 1e-30  # tiny block
     scale_e8m0, data_lp = to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.FLOOR)
     x_ref = data_lp.float() * get_fp_scale(scale_e8m0).repeat_interleave(32, dim=-1)
-    # MX has no amax floor (E8M0 reaches 2**-127): lower ours below the tiny block to compare bit-exactly
-    spec = QuantSpec(fmt="E4M3", scaling=ScalingConfig(kind="per_block", block_size=32, amax_eps=1e-35))
+    # MX has no amax floor (E8M0 reaches 2**-127): the tiny block too is exact
+    spec = QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "block_size": 32})
     y = fake_quant(x, spec)
     assert torch.equal(y, x_ref)
-    s, hits = stateless_scale(x, spec.fmt, spec.scaling)
-    assert torch.equal(1.0 / s[:, ::32], get_fp_scale(scale_e8m0)) and int(hits) == 0
-    # documented difference: with the default amax_eps=1e-12 the 1e-30 block hits the floor (and flushes to 0)
-    s, hits = stateless_scale(x, spec.fmt, ScalingConfig(kind="per_block"))
-    assert int(hits) == 1
+    assert torch.equal(block_scales(x, spec.fmt, spec.scaling), get_fp_scale(scale_e8m0).flatten())
 
 
 # ---------------------------------------------------------------------------------------------- delayed
@@ -193,7 +208,7 @@ def test_scaler_state_dict_restores_exactly():
 # ---------------------------------------------------------------------------------------------- eps floor
 
 
-@pytest.mark.parametrize("kind", ["current", "delayed", "per_row", "per_block"])
+@pytest.mark.parametrize("kind", ["current", "delayed", "per_row"])   # MX (per_block) has no floor: E8M0's range
 def test_eps_floor_counts_and_no_nan(kind):
     from altgrad_lib.numerics.quant import QuantSpec, fake_quant
 
@@ -201,14 +216,14 @@ def test_eps_floor_counts_and_no_nan(kind):
     sc = Scaler(cfg, E4M3)
     x = torch.zeros(3, 8)
     x[1] = torch.arange(8.0)  # one nonzero row (two blocks: first block amax 3, second 7)
-    expect = {"current": 0, "delayed": 0, "per_row": 2, "per_block": 4}[kind]
+    expect = {"current": 0, "delayed": 0, "per_row": 2}[kind]
     y = fake_quant(x, QuantSpec(fmt=E4M3, scaling=cfg), scaler=sc)
     assert int(sc.eps_hits) == expect
     assert torch.isfinite(y).all()
     z = torch.zeros(3, 8)
     y = fake_quant(z, QuantSpec(fmt=E4M3, scaling=cfg), scaler=sc)
     assert torch.equal(y, z) and not torch.isnan(y).any()
-    n_amax = {"current": 1, "delayed": 0, "per_row": 3, "per_block": 6}[kind]
+    n_amax = {"current": 1, "delayed": 0, "per_row": 3}[kind]
     # delayed: the zero tensor's scale comes from history (nonzero), its own amax 0 is only recorded
     assert int(sc.eps_hits) == expect + n_amax
     if kind == "delayed":
@@ -226,7 +241,7 @@ def test_stateless_eps_hits_returned():
     assert int(hits) == 1 and torch.isfinite(s) and float(s) > 0
 
 
-@pytest.mark.parametrize("kind", ["current", "per_row", "per_block", "none"])
+@pytest.mark.parametrize("kind", ["current", "per_row", "none"])
 def test_scaler_records_global_amax_and_scale(kind):
     sc = Scaler(ScalingConfig(kind=kind, block_size=4), E4M3)
     x = torch.tensor([[1.0, -2.0, 0.5, 0.25, 8.0, 0.0], [0.0, 0.0, 0.0, 0.0, -16.0, 1.0]])

@@ -35,7 +35,6 @@ def test_adamw_fp32_matches_torch_adamw():
 
 def test_stiffness_adamw_cancels_inside_one_binade():
     """S constant per coordinate => Adam(S g, eps) == Adam(g, eps / S): the naive recipe does nothing."""
-    f = get_format("E4M3")
     gen = torch.Generator().manual_seed(1)
     w0 = (1 + torch.rand(64, generator=gen)) * 2.0**-5          # one binade [2^-5, 2^-4): S = 2^-8 everywhere
     S = 2.0 ** (-5 - 3)
@@ -131,7 +130,8 @@ def test_validation_errors_name_the_choices():
         StiffnessAdamW([p], fmt="E4M3", stiffness="magic")
     with pytest.raises(ValueError, match="needs a weight format"):
         AdamW([p], storage="grid_sr")
-    assert GridAdamW([p], fmt="E4M3", storage="grid_sr", clip_ulp=4).short_str() == "grid_adamw[e4m3fn/grid_sr/step/clip4]"
+    assert GridAdamW([p], fmt="E4M3", storage="grid_sr", clip_ulp=4).short_str() == \
+        "grid_adamw[e4m3fn/grid_sr/step/clip4]"
 
 
 def test_stiffness_ablations_at_zero():

@@ -183,7 +183,8 @@ def test_compiled_update_matches_eager_and_lr_changes_do_not_recompile(storage):
             continue
         with torch._dynamo.config.patch(error_on_recompile=True):   # a recompilation raises
             eager.step(), comp.step()
-    assert graphs == 3 and counters["stats"]["unique_graphs"] - g0 == graphs   # a graph per group + the bias corrections
+    # a graph per group + the bias corrections
+    assert graphs == 3 and counters["stats"]["unique_graphs"] - g0 == graphs
     assert eager.sr_offset == comp.sr_offset
     for a, b in zip(pa, pb):                                  # inductor may reorder fp32 ops: last-bit differences
         if storage == "fp32":

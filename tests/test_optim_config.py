@@ -13,7 +13,8 @@ from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, Tra
 
 @pytest.mark.parametrize("optimizer, optim, match", [
     ("lion", {}, "valid choices: \\('adamw'"),
-    ("grid_adamw", {"storage": "fp16"}, "valid choices: \\('fp32', 'grid_rne', 'grid_sr', 'kahan', 'error_feedback', 'error_feedback_sr'\\)"),
+    ("grid_adamw", {"storage": "fp16"},
+     "valid choices: \\('fp32', 'grid_rne', 'grid_sr', 'kahan', 'error_feedback', 'error_feedback_sr'\\)"),
     ("madam", {"ulp_mode": "step"}, "do not apply to optimizer 'madam'; valid keys"),
     ("grid_adamw", {"ulp_mode": "left"}, "valid choices"),
     ("grid_adamw", {"lr": -1}, "number > 0"),

@@ -19,7 +19,8 @@ CASTS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 @pytest.mark.parametrize("cls,lr", [(AdamW, 3e-3), (GridAdamW, 0.7)])
 def test_every_storage_mode_stays_on_the_grid(cls, lr, fmt, storage, track):
     gen = torch.Generator().manual_seed(0)
-    ps = [torch.nn.Parameter(torch.randn(40, 50, generator=gen) * 0.05), torch.nn.Parameter(torch.randn(30, generator=gen))]
+    ps = [torch.nn.Parameter(torch.randn(40, 50, generator=gen) * 0.05),
+          torch.nn.Parameter(torch.randn(30, generator=gen))]
     if fmt == "E2M1" and cls is AdamW:
         lr = 0.05                                        # E2M1's spacing (1/8 .. 1 of max/6): a step that can move
     opt = cls(ps, lr=lr, fmt=fmt, storage=storage, weight_decay=0.1, seed=2, track_stats=track)

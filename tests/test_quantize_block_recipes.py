@@ -155,7 +155,8 @@ def test_recipe_spellings_are_one_canonical_recipe():
                     ("mxfp4:rceil:wgrad_hp:hp_attn:hp_last=1", "mxfp4_rceil_wgrad_hp_hp_attn_hp_last_1-s0-6438d150"),
                     ("mxfp8", "mxfp8-s0-beeb9fbf")]:
         assert TrainConfig(recipe=r, n_layer=2).auto_run_name() == name
-    for variant, canon in [("NVFP4", "nvfp4"), ("nvfp4:hp_last=0", "nvfp4"), (" Nvfp4 : disable_rht ", "nvfp4:disable_rht"),
+    for variant, canon in [("NVFP4", "nvfp4"), ("nvfp4:hp_last=0", "nvfp4"),
+                           (" Nvfp4 : disable_rht ", "nvfp4:disable_rht"),
                            ("nvfp4:disable_rht:disable_rht", "nvfp4:disable_rht"),
                            ("nvfp4:hp_last=1:disable_rht", "nvfp4:disable_rht:hp_last=1"),
                            ("nvfp4:hp_last=01:hp_last=1", "nvfp4:hp_last=1"),

@@ -52,7 +52,8 @@ def test_an_override_is_its_own_quantizer():
     SR streams: an override with the role's own spec and seed-independent numerics (RNE) gives identical results,
     while its SR stream is its own (not the role quantizer's)."""
     sr = {**NV, "rounding": "stochastic"}
-    m = gemm_layer(LayerSpec(input=NV, weight=NV2D, grad_output=sr, gemm={"overrides": {"wgrad": {"input": MX8}}}))
+    m = gemm_layer(LayerSpec(input=NV, weight=NV2D, grad_output=sr,
+                             gemm={"rht": ["wgrad"], "overrides": {"wgrad": {"input": MX8}}}))
     x, dy = gemm_data(t=37)
     gemm_step(m, x, dy)
     own = m.gemm_quants["wgrad_input"]
@@ -161,7 +162,7 @@ def test_delayed_scaling_with_rht_is_refused_where_one_history_would_mix_copies(
     history (shown below: two entries per step); refused at construction, before any compute."""
     with pytest.raises(ValueError, match=r"LayerSpec.input: delayed scaling is invalid with gemm.rht=\['wgrad'\]: "
                                          r"one amax history would mix the copies of fprop\+wgrad") as ei:
-        LayerSpec(input=DELAYED, weight=NV)                  # block weight: default GemmOptions, RHT on wgrad
+        LayerSpec(input=DELAYED, weight=NV, gemm={"rht": ["wgrad"]})
     assert "\n" not in str(ei.value)
     with pytest.raises(ValueError, match=r"LayerSpec.grad_output: delayed scaling .* dgrad\+wgrad"):
         LayerSpec(grad_output=DELAYED, gemm={"rht": ["dgrad", "wgrad"]})
@@ -171,12 +172,14 @@ def test_delayed_scaling_with_rht_is_refused_where_one_history_would_mix_copies(
     for ok in (dict(input=DELAYED, weight=NV, gemm={"rht": []}),
                dict(input=DELAYED, weight=NV, gemm={"hp_gemms": ["fprop"]}),
                dict(input=DELAYED, weight=NV, gemm={"overrides": {"wgrad": {"input": DELAYED}}}),
-               dict(input="E4M3", weight=NV)):
+               dict(input="E4M3", weight=NV),
+               dict(input=DELAYED, weight=NV)):          # block weight, default GemmOptions: no RHT
         LayerSpec(**ok)
     # what the refusal prevents: without the check (object.__new__ skips __post_init__), the X history gets the
     # amax of X and of the rotated X in every step
     spec = object.__new__(LayerSpec)
-    for k, v in dict(input=QuantSpec.from_dict(DELAYED), weight=None, grad_output=None, gemm=GemmOptions()).items():
+    for k, v in dict(input=QuantSpec.from_dict(DELAYED), weight=None, grad_output=None,
+                 gemm=GemmOptions(rht=("wgrad",))).items():
         object.__setattr__(spec, k, v)
     m = gemm_layer(spec)
     x, dy = gemm_data()

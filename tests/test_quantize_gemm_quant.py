@@ -24,7 +24,8 @@ MX4 = {"fmt": "E2M1", "scaling": {"kind": "mx"}}
 
 @pytest.mark.parametrize("specs", [
     dict(input="E4M3", weight="E4M3", grad_output="E5M2"),
-    dict(input="E3M4", weight={"fmt": "E2M3", "scaling": "none"}, grad_output={"fmt": "E5M2", "rounding": "stochastic"}),
+    dict(input="E3M4", weight={"fmt": "E2M3", "scaling": "none"},
+         grad_output={"fmt": "E5M2", "rounding": "stochastic"}),
     dict(input={"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}}, weight=None, grad_output="E5M2"),
 ])
 def test_per_tensor_specs_bit_identical_to_classic_path(specs):
@@ -158,3 +159,61 @@ def test_per_row_scaling_opt_in_is_gemm_faithful():
     assert torch.equal(y, torch.nn.functional.linear(q(x2, 1).reshape(x.shape), q(w, 1)) + m.bias.detach())
     assert torch.equal(gx, q(dy2, 1).mm(q(w, 0)).reshape(x.shape))
     assert torch.equal(gw, q(x2, 0).t().mm(q(dy2, 0)).t())
+
+
+# ---------------------------------------------------------------------------------------------- defaults (issue 25)
+
+def torchao_mx_along(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """torchao's MXTensor.to_mx (E4M3 elements, E8M0 FLOOR scales, blocks of 32) of a 2D tensor with its blocks
+    along `dim`, dequantized: the oracle of one GEMM operand."""
+    from torchao.prototype.mx_formats.mx_tensor import MXTensor
+    tt = t if dim == 1 else t.t().contiguous()
+    r = MXTensor.to_mx(tt, torch.float8_e4m3fn, 32).dequantize(torch.float32)
+    return r if dim == 1 else r.t()
+
+
+@pytest.mark.parametrize("kind", ["mx", "per_block"])
+def test_block_scaled_mx_e4m3_layer_is_gemm_faithful_with_its_defaults(kind):
+    """A layer whose specs name MX E4M3 (or its spelling per_block) and write no `gemm:`: each GEMM's two operands are
+    torchao's MX copies along that GEMM's reduction dim (fprop: `in`, dgrad: `out`, wgrad: tokens), no RHT.
+    Fails on the old code: per_block took the classic path (dgrad / wgrad copies along the forward's dims, relative
+    error ~2e-2), mx got RHT on wgrad by default."""
+    mx = {"fmt": "E4M3", "scaling": kind}
+    spec = LayerSpec(input=mx, weight=mx, grad_output=mx)
+    m = make(spec, out=96)
+    x, dy = data(b=2, t=32, out=96)           # 64 tokens, in 64, out 96: every reduction dim a multiple of 32
+    y, gx, gw = run(m, x, dy)
+    x2, dy2, w = x.reshape(-1, 64), dy.reshape(-1, 96), m.weight.detach()
+    ao = torchao_mx_along
+    y_ref = torch.nn.functional.linear(ao(x2, 1).reshape(x.shape), ao(w, 1)) + m.bias.detach()
+    assert torch.equal(y, y_ref)
+    assert torch.equal(gx, ao(dy2, 1).mm(ao(w, 0)).reshape(x.shape))
+    assert torch.equal(gw, ao(x2, 0).t().mm(ao(dy2, 0)).t())
+    m.eval()                                   # eval (no SR here): the same copies through forward(x, axis)
+    with torch.no_grad():
+        assert torch.equal(m(x), y_ref)
+    assert spec.gemm_options == GemmOptions() and spec.gemm_options.rht == ()
+    assert "gemm:plain" in spec.short_str()    # the layer table's and short_str's word for "no GEMM option on"
+
+
+def test_a_gemm_block_without_rht_gets_no_rht():
+    """`gemm: {hp_gemms: [dgrad]}` on per-tensor E4M3: dgrad in high precision, nothing rotated, so dW and Y are
+    bit-identical to the classic path's (which has no RHT). Fails on the old code (RHT on wgrad by default)."""
+    e4 = dict(input="E4M3", weight="E4M3", grad_output="E4M3")
+    spec = LayerSpec.from_dict({**e4, "gemm": {"hp_gemms": ["dgrad"]}})
+    classic, faithful = make(LayerSpec(**e4)), make(spec)
+    x, dy = data()
+    (y0, _, gw0), (y1, gx1, gw1) = run(classic, x, dy), run(faithful, x, dy)
+    assert torch.equal(y1, y0) and torch.equal(gw1, gw0)
+    assert torch.equal(gx1, dy @ faithful.weight.detach())     # dgrad: dY·W in high precision
+    assert spec.gemm.rht == () and "rht" not in spec.short_str()
+
+
+def test_quantizer_axis_is_the_same_rule_on_the_moved_tensor():
+    """Quantizer(..., axis=0) is the quantizer along the last dim of the transposed tensor, for a block kind (with
+    SR: the same random draws) and for per_row."""
+    from altgrad_lib.numerics.quant import Quantizer
+    t = torch.randn(64, 40) * torch.exp2(torch.randint(-6, 6, (1, 40)).float())
+    for spec in ({"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"}, {"fmt": "E4M3", "scaling": "per_row"}):
+        a, b = Quantizer(spec, seed=3), Quantizer(spec, seed=3)
+        assert torch.equal(a.quantize(t, axis=0), b.quantize(t.t().contiguous()).t())

@@ -196,12 +196,13 @@ def test_quantize_model_rows_and_what_it_prints(capsys):
     rows = quantize_model(m, "fp8_hybrid")
     out = capsys.readouterr().out
     assert isinstance(rows, list) and all(list(r) == list(COLUMNS) for r in rows)   # plain data, no pandas
-    assert COLUMNS == ("module", "class", "shape", "input", "weight", "grad_output", "backend")
+    assert COLUMNS == ("module", "class", "shape", "input", "weight", "grad_output", "gemm", "backend")
     assert len(rows) == 2 * 4 + 1                               # 4 Linears per GELU block + lm_head
     t = {r["module"]: r for r in rows}
     assert t["lm_head"]["input"] == "hp" and t["lm_head"]["backend"] == "-"
     assert t["transformer.h.0.attn.c_attn"]["shape"] == (192, 64)
     assert t["transformer.h.0.mlp.c_fc"]["grad_output"].startswith("e5m2")
+    assert {r["gemm"] for r in rows} == {"-"}                   # per-tensor, no `gemm:`: the classic path
     summary = conversion_summary(rows, "fp8_hybrid")
     assert "8/9 Linear quantized" in summary and "lm_head" in summary
     # the printed table is the one pandas prints (the oracle: what quantize_model printed before)
@@ -346,7 +347,8 @@ def test_bf16_autocast_does_not_round_the_quantized_operands_again():
     sx = fmt.max / x.abs().max().double()
     sw = fmt.max / lin.weight.detach().abs().max().double()
     cx = torch.from_numpy(gfloat.round_ndarray(fi, (x.double() * sx).numpy(), RoundMode.TiesToEven, sat=True))
-    cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven, sat=True))
+    cw = torch.from_numpy(gfloat.round_ndarray(fi, (lin.weight.detach().double() * sw).numpy(), RoundMode.TiesToEven,
+                                               sat=True))
     ref = (cx @ cw.t()) / (sx * sw)
     assert float(((y32.double() - ref).norm() / ref.norm())) < 1e-5
 
@@ -368,13 +370,43 @@ def test_unsigned_formats_are_refused_for_signed_operands(make, role):
 
 
 def test_unsigned_e8m0_stays_what_it_is_for():
-    # the MX block scale (numerics/scaling.py per_block) and the format itself (notebook 01) still work
+    # the MX block scale (numerics/block_scaling.py, also spelled per_block) and the format itself (notebook 01)
+    # still work
     f = get_format("E8M0FNU")
     assert not f.signed and f.quantize(torch.tensor([0.25, 4.0])).tolist() == [0.25, 4.0]   # powers of two
     spec = LayerSpec(input=QuantSpec(fmt="E4M3", scaling={"kind": "per_block", "block_size": 32}))
-    assert spec.input.scaling.kind == "per_block"
+    assert spec.input.scaling.kind == "mx" and spec.input.scaling.block_size == 32
 
 
 def test_recipe_typo_suggests_the_near_name():
     with pytest.raises(ValueError, match=r"unknown recipe 'fp8_hybird'; did you mean 'fp8_hybrid'\?; valid choices"):
         get_policy("fp8_hybird")
+
+
+def test_every_gemm_setting_in_force_is_in_the_config_and_the_layer_table():
+    """A dict recipe on the GEMM-faithful path records every GemmOptions setting it runs with (config.yaml is
+    TrainConfig.to_dict) and its block scaling in full ('per_block' as the MX it is: one run identity with 'mx');
+    the layer table's gemm column says the same. Classic-path dicts keep their dict (and hash)."""
+    from altgrad_lib.quantize.recipes import canonical_recipe
+    from altgrad_lib.training.config import TrainConfig
+
+    def recipe(scaling, gemm=None, fmt="E4M3"):
+        spec = {r: {"fmt": fmt, "scaling": scaling} for r in ("input", "weight", "grad_output")}
+        return {"name": "r", "layers": {"*": {**spec, **({"gemm": gemm} if gemm is not None else {})}, "lm_head": None}}
+
+    c = TrainConfig(recipe=recipe("per_block"))
+    star = c.recipe["layers"]["*"]
+    assert star["gemm"] == {"hp_gemms": [], "rht": [], "rht_dim": 16, "columnwise_source": "hp"}
+    assert star["input"]["scaling"] == {"kind": "mx", "block_size": 32, "tile_2d": False, "mode": "floor",
+                                        "headroom": 1.0}
+    assert TrainConfig(recipe=recipe("mx")).config_hash() == c.config_hash()
+    assert TrainConfig(recipe=c.recipe).config_hash() == c.config_hash()          # canonical is a fixed point
+    # a `gemm:` block keeps the keys it wrote and shows the rest: no RHT unless asked for
+    g = canonical_recipe(recipe("current", {"hp_gemms": ["dgrad"]}))["layers"]["*"]["gemm"]
+    assert g == {"hp_gemms": ["dgrad"], "rht": [], "rht_dim": 16, "columnwise_source": "hp"}
+    plain = recipe("current")
+    assert canonical_recipe(plain) == plain
+    rows = quantize_model(_gpt(), c.recipe, verbose=False)
+    assert {r["gemm"] for r in rows if r["backend"] != "-"} == {"plain"}
+    rows = quantize_model(_gpt(), "nvfp4", verbose=False)
+    assert {r["gemm"] for r in rows if r["backend"] != "-"} == {"rht:wgrad"}

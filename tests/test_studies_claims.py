@@ -240,14 +240,17 @@ def test_seed_gaps_against_the_own_seed_baseline():
 
 
 def test_a_consistent_paired_effect_is_resolved_where_the_overlap_rule_said_noise():
-    """The case that motivated paired claims: a recipe worse in every seed by a little, on a seed-to-seed spread larger than the gap. Welch
-    and the old CI-overlap rule cannot see it; the paired test can, even after Holm over eight rows."""
+    """The case that motivated paired claims: a recipe worse in every seed by a little, on a seed-to-seed spread
+    larger than the gap. Welch and the old CI-overlap rule cannot see it; the paired test can, even after Holm over
+    eight rows."""
     hp = np.array([5.20, 5.26, 5.17])
     rows = [{"recipe": "hp", "seed": s, "final_val_loss": v} for s, v in enumerate(hp)]
     rows += [{"recipe": "hp", "freeze_blocks": True, "seed": s, "final_val_loss": v + 0.27} for s, v in enumerate(hp)]
-    rows += [{"recipe": "E2M1", "seed": s, "final_val_loss": v + g} for s, (v, g) in enumerate(zip(hp, [0.07, 0.075, 0.08]))]
+    rows += [{"recipe": "E2M1", "seed": s, "final_val_loss": v + g}
+             for s, (v, g) in enumerate(zip(hp, [0.07, 0.075, 0.08]))]
     for k in range(7):   # seven recipes equal to hp up to tiny noise: the rest of an eight-row Holm family
-        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": v + 0.001 * ((s + k) % 3 - 1)} for s, v in enumerate(hp)]
+        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": v + 0.001 * ((s + k) % 3 - 1)}
+                 for s, v in enumerate(hp)]
     f = pd.DataFrame(rows).fillna({"freeze_blocks": False})
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["E2M1"]).set_index("level")
     e = t.loc["E2M1"]
@@ -433,7 +436,8 @@ def test_at_a_true_gap_equal_to_the_printed_mde_the_verdict_fires_80_percent(n, 
     for _ in range(3):
         pilot = _sim_tables(rng, 1, m, n, sigma, [0.0])[0]
         rows = [{"recipe": "hp", "seed": s, "final_val_loss": 5.0} for s in range(n)]
-        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": 5.0 + pilot[k, s]} for k in range(m) for s in range(n)]
+        rows += [{"recipe": f"r{k}", "seed": s, "final_val_loss": 5.0 + pilot[k, s]}
+                 for k in range(m) for s in range(n)]
         t = claims.claims_table(pd.DataFrame(rows), "recipe", "hp", delta=0.01).set_index("level")
         factor.append(t.loc["r0", "mde_nats"] / pilot[0].std(ddof=1))
     assert factor == pytest.approx([factor[0]] * 3, rel=1e-6)

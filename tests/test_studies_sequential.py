@@ -22,7 +22,8 @@ from altgrad_lib.studies.sequential import SeedPlan
 RPACT = [
     # (what, information rates, cumulative α spent (None: from our spending function), sides, critical values)
     ("x7a asOF, alpha 0.13, kMax 3", (0.4, 0.75, 1), ("obf", 0.13), 1, (2.1280732, 1.4368565, 1.2468994)),
-    ("x7a asOF, alpha 0.13, kMax 4", (0.4, 0.75, 0.85, 1), ("obf", 0.13), 1, (2.1280732, 1.4368565, 1.422873, 1.2970881)),
+    ("x7a asOF, alpha 0.13, kMax 4", (0.4, 0.75, 0.85, 1), ("obf", 0.13), 1,
+     (2.1280732, 1.4368565, 1.422873, 1.2970881)),
     ("x6a asP, alpha 0.13", (0.35, 0.7, 1), ("pocock", 0.13), 1, (1.5446617, 1.4828682, 1.4620058)),
     ("x6b asP, alpha 0.025, rates (0.4, 0.7)", (0.4, 0.7), ("pocock", 0.025), 1, (2.223875, 2.3050796)),
     ("x5 asUser (0.01, 0.02, 0.03, 0.05)", (0.25, 0.5, 0.75, 1), (0.01, 0.02, 0.03, 0.05), 1,
@@ -276,7 +277,8 @@ def test_sequential_study_with_the_default_delta_prints_the_ci_and_mde_of_its_bo
     from altgrad_lib.studies.sequential import study_replay
 
     s = _seq_study(tmp_path)
-    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
+    idx = _seq_index(s, lambda c: 3.0 + 0.01 * c.seed
+                     + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
     rep = study_replay(s, idx)
     t = rep.table.set_index("level")
     assert rep.done and (t.delta_nats == claims.DELTA_NATS).all() and (t.look == 1).all()
@@ -351,7 +353,11 @@ def test_sequential_study_judged_as_a_smoke_test_prints_no_verdict_words(tmp_pat
     from altgrad_lib.studies.sequential import study_replay
 
     s = _seq_study(tmp_path, control=True)
-    clear = lambda c: 3.0 + 0.5 * c.freeze_blocks + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip]  # noqa: E731
+
+    def clear(c):
+        return (3.0 + 0.5 * c.freeze_blocks + 0.01 * c.seed
+                + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.05 + NOISE[c.seed]}[c.grad_clip])
+
     t = s.claims(_seq_index(s, clear), smoke=True)
     assert len(t) == 2 and (t.verdict == claims.SMOKE).all() and t.smoke.all() and (t.ci_level == 0.95).all()
     words = ("worse", "better", "equivalent", "inconclusive", "not training")

@@ -193,7 +193,8 @@ def test_killed_study_resumes_and_completes_the_index(tmp_path):
     first, second = Study.from_yaml(study_file, out_dir=str(out)).expand()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "altgrad_lib.cli", "study", "-f", str(study_file), "--out",
-                             str(out), "--workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             str(out), "--workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     ckpt2 = second.config.run_dir / "checkpoints" / "last.pt"
     deadline = time.time() + 180
     try:
@@ -319,7 +320,8 @@ def test_a_rerun_reuses_finished_runs_and_no_resume_hands_them_to_the_executor(t
 def test_levels_resolve_aliases_and_types():
     s = Study.from_dict({"name": "t", "axes": {"recipe": ["bf16", "fp8_hybrid"], "lr": [1e-3, 2e-3], "seed": [0]}})
     assert s.level("recipe", "bf16") == "hp" and s.level("lr", 0.001) == 1e-3 and s.level("lr", "0.002") == 2e-3
-    with pytest.raises(ValueError, match=r"'E4M3' is not a level of recipe in study 't'; levels: \['hp', 'fp8_hybrid'\]"):
+    with pytest.raises(ValueError,
+                       match=r"'E4M3' is not a level of recipe in study 't'; levels: \['hp', 'fp8_hybrid'\]"):
         s.level("recipe", "E4M3")
     with pytest.raises(ValueError, match=r"'optimizer' is not an axis of study 't'; axes: \['recipe', 'lr'\]"):
         s.levels("optimizer")
@@ -333,7 +335,8 @@ def test_cli_claims_output_starts_with_an_unresolved_positive_control(tmp_path, 
     d["axes"]["recipe"] = [*d["axes"]["recipe"], E2M1]
     s = Study.from_dict({**d, "positive_controls": ["E2M1-XWdY"]}, out_dir=str(tmp_path / "st"))
     noise = {0: 0.01, 1: -0.01}   # E2M1 no worse than hp: the positive control is not resolved
-    idx = _index(s, lambda c: 3.0 + 0.3 * c.freeze_blocks + 0.05 * c.seed + (c.recipe_name == "E2M1-XWdY") * noise[c.seed])
+    idx = _index(s, lambda c: (3.0 + 0.3 * c.freeze_blocks + 0.05 * c.seed
+                               + (c.recipe_name == "E2M1-XWdY") * noise[c.seed]))
     print_claims(s, idx)
     out = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert out[0].startswith("positive control E2M1-XWdY NOT resolved")
@@ -510,10 +513,10 @@ def test_two_different_studies_never_share_an_index(tmp_path):
     first = run_study(a, log=lambda m: None)
     other = Study.from_dict({**d, "axes": {"recipe": ["hp", "fp8_hybrid"], "seed": [0]}}, out_dir=str(tmp_path / "st"),
                             source="b.yaml")
-    with pytest.raises(ValueError, match=r"study directory .*st holds the index of study 'ci_formats' \(a.yaml; runs "
-                                         r"[0-9a-f]{12}\), not of study 'ci_formats' \(b.yaml; runs [0-9a-f]{12}\): two "
-                                         r"studies never share .*; give this study another `name:` \(or --out DIR\), or "
-                                         r"delete .*st to replace the other$") as ei:
+    with pytest.raises(ValueError, match=r"study directory .*st holds the index of study 'ci_formats' \(a.yaml; "
+                                         r"runs [0-9a-f]{12}\), not of study 'ci_formats' \(b.yaml; runs "
+                                         r"[0-9a-f]{12}\): two studies never share .*; give this study another "
+                                         r"`name:` \(or --out DIR\), or delete .*st to replace the other$") as ei:
         run_study(other, log=lambda m: None)
     assert "\n" not in str(ei.value)
     with pytest.raises(ValueError, match="holds the index of study"):

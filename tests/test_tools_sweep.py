@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-import sweep  # noqa: E402  (tools/sweep.py: a repository tool, not library code)
+import sweep   # tools/sweep.py: a repository tool, not library code
 
 
 @pytest.fixture

@@ -26,12 +26,13 @@ def test_gpt_config_carries_every_model_field_of_the_train_config():
     assert model.config == g and len(table) == 3 * 5 + 1   # swiglu: qkv, attn out, up, gate, down; + lm_head
 
 
-def test_one_train_builds_three_models_and_resolves_its_recipe_once(tmp_path, monkeypatch):
+def test_one_train_builds_its_models_and_resolves_its_recipe_once(tmp_path, monkeypatch):
     builds, resolved = [], []
     init, get_policy = GPT.__init__, recipes.get_policy
 
     def counting_init(self, *a, **k):
-        builds.append(str(torch.empty(0).device))   # "meta" inside the size estimate's device context
+        # "meta" inside the size estimate's device context; the width tells preflight's tiny model from full size
+        builds.append((str(torch.empty(0).device), a[0].n_embd))
         init(self, *a, **k)
 
     def counting_get_policy(p, *a, **k):
@@ -44,6 +45,8 @@ def test_one_train_builds_three_models_and_resolves_its_recipe_once(tmp_path, mo
     monkeypatch.setattr(recipes, "get_policy", counting_get_policy)
     run = train(TrainConfig(**{**TINY, "out_dir": str(tmp_path)}), progress=False, verbose=False)
     assert run.status == "completed"
+    # preflight's tiny-width model (check_settings: what the recipe quantizes in every block, the optimizer's grids),
     # the size estimate (meta device), preflight's throw-away quantized build, the model that trains
-    assert builds == ["meta", "cpu", "cpu"]
+    width = TINY["n_embd"]
+    assert builds == [("cpu", 16), ("meta", width), ("cpu", width), ("cpu", width)] and width > 16
     assert resolved == ["fp8_hybrid"]

@@ -99,7 +99,7 @@ def test_bf16_recipe_is_an_alias_recorded_as_hp():
 def test_compile_model_is_the_notebook_name_of_compile(tmp_path):
     assert TrainConfig.from_dict({"compile_model": True}).compile is True
     p = tmp_path / "nb.yaml"
-    p.write_text("compile_model: true\nmax_steps: 3\n")           # a notebook params file, as `altgrad train -f` reads it
+    p.write_text("compile_model: true\nmax_steps: 3\n")   # a notebook params file, as `altgrad train -f` reads it
     c = TrainConfig.from_yaml(p)
     assert c.compile is True and "compile_model" not in c.to_dict()
     with pytest.raises(ValueError, match="give only one"):

@@ -225,7 +225,9 @@ def test_batches_deterministic_and_shifted(tc):
 
 
 def test_cache_reuse_and_corruption(tmp_path):
-    build = lambda: D.TokenCorpus.build("licenses", "gpt2-2k", cache_dir=tmp_path, max_docs=40, progress=False)
+    def build():
+        return D.TokenCorpus.build("licenses", "gpt2-2k", cache_dir=tmp_path, max_docs=40, progress=False)
+
     a = build()
     assert not a.from_cache
     train_bin = a.cache_dir / "train.bin"

@@ -328,7 +328,8 @@ def test_run_made_by_other_numerics_or_data_is_not_reused(tmp_path):
     prov_path = Path(run.dir) / "provenance.json"
     prov = json.loads(prov_path.read_text())
     assert prov["numerics_version"] >= 2 and len(prov["data_sha256"]) == 64
-    assert ckpt.load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")["extra"]["data_sha256"] == prov["data_sha256"]
+    saved = ckpt.load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")
+    assert saved["extra"]["data_sha256"] == prov["data_sha256"]
     assert train(cfg, progress=False, verbose=False).reused
     for key, value, words in (("numerics_version", 1, "other code"), ("data_sha256", "0" * 64, "other data")):
         prov_path.write_text(json.dumps({**prov, key: value}))

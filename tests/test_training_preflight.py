@@ -1,5 +1,5 @@
-"""Tests for altgrad_lib.training.preflight: exact parameter counts, the activation estimate against the tensors autograd
-really saves, refusal / warnings on size, and config mistakes caught before any run directory exists."""
+"""Tests for altgrad_lib.training.preflight: exact parameter counts, the activation estimate against the tensors
+autograd really saves, refusal / warnings on size, and config mistakes caught before any run directory exists."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
-"""Tests for altgrad_lib.training.run_dir: project paths, provenance, the tidy metrics CSV and its crash-safe truncation."""
+"""Tests for altgrad_lib.training.run_dir: project paths, provenance, the tidy metrics CSV and its crash-safe
+truncation."""
 from __future__ import annotations
 
 import json

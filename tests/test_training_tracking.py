@@ -91,7 +91,8 @@ def test_a_missing_tracker_package_warns_and_the_run_completes(tmp_path, monkeyp
     import sys
 
     monkeypatch.setitem(sys.modules, "wandb", None)                   # import wandb -> ImportError
-    with pytest.warns(RuntimeWarning, match=r"logger='wandb' failed at start \(ModuleNotFoundError.*pip install 'altgrad\[tracking\]'"):
+    with pytest.warns(RuntimeWarning,
+                      match=r"logger='wandb' failed at start \(ModuleNotFoundError.*pip install 'altgrad\[tracking\]'"):
         run = train(_cfg(tmp_path, logger="wandb"), progress=False, verbose=False)
     assert run.status == "completed" and not (run.dir / "wandb").exists()
 

@@ -2,9 +2,10 @@
 
 Attached through `TrainConfig.diagnostics` ("off" | "cheap" | "full" or a dict, see config.py); train()
 creates one `Diagnostics` object. Files, one job each:
-    config.py       DiagnosticsConfig (presets, groups, intervals, thresholds) and the MONITORS registry
+    config.py       DiagnosticsConfig (presets, groups, intervals, thresholds) and MONITORS (the group names)
     base.py         Monitor interface, StepContext (emit rows, one host transfer per diagnostic step)
-    diagnostics.py  Diagnostics: runs the due monitors at two points of the step, checkpoint state, files
+    diagnostics.py  Diagnostics: runs the due monitors at two points of the step, checkpoint state, files;
+                    MONITOR_CLASSES (group -> Monitor class)
     writer.py       diagnostics.csv / events.csv writers (append + flush, truncate on resume) and readers
     probe.py        eager replays of a step on a private model copy (quantized with hooks; FP32 shadow)
     health.py       numerical health of X / W / dY (TE-style under/overflow, subnormals, NaN/Inf, ...)
@@ -46,8 +47,10 @@ import importlib
 
 from altgrad_lib.monitors.config import MONITORS, PRESETS, DiagnosticsConfig  # noqa: F401  (torch-free)
 
+# Lazy, not explicit imports: TrainConfig imports monitors.config, which runs this file first, and must stay torch-
+# and pandas-free; notebooks read `monitors.read_diagnostics(run_dir)`. In the package, import from the module.
 _LAZY = {"Diagnostics": "diagnostics", "read_diagnostics": "writer", "read_events": "writer",
-         "DIAG_FILE": "writer", "EVENTS_FILE": "writer"}   # lazy: the config must stay torch- and pandas-free
+         "DIAG_FILE": "writer", "EVENTS_FILE": "writer"}
 
 
 def __getattr__(name: str):

@@ -5,7 +5,7 @@
 `{"preset": "full", "interval": 25}`; from the shell `-p diagnostics=cheap -p diagnostics.interval=1`.
 A dict without "preset" means "full".
 
-Groups (what each measures: see the module named in MONITORS):
+Groups (what each measures: see the class of each in diagnostics.MONITOR_CLASSES):
     counters     quantizer counters of the training step itself (saturation, flush-to-zero, scale, eps hits)
     gradients    per-parameter gradient norm / mean / var, grad-to-weight ratio, clipping events
     numerics     per quantized tensor (X, W, dY) health from an eager replay of the step (TE-style
@@ -23,33 +23,35 @@ Groups (what each measures: see the module named in MONITORS):
                  eigenvalue by power iteration on Fisher-vector products, nngeometry's K-FAC trace / top
                  eigenvalue; switched on by fisher_interval > 0 alone (in no preset: fisher_samples backward
                  passes, up to 2 x fisher_iters per block, one nngeometry pass; bench/results/fisher.md)
-A new monitor (e.g. curvature) plugs in with one MONITORS entry "group": "module:Class" (see base.Monitor).
+A new monitor (e.g. curvature) plugs in with its group name in MONITORS and its class in diagnostics.MONITOR_CLASSES
+(see base.Monitor).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-# group -> "module:Class" (imported lazily by Diagnostics, so this table stays torch-free)
-MONITORS: dict[str, str] = {
-    "counters": "altgrad_lib.monitors.health:CountersMonitor",
-    "gradients": "altgrad_lib.monitors.gradients:GradientsMonitor",
-    "numerics": "altgrad_lib.monitors.health:NumericsMonitor",
-    "shadow": "altgrad_lib.monitors.gradients:ShadowMonitor",
-    "grid": "altgrad_lib.monitors.geometry:GridMonitor",         # before weights: it leaves the codes for staleness
-    "weights": "altgrad_lib.monitors.weights:WeightsMonitor",
-    "activations": "altgrad_lib.monitors.activations:ActivationsMonitor",
-    "events": "altgrad_lib.monitors.events:EventsMonitor",
-    "curvature": "altgrad_lib.monitors.curvature:CurvatureMonitor",   # only through hessian_interval
-    "fisher": "altgrad_lib.monitors.fisher:FisherMonitor",            # only through fisher_interval
-}
+# the groups (presets run them in this order); their classes: diagnostics.MONITOR_CLASSES (this file stays torch-free)
+MONITORS: tuple[str, ...] = (
+    "counters",
+    "gradients",
+    "numerics",
+    "shadow",
+    "grid",          # before weights: it leaves the codes for staleness
+    "weights",
+    "activations",
+    "events",
+    "curvature",     # only through hessian_interval
+    "fisher",        # only through fisher_interval
+)
 INTERVAL_FIELDS = {"curvature": "hessian_interval", "fisher": "fisher_interval"}
 INTERVAL_GROUPS = tuple(INTERVAL_FIELDS)   # groups switched on by their own interval field, never by a preset / groups
 CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
     "off": ((), 0),
     "cheap": (CHEAP_GROUPS, 10),
-    "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),   # a full diagnostic step costs ~4 CPU training steps (bench/diagnostics.py)
+    # a full diagnostic step costs ~4 CPU training steps (bench/diagnostics.py)
+    "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),
 }
 OUTPUT_FORMATS = ("csv",)
 

@@ -42,6 +42,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from altgrad_lib import state
 from altgrad_lib.monitors.base import Monitor
+from altgrad_lib.quantize.convert import quantized_modules
+from altgrad_lib.quantize.gemm_overrides import override_key, override_quantizers
+from altgrad_lib.quantize.linear import QuantizedLinear
 
 STE_NOTE = ("Hessian of the straight-through (STE) surrogate: forward quantizers differentiate as the identity "
             "(clipped STE: a 0/1 mask) and dY quantization is off while measuring; it is not the Hessian of the "
@@ -77,8 +80,6 @@ def adam_stability_limit(beta1: float) -> float:
 
 
 def is_quantized(model: nn.Module) -> bool:
-    from altgrad_lib.quantize.convert import quantized_modules
-
     return bool(quantized_modules(model))
 
 
@@ -86,9 +87,6 @@ def is_quantized(model: nn.Module) -> bool:
 
 
 def _check_backend(model: nn.Module) -> None:
-    from altgrad_lib.quantize.linear import QuantizedLinear
-    from altgrad_lib.quantize.convert import quantized_modules
-
     if hasattr(model, "_orig_mod"):           # a torch.compile wrapper (OptimizedModule)
         raise ValueError("curvature: pass the eager model (model._orig_mod), not the torch.compile wrapper; "
                          "double backward does not go through compiled graphs")
@@ -101,9 +99,6 @@ def _check_backend(model: nn.Module) -> None:
 @contextlib.contextmanager
 def hessian_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode, dY quantization off; on exit every training flag, buffer, quantizer state and RNG restored."""
-    from altgrad_lib.quantize.gemm_overrides import override_key, override_quantizers
-    from altgrad_lib.quantize.linear import QuantizedLinear
-
     _check_backend(model)
     flags = [(m, m.training) for m in model.modules()]
     snap = state.snapshot_state(model)          # buffers + extra_state (SR generators) + torch/CUDA RNG
@@ -396,7 +391,8 @@ def _restrict(op: _HVP, idx: list[int]) -> Callable[[list[Tensor]], list[Tensor]
 
 class CurvatureMonitor(Monitor):
     """The "curvature" diagnostics group (DiagnosticsConfig.hessian_interval > 0): every hessian_interval steps
-    (and at step 1) `curvature_rows` (hessian_iters power iterations at most) of the live model, after that step's optimizer update, on a **fixed batch**
+    (and at step 1) `curvature_rows` (hessian_iters power iterations at most) of the live model, after that step's
+    optimizer update, on a **fixed batch**
     (the batch of the first measured step, kept in the checkpointed state, so λ_max is comparable over
     training): lambda_max, lr_lambda_max (lr·λ_max; the GD alarm is at 2), power_iters for layer "model" and
     each block. role "ste_surrogate" on a quantized model: the Hessian of the STE surrogate (STE_NOTE), not of

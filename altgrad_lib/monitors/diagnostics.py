@@ -15,24 +15,36 @@ private copy, probe.py), so a run with diagnostics on trains bit-identically to 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from altgrad_lib.monitors.activations import ActivationsMonitor
 from altgrad_lib.monitors.base import Attached, Monitor, StepContext
-from altgrad_lib.monitors.config import MONITORS, DiagnosticsConfig
+from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.monitors.curvature import CurvatureMonitor
+from altgrad_lib.monitors.events import EventsMonitor
+from altgrad_lib.monitors.fisher import FisherMonitor
+from altgrad_lib.monitors.geometry import GridMonitor
+from altgrad_lib.monitors.gradients import GradientsMonitor, ShadowMonitor
+from altgrad_lib.monitors.health import CountersMonitor, NumericsMonitor
+from altgrad_lib.monitors.probe import Probe
+from altgrad_lib.monitors.weights import WeightsMonitor
 from altgrad_lib.monitors.writer import DIAG_FILE, DIAG_HEADER, EVENTS_FILE, EVENTS_HEADER, TidyWriter
+from altgrad_lib.quantize.convert import quantized_modules
+from altgrad_lib.quantize.linear import QuantizedLinear
 
 PROBE_GROUPS = ("numerics", "shadow", "activations")
 SIM_ONLY = ("counters", "numerics", "shadow", "grid")   # need simulated QuantizedLinear layers
-
-
-def _monitor_class(group: str) -> type[Monitor]:
-    mod, _, cls = MONITORS[group].partition(":")
-    return getattr(importlib.import_module(mod), cls)
+# the class of each group of config.MONITORS (a torch-free tuple of names there; the two agree:
+# tests/test_monitors_diagnostics.py)
+MONITOR_CLASSES: dict[str, type[Monitor]] = {
+    "counters": CountersMonitor, "gradients": GradientsMonitor, "numerics": NumericsMonitor, "shadow": ShadowMonitor,
+    "grid": GridMonitor, "weights": WeightsMonitor, "activations": ActivationsMonitor, "events": EventsMonitor,
+    "curvature": CurvatureMonitor, "fisher": FisherMonitor,
+}
 
 
 class Diagnostics:
@@ -49,18 +61,15 @@ class Diagnostics:
         self._noted: set[str] = set()
         if not cfg.enabled:
             return
-        from altgrad_lib.quantize.linear import QuantizedLinear
-        from altgrad_lib.quantize.convert import quantized_modules
         everything = quantized_modules(model)
         sim = {k: m for k, m in everything.items() if isinstance(m, QuantizedLinear)}
         self._unsim = bool(everything) and len(sim) < len(everything)   # torchao / scaled_mm layers
         probe = None
         if any(g in PROBE_GROUPS for g in cfg.active_groups):
-            from altgrad_lib.monitors.probe import Probe
             probe = Probe(model, autocast)
         self.att = Attached(cfg=cfg, model=model, quantized=sim, backend=backend, compiled=compiled,
                             grad_clip=grad_clip, run_dir=self.run_dir, probe=probe)
-        self.monitors = {g: _monitor_class(g)(self.att) for g in cfg.active_groups}
+        self.monitors = {g: MONITOR_CLASSES[g](self.att) for g in cfg.active_groups}
 
     @classmethod
     def for_run(cls, cfg: Any, run_dir: str | Path, model: nn.Module,

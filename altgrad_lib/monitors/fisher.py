@@ -61,6 +61,7 @@ from torch import Tensor, nn
 
 from altgrad_lib.monitors.base import Monitor
 from altgrad_lib.monitors.curvature import _top_eig, hessian_mode, is_quantized
+from altgrad_lib.quantize.linear import QuantizedLinear
 
 METRICS = ("fisher_trace", "diag_max", "fisher_lambda_max", "fisher_power_iters", "kfac_trace", "kfac_lambda_max")
 
@@ -101,8 +102,6 @@ def block_linears(model: nn.Module) -> dict[str, list[str]]:
 def fisher_proxy(model: nn.Module) -> tuple[nn.Module, dict[str, list[str]]]:
     """A private copy of `model` in which every block Linear is a _TokenLinear, and block -> inner Linear fqns
     (the layer ids NNGeometry hooks). Call inside curvature.hessian_mode (eval, dY quantization off)."""
-    from altgrad_lib.quantize.linear import QuantizedLinear
-
     blocks = block_linears(model)
     for fqn in (f for fs in blocks.values() for f in fs):
         m = model.get_submodule(fqn)

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, StepContext
+from altgrad_lib.numerics.block_scaling import elementwise_scale
+from altgrad_lib.numerics.scaling import stateless_scale
 from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
                                               delta_code_from_codes, delta_code_hist, grad_stiffness_corr,
                                               hist_entropy_bits, log2_hist, misalignment, stall_rate, weight_ulp)
@@ -16,9 +18,7 @@ from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_name
 
 def weight_scale(q: Any, w: torch.Tensor) -> torch.Tensor:
     """The scale the weight quantizer q applies to w this step (delayed: its scale buffer)."""
-    from altgrad_lib.numerics.scaling import stateless_scale
     if q.is_block:    # nvfp4 / mx: the per-element block scale
-        from altgrad_lib.numerics.block_scaling import elementwise_scale
         return elementwise_scale(w.detach(), q.spec.fmt, q.spec.scaling)
     if q.spec.scaling.kind == "delayed":
         return q.scaler.scale.detach().clone()

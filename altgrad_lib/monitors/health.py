@@ -7,7 +7,7 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     subnormal_frac   outputs on the format's subnormal grid (0 < |y·s| < min_normal) / numel
     nan_in, inf_in, nan_out, inf_out   counts
     amax             max |x| over finite elements (NaN/Inf are counted above), in the tensor's own units
-    scale            the scale s in use (per_row / per_block: the smallest)
+    scale            the scale s in use (per_row and block kinds: the smallest)
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
     mse              Σ(x − y)² / (their number), over the same elements (TE's tensor stats log it too)
@@ -36,6 +36,8 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, StepContext
+from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
+from altgrad_lib.quantize.linear import grad_counters_live
 
 ROLE_ATTR = {"X": "x_quant", "W": "w_quant", "dY": "g_quant"}
 
@@ -52,7 +54,8 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
     zx, zy = x == 0, y == 0
     ys = (y * s).abs()
     # y·s is back on the grid up to the rounding of the division; subnormals are far below min_normal·(1-2^-12)
-    sub = ((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero else torch.zeros((), device=x.device)
+    sub = (((ys > 0) & (ys < fmt.min_normal * (1 - 2.0 ** -12))).sum() if fmt.has_zero
+           else torch.zeros((), device=x.device))
     both = finite_in & torch.isfinite(y)
     xb = torch.where(both, x, 0)
     d = xb - torch.where(both, y, 0)          # exact: y is x rounded to a nearby grid point
@@ -93,8 +96,6 @@ def _or_nan(q: Any, t: torch.Tensor) -> torch.Tensor:
 class CountersMonitor(Monitor):
     def __init__(self, att) -> None:
         super().__init__(att)
-        from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
-        from altgrad_lib.quantize.linear import grad_counters_live
         self.points: list[tuple[str, str, Any, bool]] = []   # fqn, role, quantizer, counters live
         for fqn, mod in att.quantized.items():
             for role, attr in ROLE_ATTR.items():

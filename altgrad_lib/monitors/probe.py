@@ -22,11 +22,13 @@ from torch import nn
 
 from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
+from altgrad_lib.model import MLP, CausalSelfAttention
+from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
+from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
 
 def _quantized_sim(model: nn.Module) -> dict[str, nn.Module]:
-    from altgrad_lib.quantize.linear import QuantizedLinear
     return {n: m for n, m in model.named_modules() if isinstance(m, QuantizedLinear)}
 
 
@@ -90,7 +92,6 @@ class Probe:
                         _patch_quantizer(q, fqn, role, out["health"])
                     patched.append(q)
         if activations:
-            from altgrad_lib.model import MLP, CausalSelfAttention
             for fqn, mod in self.copy.named_modules():
                 if isinstance(mod, nn.Linear):
                     handles.append(mod.register_forward_pre_hook(
@@ -168,11 +169,13 @@ def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     path), from its last call in the step."""
     orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
 
-    def quantize(g: torch.Tensor) -> torch.Tensor:
-        s = q.scaler.scale_peek(g)
+    def quantize(g: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        gm = g.movedim(axis, -1)            # per_row scales along `axis` (a GEMM's reduction dim)
+        s = q.scaler.scale_peek(gm)
         eps0 = q.scaler.eps_hits.clone()
-        out = orig(g)
-        sink[(fqn, role)] = tensor_health(g.detach(), out.detach(), s, q.spec.fmt, q.scaler.eps_hits - eps0)
+        out = orig(g, axis=axis)
+        sink[(fqn, role)] = tensor_health(gm.detach(), out.movedim(axis, -1).detach(), s, q.spec.fmt,
+                                          q.scaler.eps_hits - eps0)
         return out
     q.quantize = quantize
 
@@ -180,16 +183,16 @@ def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
 def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
     """Health of the first (row-wise) copy of a block-scaled operand in the step, with the per-element block
     scale as tensor_health's s, plus the spread of the block scales (log2) and the per-block flush fractions."""
-    from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
     orig = q.quantize
 
-    def quantize(t: torch.Tensor) -> torch.Tensor:
-        out = orig(t)
+    def quantize(t: torch.Tensor, axis: int = -1) -> torch.Tensor:
+        out = orig(t, axis=axis)
         if (fqn, role) not in sink:
             fmt, cfg = q.spec.fmt, q.spec.scaling
-            h = tensor_health(t.detach(), out.detach(), elementwise_scale(t.detach(), fmt, cfg), fmt)
-            h.update(block_scale_stats(t.detach(), fmt, cfg))
-            h.update(block_flush_stats(t.detach(), out.detach(), cfg))
+            tm, om = t.detach().movedim(axis, -1), out.detach().movedim(axis, -1)   # blocks along the last dim
+            h = tensor_health(tm, om, elementwise_scale(tm, fmt, cfg), fmt)
+            h.update(block_scale_stats(tm, fmt, cfg))
+            h.update(block_flush_stats(tm, om, cfg))
             sink[(fqn, role)] = h
         return out
     q.quantize = quantize

@@ -22,6 +22,7 @@ import torch
 from altgrad_lib.monitors.base import Monitor, Row, StepContext
 from altgrad_lib.numerics.grid_metrics import codes, log2_hist
 from altgrad_lib.monitors.geometry import weight_points, weight_scale
+from altgrad_lib.monitors.writer import read_diagnostics
 
 KL_EPS = 1e-6
 
@@ -46,7 +47,6 @@ class WeightsMonitor(Monitor):
     def _load_baseline(run: str) -> dict[tuple[int, str], dict[str, float]]:
         if not run:
             return {}
-        from altgrad_lib.monitors.writer import read_diagnostics
         if not (Path(run) / "diagnostics.csv").exists():
             raise FileNotFoundError(f"DiagnosticsConfig.baseline_run={run!r} has no diagnostics.csv; run it with "
                                     f"the weights group on, or leave baseline_run empty")

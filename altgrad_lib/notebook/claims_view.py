@@ -146,4 +146,5 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
     return out
 
 
-__all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence", "expectation_lines"]
+__all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
+           "expectation_lines"]

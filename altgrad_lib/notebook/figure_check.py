@@ -11,8 +11,9 @@ The rules (issue 28):
   - No legend box over a data point: after `fig.canvas.draw()`, no vertex of a data line (nor a point of the
     straight segment between two, sampled), no scatter point and no bar lies inside the legend's window extent.
     Reference lines (axhline/axvline) and shaded spans are not data.
-  - No internal name as text (titles, axis labels, tick labels, legend entries): a key of names.METRICS or names.COLUMNS that
-    contains "_", "." or "/" (`ctr.sat_frac`, `val/loss`), or a layer shorthand (`h.0.a.c_attn`, `transformer.`).
+  - No internal name as text (titles, axis labels, tick labels, legend entries): a key of names.METRICS or
+    names.COLUMNS that contains "_", "." or "/" (`ctr.sat_frac`, `val/loss`), or a layer shorthand
+    (`h.0.a.c_attn`, `transformer.`).
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def check_value(name: str, value: Any, annotation: Any, choices: tuple | None = 
                              f"valid choices: {tuple(choices)}")
     if isinstance(out, list):
         if not out:
-            raise ValueError(f"parameter {name}=[] is empty" + (f"; valid choices: {tuple(choices)}" if choices else ""))
+            raise ValueError(f"parameter {name}=[] is empty"
+                             + (f"; valid choices: {tuple(choices)}" if choices else ""))
         repeats = sorted({repr(v) for i, v in enumerate(out) if v in out[:i]})
         if repeats:
             raise ValueError(f"parameter {name}={value!r} repeats {', '.join(repeats)}")
@@ -123,7 +124,7 @@ def _resolve(annotation: Any) -> Any:
     if isinstance(annotation, str):   # a quoted annotation, e.g. "Optional[int]"
         import typing
 
-        return eval(annotation, {**vars(typing), "list": list, "dict": dict})   # noqa: S307 (our own notebooks)
+        return eval(annotation, {**vars(typing), "list": list, "dict": dict})   # eval: our own notebooks' annotations
     return annotation
 
 

@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+import altgrad_lib
+from altgrad_lib.model import GPT
+from altgrad_lib.quantize.convert import COLUMNS
 from altgrad_lib.studies.results import THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final_metrics, find_metric, metrics_wide
+from altgrad_lib.training.build import gpt_config
+from altgrad_lib.training.checkpoint import load_checkpoint
+from altgrad_lib.training.config import KEY_ALIASES, TrainConfig
+from altgrad_lib.training.run_dir import git_info
 
 # ----------------------------------------------------------------------------------------------------
 # provenance
@@ -24,8 +31,6 @@ from altgrad_lib.studies.results import THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final_
 
 def git_sha(short: bool = True) -> str:
     """SHA of HEAD plus '-dirty' when tracked files differ (runs.git_info; 'unknown' without git)."""
-    from altgrad_lib.training.run_dir import git_info
-
     info = git_info()
     sha = info["sha"][:12] if short and info["sha"] != "unknown" else info["sha"]
     return sha + ("-dirty" if info["dirty"] else "")
@@ -39,8 +44,6 @@ def params_hash(params: Mapping[str, Any]) -> str:
 
 def provenance_banner(params: Mapping[str, Any], run: Any | None = None) -> str:
     """One block of text for the first output cell: versions, SHA, seed, parameter/config hash."""
-    import altgrad_lib
-
     lines = [f"altgrad {altgrad_lib.__version__} | git {git_sha()} | torch {torch.__version__} "
              f"| numpy {np.__version__} | threads {torch.get_num_threads()}",
              f"seed {params.get('seed', '-')} | params hash {params_hash(params)}"]
@@ -103,8 +106,6 @@ def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), *
     parameter must be a TrainConfig key (or an alias such as `compile_model`) or be named in `extra` (the
     notebook's own parameters, e.g. `backends`), so a parameter cannot be dropped on the way without an error.
     """
-    from altgrad_lib.training.config import KEY_ALIASES, TrainConfig
-
     extra = set(extra)
     stray = sorted(k for k in params if k not in extra and k not in TrainConfig.keys() and k not in KEY_ALIASES)
     if stray:
@@ -116,32 +117,24 @@ def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), *
 def quantization_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """quantize_model's rows as a DataFrame (one row per Linear: module, class, shape, input, weight,
     grad_output, backend)."""
-    from altgrad_lib.quantize.convert import COLUMNS
-
     return pd.DataFrame(list(rows), columns=list(COLUMNS))
 
 
 def model_summary(cfg: Any, vocab_size: int) -> pd.DataFrame:
     """Shape and parameter counts of the model a TrainConfig trains (built on CPU, not trained)."""
-    from altgrad_lib.model import GPT
-    from altgrad_lib.training.build import gpt_config
-
     model = GPT(gpt_config(cfg, vocab_size))
     total, non_emb = model.num_params(), model.num_params(non_embedding=True)
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return pd.DataFrame({"value": {
         "layers x heads x width": f"{cfg.n_layer} x {cfg.n_head} x {cfg.n_embd}", "context": cfg.block_size,
-        "vocab": vocab_size, "wte / lm_head rows (padded)": model.config.padded_vocab_size, "mlp": cfg.mlp, "params": total, "params (non-embedding)": non_emb,
+        "vocab": vocab_size, "wte / lm_head rows (padded)": model.config.padded_vocab_size, "mlp": cfg.mlp,
+        "params": total, "params (non-embedding)": non_emb,
         "Linear layers": n_linear, "tokens / step": cfg.batch_size * cfg.block_size,
         "tokens seen": cfg.batch_size * cfg.block_size * cfg.max_steps}})
 
 
 def load_trained_model(run: Any, vocab_size: int):
     """The GPT of a finished high-precision run with its final weights (checkpoints/last.pt), in eval mode."""
-    from altgrad_lib.training.checkpoint import load_checkpoint
-    from altgrad_lib.model import GPT
-    from altgrad_lib.training.build import gpt_config
-
     model = GPT(gpt_config(run.config, vocab_size))
     model.load_state_dict(load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")["model"])
     return model.eval()

@@ -1,6 +1,10 @@
 """Block-scaled fake quantization as the hardware formats define it: NVFP4 (two-level scales) and OCP MX.
 
-Both quantize along the last dimension in blocks and return the dequantized tensor (same shape and dtype).
+Both quantize in blocks along one axis (``block_qdq(..., axis=)``, the last by default) and return the
+dequantized tensor (same shape and dtype). Block-scaled hardware blocks each GEMM's operands along that GEMM's
+reduction dim, so one operand has a different copy per GEMM: quantize/gemm_quant.py passes the axis (as
+microxcaling's ``mx/`` does). This is the one MX implementation: the QuantSpec scaling "per_block" (once a
+separate per-last-dim rule in scaling.py) is a spelling of "mx" (FLOOR) with its block_size.
 
 - ``nvfp4``: one FP32 scale per tensor, s_global = amax / (448 · fmax) (fmax = 6 for E2M1), and per block
   (1×16, or a 16×16 tile over the last two dims with ``tile_2d``) a decode scale
@@ -33,6 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 BLOCK_KINDS = ("nvfp4", "mx")
+# other names of a block kind: "per_block" is MX FLOOR (OCP MX 1.0's rule), taking only a block_size
+BLOCK_KIND_ALIASES = {"per_block": "mx"}
 MX_MODES = ("floor", "rceil")
 _DEFAULT_BLOCK = {"nvfp4": 16, "mx": 32}
 E4M3_MAX = 448.0
@@ -88,7 +94,13 @@ class BlockScaling:
         if isinstance(d, BlockScaling):
             return d
         if isinstance(d, str):
-            return cls(kind=d)
+            return cls(kind=BLOCK_KIND_ALIASES.get(d, d))
+        if d.get("kind") in BLOCK_KIND_ALIASES:
+            extra = sorted(set(d) - {"kind", "block_size"})
+            if extra:     # margin, pow2, amax_eps...: ScalingConfig keys that MX has no use for
+                raise ValueError(f"scaling kind {d['kind']!r} (= MX FLOOR) takes only 'block_size', got {extra}; "
+                                 f"for more MX options use kind 'mx' (keys: {', '.join(cls.__dataclass_fields__)})")
+            d = {**d, "kind": BLOCK_KIND_ALIASES[d["kind"]]}
         check_keys(cls, d, "BlockScaling")
         return cls(**d)
 
@@ -98,7 +110,7 @@ def is_block_kind(scaling) -> bool:
     if isinstance(scaling, BlockScaling):
         return True
     kind = scaling.get("kind") if isinstance(scaling, dict) else scaling if isinstance(scaling, str) else None
-    return kind in BLOCK_KINDS
+    return kind in BLOCK_KINDS or kind in BLOCK_KIND_ALIASES
 
 
 # ------------------------------------------------------------------------------------------ layout helpers
@@ -196,12 +208,17 @@ def mx_exponents(block_amax: Tensor, fmt, mode: str = "floor") -> Tensor:
 
 def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
               draw_bits: Callable[[Tensor], Tensor] | None = None, sr_bits: int | None = None,
-              want_stats: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """Block fake quantization of x along its last dim (last two for tile_2d): (y, n_saturated, n_underflow).
+              want_stats: bool = False, axis: int = -1) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Block fake quantization of x with blocks along `axis` (tile_2d: tiles over `axis` and the last other
+    dim): (y, n_saturated, n_underflow). A GEMM passes its reduction dim: the blocks of A·B are along A's
+    columns and B's rows.
 
-    draw_bits(xs) -> uniform integers for stochastic rounding of the scaled fp32 tensor xs (its shape
-    includes the block padding); None with rounding="stochastic" uses torch's global RNG.
+    draw_bits(xs) -> uniform integers for stochastic rounding of the scaled fp32 tensor xs (its shape is x's with
+    `axis` moved last, plus the block padding); None with rounding="stochastic" uses torch's global RNG.
     """
+    if x.dim() > 1 and axis % x.dim() != x.dim() - 1:    # blocks along another axis: the same routine on x·P
+        y, n_sat, n_under = block_qdq(x.movedim(axis, -1), fmt, cfg, rounding, draw_bits, sr_bits, want_stats)
+        return y.movedim(-1, axis), n_sat, n_under
     xb, amax = _grouped(x, cfg)
     fmax = fmt.kernel.max
     if cfg.kind == "nvfp4":

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .rounding import ROUNDING_MODES, KernelParams, quantize_tensor, random_bits
+from altgrad_lib.numerics.formats_wide import WIDE_ALIASES, WIDE_SPECS
+from altgrad_lib.numerics.rounding import ROUNDING_MODES, KernelParams, quantize_tensor, random_bits
 
 __all__ = ["ROUNDING_MODES", "SPECIALS", "FloatFormat", "BUILTIN_FORMATS", "get_format", "format_summary_table"]
 
@@ -441,7 +442,8 @@ _register(_fmt("E2M1", 2, 1, 1, specials="none", reference="ml_dtypes.float4_e2m
           "e2m1fn", "float4_e2m1fn", "fp4_e2m1", "fp4")
 for _e, _m in ((2, 5), (1, 6), (6, 1), (7, 0), (0, 7)):
     _g = FloatFormat.generic(_e, _m)
-    _register(FloatFormat(_g.name, _e, _m, _g.bias, specials="fn", note=_GEN + (" (E0M7: bias 1, fixed point k/128)" if _e == 0 else "")),
+    _register(FloatFormat(_g.name, _e, _m, _g.bias, specials="fn",
+                          note=_GEN + (" (E0M7: bias 1, fixed point k/128)" if _e == 0 else "")),
               _g.name.lower())
 
 _EXMY = re.compile(r"^e(\d+)m(\d+)$")
@@ -452,13 +454,11 @@ _WIDE_CACHE: dict[str, FloatFormat] = {}
 
 def _wide_format(key: str) -> FloatFormat | None:
     """The 16-bit format (formats_wide.py) for a lower-case name or alias, None if `key` names none."""
-    from altgrad_lib.numerics.formats_wide import _SPECS, WIDE_ALIASES
-
     name = WIDE_ALIASES.get(key)
     if name is None:
         return None
     if name not in _WIDE_CACHE:   # one object per name: identity-stable for torch.compile guards
-        e, m, ref, _ = _SPECS[name]
+        e, m, ref, _ = WIDE_SPECS[name]
         _WIDE_CACHE[name] = FloatFormat(name, e, m, 2 ** (e - 1) - 1, specials="ieee", reference=ref,
                                         note=f"16-bit IEEE-style E{e}M{m} (storage grid)")
     return _WIDE_CACHE[name]

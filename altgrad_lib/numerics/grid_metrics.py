@@ -1,4 +1,5 @@
-"""Grid geometry of quantized weights (the stiffness view): pure functions (monitors/geometry.py's GridMonitor emits them).
+"""Grid geometry of quantized weights (the stiffness view): pure functions (monitors/geometry.py's GridMonitor emits
+them).
 
 Every function takes weights w in their own units and the scale s the weight quantizer applies (the grid
 point of w is Q(w·s), formats.py round-to-nearest; stochastic-rounding weights are described by their
@@ -25,9 +26,9 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     value_usage(w, fmt, s)              counts per finite grid value (ascending; ±0 one value)
     used_fraction(counts, available)    bins used / bins available (capacity_use per code or per value)
 
-The one copy of this arithmetic: monitors/geometry.py and optim/stats.py (the optimizer's stall rate, Δcode, code usage) calls
-these functions too. Two stall views on purpose: stall_rate here predicts from the master weights (the update
-is below half an ULP); the optimizer's counts what happened (its update was asked and the grid value stayed).
+The one copy of this arithmetic: monitors/geometry.py and optim/stats.py (the optimizer's stall rate, Δcode, code
+usage) calls these functions too. Two stall views on purpose: stall_rate here predicts from the master weights (the
+update is below half an ULP); the optimizer's counts what happened (its update was asked and the grid value stayed).
 """
 from __future__ import annotations
 

@@ -29,9 +29,9 @@ from altgrad_lib.numerics.rounding import random_bits
 from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, _choice_error, stateless_scale
 
 STE_MODES = ("identity", "clipped")
-# every kind a QuantSpec's `scaling` takes (a string or a dict's "kind"): the per-tensor / per-row / per-block kinds
-# of scaling.py, TransformerEngine's delayed defaults, and the block formats of block_scaling.py
-SPEC_SCALING_KINDS = (*SCALING_KINDS, "te_delayed", *BLOCK_KINDS)
+# every kind a QuantSpec's `scaling` takes (a string or a dict's "kind"): the per-tensor / per-row kinds of
+# scaling.py, TransformerEngine's delayed defaults, and the block formats of block_scaling.py ("per_block" = "mx")
+SPEC_SCALING_KINDS = (*SCALING_KINDS, "te_delayed", *BLOCK_KINDS, "per_block")
 _ROUND_TAG = {"nearest": "rne", "stochastic": "sr", "toward_zero": "rz"}
 
 
@@ -68,7 +68,7 @@ class QuantSpec:
         if kind is not None and kind not in SPEC_SCALING_KINDS:
             raise ValueError(f"kind={kind!r} is invalid; valid choices: {', '.join(map(repr, SPEC_SCALING_KINDS))}"
                              f"{did_you_mean(kind, SPEC_SCALING_KINDS)}")
-        if is_block_kind(self.scaling):   # "nvfp4" / "mx": block_scaling.py
+        if is_block_kind(self.scaling):   # "nvfp4" / "mx" (alias "per_block"): block_scaling.py
             object.__setattr__(self, "scaling", BlockScaling.from_dict(self.scaling))
             if self.ste != "identity" or self.saturate is not True:
                 raise ValueError(f"scaling kind {self.scaling.kind!r} needs ste='identity' and saturate=True "
@@ -207,7 +207,7 @@ class _StraightThrough(torch.autograd.Function):
 def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = None, generator=None) -> Tensor:
     """Differentiable fake quantization Q(x*s)/s with the STE of `spec`.
 
-    Without a scaler the scale is computed statelessly (none/current/per_row/per_block; delayed raises).
+    Without a scaler the scale is computed statelessly (none/current/per_row; delayed raises).
     `generator` feeds stochastic rounding (None = torch's global RNG).
     """
     if not isinstance(spec, QuantSpec):
@@ -258,6 +258,11 @@ def _(x: Tensor, token: Tensor, dtype: torch.dtype) -> Tensor:
     return x.new_empty(x.shape, dtype=dtype)
 
 
+def _moved(x: Tensor, axis: int) -> bool:
+    """Is `axis` another dim than x's last? (per_row then scales along it: the same rule on x with it moved)"""
+    return x.dim() > 1 and axis % x.dim() != x.dim() - 1
+
+
 class Quantizer(nn.Module):
     """Stateful fake-quantization point: a Scaler, an RNG for stochastic rounding, and cheap counters.
 
@@ -279,7 +284,8 @@ class Quantizer(nn.Module):
         self.scaler = Scaler(self.spec.scaling, self.spec.fmt)   # block kinds: unused (they are stateless)
         self._block = isinstance(self.spec.scaling, BlockScaling)
         # eval mode: deterministic rounding, so evaluating never draws from the training SR stream
-        self._eval_spec = replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic" else self.spec
+        self._eval_spec = (replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic"
+                           else self.spec)
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
@@ -379,15 +385,17 @@ class Quantizer(nn.Module):
         self.n_saturated += n_sat
         self.n_underflow += n_under
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Fake quantization with the spec's STE (autograd).
+    def forward(self, x: Tensor, axis: int = -1) -> Tensor:
+        """Fake quantization with the spec's STE (autograd); block kinds and per_row scale along `axis`.
 
         In eval mode the quantizer *uses* its state and never updates it: the delayed-scaling history, the
         counters and the stochastic-rounding stream stay as training left them (stochastic rounding becomes
         round-to-nearest there), so validation never changes what training does next.
         """
         if self._block:
-            return _StraightThrough.apply(x, self._block_qdq(x, self.training))
+            return _StraightThrough.apply(x, self._block_qdq(x, self.training, axis=axis))
+        if _moved(x, axis):
+            return self.forward(x.movedim(axis, -1)).movedim(-1, axis)
         if not self.training:
             s = self.scaler.scale_peek(x)
             y, _, _ = _FakeQuantFn.apply(x, s, self._eval_spec, None, False, None)
@@ -399,10 +407,12 @@ class Quantizer(nn.Module):
         return y
 
     @torch.no_grad()
-    def quantize(self, x: Tensor) -> Tensor:
+    def quantize(self, x: Tensor, axis: int = -1) -> Tensor:
         """Same numerics as forward, no autograd (e.g. for grad_output inside a custom backward)."""
         if self._block:
-            return self._block_qdq(x, True)
+            return self._block_qdq(x, True, axis=axis)
+        if _moved(x, axis):
+            return self.quantize(x.movedim(axis, -1)).movedim(-1, axis)
         s = self.scaler.scale_for(x)
         y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
         if self.count:
@@ -413,7 +423,7 @@ class Quantizer(nn.Module):
     def quantize_stateless(self, x: Tensor) -> Tensor:
         """quantize() without touching the Scaler or the counters; only the SR generator advances.
 
-        Same numerics as quantize() for the stateless scaling kinds (none/current/per_row/per_block; delayed
+        Same numerics as quantize() for the stateless scaling kinds (none/current/per_row/block kinds; delayed
         raises). Meant for compiled backward passes, where buffer updates would break the graph; the RNG op
         traces there too (no graph break), unlike fake_quant(..., generator=self.generator(x.device)).
         """
@@ -428,13 +438,14 @@ class Quantizer(nn.Module):
         """A block kind (nvfp4 / mx): stateless, its Scaler is unused (scale stays 1, no amax history)."""
         return self._block
 
-    def _block_qdq(self, x: Tensor, train: bool, count: bool = True) -> Tensor:
+    def _block_qdq(self, x: Tensor, train: bool, count: bool = True, axis: int = -1) -> Tensor:
         """Block kinds (nvfp4 / mx, stateless): training draws SR bits and counts; eval rounds to nearest."""
         spec = self.spec if train else self._eval_spec
         stochastic = spec.rounding == "stochastic"
         count = count and train and self.count
         y, n_sat, n_under = block_qdq(x, spec.fmt, spec.scaling, spec.rounding,
-                                      self.draw_bits if stochastic else None, spec.sr_bits, want_stats=count)
+                                      self.draw_bits if stochastic else None, spec.sr_bits, want_stats=count,
+                                      axis=axis)
         if count:
             self._count(x, n_sat, n_under)
         return y

@@ -36,8 +36,8 @@ work, 52 for float64) this is exactly unbiased for every input in the normal ran
 the fraction is first rounded to k bits (bias below 2^-k of a spacing).  A caller may pass k above the work
 precision (optimizer storage: up to 62 counter_rng bits); only the top 23 (52) bits of r are then used: the same
 result in the normal range, the default k's in the subnormal range.  Stochastic rounding always uses the
-"float" implementation.  Random bits come from torch.randint (optionally with a torch.Generator).  In torch 2.13 a draw with an
-explicit generator breaks a compiled graph; compiled models draw through `Quantizer.draw_bits` (a custom
+"float" implementation.  Random bits come from torch.randint (optionally with a torch.Generator).  In torch 2.13 a
+draw with an explicit generator breaks a compiled graph; compiled models draw through `Quantizer.draw_bits` (a custom
 op) and pass them to `FloatFormat.quantize_with_bits`, which gives the same bits as eager.
 """
 from __future__ import annotations
@@ -88,7 +88,8 @@ def default_sr_bits(x_dtype: torch.dtype, p: KernelParams) -> int:
     return _work_types(x_dtype, p)[2]
 
 
-def random_bits(x: torch.Tensor, p: KernelParams, sr_bits: int | None, generator: torch.Generator | None) -> torch.Tensor:
+def random_bits(x: torch.Tensor, p: KernelParams, sr_bits: int | None,
+                generator: torch.Generator | None) -> torch.Tensor:
     """Uniform integers in [0, 2^k) with x's shape, in the work int dtype (k = sr_bits or the default)."""
     _, idt, nman, _ = _work_types(x.dtype, p)
     k = nman if sr_bits is None else int(sr_bits)

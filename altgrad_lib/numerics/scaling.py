@@ -14,9 +14,10 @@ decides `s`:
                 thing without gradient accumulation. Evaluation (module.eval()) reads the state and never
                 updates it (``Scaler.scale_peek``), as TE does not update outside training steps.
 - ``per_row``   one scale per row (amax along the last dim), i.e. per output channel for a weight.
-- ``per_block`` OCP MX style: blocks of ``block_size`` along the last dim share a power-of-two (E8M0)
-                scale X = 2**(floor(log2(amax_block)) - emax_elem); s = 1/X. A ragged last block is allowed
-                (its amax is taken over its real elements only).
+
+Block scaling (OCP MX, NVFP4) is not a kind here: it lives in block_scaling.py, one implementation that quantizes
+along any axis (each GEMM's reduction dim, gemm_quant.py). The old kind "per_block" is a QuantSpec spelling of
+MX FLOOR there (``scaling: per_block`` = ``scaling: mx``); ScalingConfig(kind="per_block") is refused.
 
 ``Scaler`` keeps the state (amax history, last scale, counters) in buffers so it checkpoints through
 ``state_dict`` and is free of host syncs (usable under torch.compile and on CUDA).
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 
 from altgrad_lib.errors import check_keys
 
-SCALING_KINDS = ("none", "current", "delayed", "per_row", "per_block")
+SCALING_KINDS = ("none", "current", "delayed", "per_row")
 DELAYED_REDUCE = ("max", "most_recent")
 DELAYED_INIT = ("current", "one")
 
@@ -40,8 +41,6 @@ DELAYED_INIT = ("current", "one")
 # amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats).
 _S_MIN = 2.0**-126
 _S_MAX = 2.0**126
-# E8M0 (MX shared scale) exponent range: X = 2**e, e in [-127, 127]; clamp s = 1/X further by the range above.
-_E8M0_EMAX = 127
 
 
 def _choice_error(field: str, value: Any, choices: tuple) -> ValueError:
@@ -56,8 +55,10 @@ class ScalingConfig:
     history_len: int = 16  # delayed only (TE amax_history_len)
     reduce: str = "max"  # delayed: "max" | "most_recent" (TE amax_compute_algo)
     margin: int = 0  # scale = fmt.max / amax / 2**margin
-    pow2: bool = False  # round the scale DOWN to a power of two (never causes overflow); per_block is always pow2
-    block_size: int = 32  # per_block: elements per block along the last dim
+    pow2: bool = False  # round the scale DOWN to a power of two (never causes overflow)
+    # unused since block scaling moved to block_scaling.py; kept (and validated) so that recorded QuantSpec dicts
+    # keep their keys
+    block_size: int = 32
     amax_eps: float = 1e-12  # floor for amax; each time it fires, Scaler.eps_hits counts it
     # delayed, first call (empty history): "current" = bootstrap from this call's amax (like current scaling);
     # "one" = scale 1.0, which is what TE does (its scale buffer starts at 1).
@@ -65,7 +66,11 @@ class ScalingConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in SCALING_KINDS:
-            raise _choice_error("kind", self.kind, SCALING_KINDS)
+            hint = " (did you mean QuantSpec scaling 'mx'? 'per_block' is its spelling there)" \
+                if self.kind == "per_block" else ""
+            raise ValueError(f"kind={self.kind!r} is invalid; valid choices: {', '.join(map(repr, SCALING_KINDS))}; "
+                             f"block scaling ('mx', alias 'per_block', and 'nvfp4') is a QuantSpec scaling of "
+                             f"numerics/block_scaling.py{hint}")
         if self.reduce not in DELAYED_REDUCE:
             raise _choice_error("reduce", self.reduce, DELAYED_REDUCE)
         if self.delayed_init not in DELAYED_INIT:
@@ -83,17 +88,17 @@ class ScalingConfig:
             raise ValueError(f"amax_eps={eps!r} is invalid; valid: a finite float > 0")
 
     def short_str(self) -> str:
-        """Compact tag: "none", "cur", "dly16max-m0", "row", "blk32" (+ "-p2" for pow2, "-m<k>" for margin)."""
+        """Compact tag: "none", "cur", "dly16max-m0", "row" (+ "-p2" for pow2, "-m<k>" for margin)."""
         if self.kind == "none":
             return "none"
         if self.kind == "delayed":
             red = "max" if self.reduce == "max" else "rec"
             s = f"dly{self.history_len}{red}-m{self.margin}"
         else:
-            s = {"current": "cur", "per_row": "row", "per_block": f"blk{self.block_size}"}[self.kind]
+            s = {"current": "cur", "per_row": "row"}[self.kind]
             if self.margin:
                 s += f"-m{self.margin}"
-        if self.pow2 and self.kind != "per_block":
+        if self.pow2:
             s += "-p2"
         return s
 
@@ -133,11 +138,6 @@ def pow2_floor(t: Tensor) -> Tensor:
     return (t.view(torch.int32) & 0x7F800000).view(torch.float32)
 
 
-def _fmt_max_pow2(fmt) -> int:
-    """emax of the element format: exponent of the largest power of two <= fmt.max (E4M3: 8, E5M2: 15)."""
-    return math.frexp(fmt.kernel.max)[1] - 1   # kernel.max: a compile-time constant (FloatFormat.kernel)
-
-
 def amax_per_tensor(x: Tensor) -> Tensor:
     return x.detach().abs().amax().to(torch.float32)  # ()
 
@@ -149,31 +149,6 @@ def amax_per_row(x: Tensor) -> Tensor:
     return x.abs().amax(dim=-1, keepdim=True).to(torch.float32)  # (..., 1)
 
 
-def _pad_blocks(x: Tensor, block: int) -> Tensor:
-    """(..., K) -> (..., nb, block), zero-padding a ragged last block (zeros do not change amax)."""
-    k = x.shape[-1]
-    nb = -(-k // block)
-    if nb * block != k:
-        x = torch.nn.functional.pad(x, (0, nb * block - k))
-    return x.reshape(*x.shape[:-1], nb, block)
-
-
-def amax_per_block(x: Tensor, block: int) -> Tensor:
-    x = x.detach()
-    if x.dim() == 0:
-        x = x.reshape(1)
-    return _pad_blocks(x.abs(), block).amax(dim=-1, keepdim=True).to(torch.float32)  # (..., nb, 1)
-
-
-def expand_block_scale(s: Tensor, x: Tensor, block: int) -> Tensor:
-    """(..., nb, 1) block scales -> x's shape (drops the padding of a ragged last block)."""
-    if x.dim() == 0:
-        return s.reshape(())
-    k = x.shape[-1]
-    full = s.expand(*s.shape[:-1], block).reshape(*s.shape[:-2], s.shape[-2] * block)
-    return full[..., :k] if full.shape[-1] != k else full
-
-
 def floor_amax(amax: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """Apply the amax epsilon floor; returns (floored amax, number of elements where the floor fired)."""
     hit = amax < eps  # NaN amax is not a hit: NaNs propagate honestly
@@ -183,20 +158,14 @@ def floor_amax(amax: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
     """s = fmt.max / amax / 2**margin (optionally rounded down to pow2), clamped to [2**-126, 2**126].
 
-    For per_block the MX rule is used instead: s = 2**(emax_elem - floor(log2(amax))) / 2**margin.
     `amax` must already be floored (see floor_amax).
     """
-    if config.kind == "per_block":
-        # OCP MX: shared exponent = floor(log2(amax)) - emax_elem, clamped to the E8M0 range.
-        s = (2.0 ** _fmt_max_pow2(fmt)) / pow2_floor(torch.clamp(amax, min=_S_MIN))
-        s = torch.clamp(s, min=2.0**-_E8M0_EMAX, max=2.0**_E8M0_EMAX)
-    else:
-        s = fmt.kernel.max / amax              # kernel.max, not fmt.max: stays constant under torch.compile
-        # fp32 division may round up so that amax*s lands just above fmt.max: it would count as saturated and
-        # the clipped STE would drop the gradient of the largest element. Step one ulp down in that case
-        # (checked in fp64, so any later fp32/fp64 product rounds to <= fmt.max).
-        over = amax.double() * s.double() > fmt.kernel.max
-        s = torch.where(over, torch.nextafter(s, torch.zeros_like(s)), s)
+    s = fmt.kernel.max / amax              # kernel.max, not fmt.max: stays constant under torch.compile
+    # fp32 division may round up so that amax*s lands just above fmt.max: it would count as saturated and
+    # the clipped STE would drop the gradient of the largest element. Step one ulp down in that case
+    # (checked in fp64, so any later fp32/fp64 product rounds to <= fmt.max).
+    over = amax.double() * s.double() > fmt.kernel.max
+    s = torch.where(over, torch.nextafter(s, torch.zeros_like(s)), s)
     if config.margin:
         s = s * (2.0 ** -config.margin)
     s = torch.clamp(s, min=_S_MIN, max=_S_MAX)  # also maps +inf (amax=0 without floor) to a finite scale
@@ -206,31 +175,24 @@ def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
 
 
 def _compact_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor, Tensor]:
-    """(s in compact shape: () / (..., 1) / (..., nb, 1), raw amax in the same shape, eps hits) for the
-    stateless kinds. One pass over x (the amax); everything after is on the small amax tensor."""
-    if config.kind == "current":
-        amax = amax_per_tensor(x)
-    elif config.kind == "per_row":
-        amax = amax_per_row(x)
-    else:
-        amax = amax_per_block(x, config.block_size)
+    """(s in compact shape: () / (..., 1), raw amax in the same shape, eps hits) for the stateless kinds. One
+    pass over x (the amax); everything after is on the small amax tensor."""
+    amax = amax_per_tensor(x) if config.kind == "current" else amax_per_row(x)
     amax_f, hits = floor_amax(amax, config.amax_eps)
     return scale_from_amax(amax_f, fmt, config), amax, hits
 
 
 def stateless_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor]:
-    """Scale for current / per_row / per_block / none without state: returns (s broadcastable to x, eps_hits)."""
+    """Scale for current / per_row / none without state: returns (s broadcastable to x, eps_hits)."""
     if config.kind == "none":
         return torch.ones((), dtype=torch.float32, device=x.device), torch.zeros((), dtype=torch.int64, device=x.device)
     if config.kind == "delayed":
         raise ValueError(
             "scaling kind 'delayed' needs state (an amax history): pass a Scaler (or use a Quantizer); "
-            "stateless kinds: 'none', 'current', 'per_row', 'per_block'"
+            "stateless kinds: 'none', 'current', 'per_row'"
         )
     with torch.no_grad():
         s, _, hits = _compact_scale(x, fmt, config)
-        if config.kind == "per_block":
-            s = expand_block_scale(s, x, config.block_size)
     return s, hits
 
 
@@ -241,10 +203,10 @@ class Scaler(nn.Module):
     """Stateful scale computation; all state in buffers (checkpointable, no host syncs).
 
     Buffers:
-      amax_history (history_len,) fp32: [0] = most recent amax (per-tensor; for per_row/per_block the max over
-                   rows/blocks); delayed reduces over it, other kinds keep only the most recent (len 1).
-      scale        () fp32: last per-tensor scale used (per_row/per_block: the smallest row/block scale).
-      eps_hits     () int64: how many amaxes (tensor, row or block) hit the amax_eps floor
+      amax_history (history_len,) fp32: [0] = most recent amax (per-tensor; for per_row the max over rows);
+                   delayed reduces over it, other kinds keep only the most recent (len 1).
+      scale        () fp32: last per-tensor scale used (per_row: the smallest row scale).
+      eps_hits     () int64: how many amaxes (tensor or row) hit the amax_eps floor
                    (delayed: how often the reduced history amax was < eps, so the previous scale was kept).
       n_updates    () int64: number of scale_for calls.
     """
@@ -290,8 +252,6 @@ class Scaler(nn.Module):
             self.eps_hits += hits
             self._record(amax.amax() if amax.dim() else amax)
             self.scale.copy_(s.amin() if s.dim() else s)
-            if cfg.kind == "per_block":
-                s = expand_block_scale(s, x, cfg.block_size)
         self.n_updates += 1
         return s
 

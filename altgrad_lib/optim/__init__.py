@@ -23,23 +23,6 @@ numerics/grid.py):
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
   factory.py      build_optimizer(model, cfg): what training/loop.py calls
 
-Names are imported lazily (torch-free `config` stays cheap for TrainConfig).
+Import each name from the module that defines it (`from altgrad_lib.optim.adamw import AdamW`): this package
+re-exports nothing, so importing `optim.config` (TrainConfig does) stays torch-free.
 """
-from __future__ import annotations
-
-import importlib
-
-_LAZY = {
-    "GridOptimizer": "base", "AdamW": "adamw", "StiffnessAdamW": "adamw", "GridAdamW": "adamw",
-    "StiffnessWrapper": "wrapper", "Madam": "madam", "GridSGD": "sgd", "StateFormat": "lowp_state",
-    "state_bytes": "lowp_state", "FP8Manifold": "manifold", "stall_rate": "stats",
-    "delta_code_hist": "stats", "code_usage": "stats", "code_entropy_bits": "stats",
-    "OptimConfig": "config", "build_optimizer": "factory", "STORAGE_MODES": "storage",
-}
-__all__ = list(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'altgrad_lib.optim' has no attribute {name!r}")

@@ -103,7 +103,8 @@ class OptimConfig:
     explicit: tuple = field(default=(), compare=False)     # the keys the user set
 
     def __post_init__(self) -> None:
-        for name, value, choices in (("optimizer", self.name, OPTIMIZERS), ("optim.storage", self.storage, STORAGE_MODES),
+        for name, value, choices in (("optimizer", self.name, OPTIMIZERS),
+                                     ("optim.storage", self.storage, STORAGE_MODES),
                                      ("optim.kahan_dtype", self.kahan_dtype, ("bf16", "fp32")),
                                      ("optim.stiffness", self.stiffness, STIFFNESS_KINDS),
                                      ("optim.ulp_mode", self.ulp_mode, ULP_MODES),

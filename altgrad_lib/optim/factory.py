@@ -1,4 +1,5 @@
-"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point here).
+"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point
+here).
 
 Parameter groups: (weight format, decay) — matrices get TrainConfig.weight_decay, vectors none.  Which weights
 have a format (and so a grid, a stiffness, grid storage): by default the weights the recipe fake-quantizes
@@ -23,17 +24,19 @@ import torch
 from altgrad_lib.choices import STORAGE_MODES
 from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
 from altgrad_lib.optim.config import OptimConfig
+from altgrad_lib.optim.madam import Madam
+from altgrad_lib.optim.sgd import GridSGD
 from altgrad_lib.optim.storage import on_grid
+from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
 
 SR_SEED_OFFSET = 7919     # the SR generator's seed = TrainConfig.seed + this (distinct from the model's streams)
 
 
 def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, tuple[str, str]]:
     """id(param) -> (format name, module fqn) for the weights that live on a grid."""
-    from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
-    from altgrad_lib.quantize.linear import QuantizedLinear
-
     if weight_fmt is not None and not get_format(weight_fmt).signed:   # weights hold negative values
         raise ValueError(f"optim.weight_fmt={weight_fmt!r}: {get_format(weight_fmt).name} has no sign bit, so it "
                          f"cannot be a weight grid; use a signed format (e.g. E4M3, E5M2)")
@@ -63,10 +66,6 @@ def stored_weight_grids(model: torch.nn.Module, cfg: Any) -> dict[str, str]:
 
 def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
     """The optimizer of TrainConfig `cfg` (optimizer + optim); see the module docstring."""
-    from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
-    from altgrad_lib.optim.madam import Madam
-    from altgrad_lib.optim.sgd import GridSGD
-
     oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
     if on_grid(oc.storage) and cfg.backend != "sim":
         raise ValueError(f"optim.storage={oc.storage!r} needs backend 'sim' (got {cfg.backend!r}); valid storage "
@@ -147,8 +146,6 @@ def _check_no_block_weights(model: torch.nn.Module, fmts: dict[int, tuple[str, s
 
 
 def _drop_weight_quantizers(model: torch.nn.Module, fmts: dict[int, tuple[str, str]]) -> None:
-    from altgrad_lib.quantize.linear import QuantizedLinear
-
     for _, fqn in fmts.values():
         mod = model.get_submodule(fqn)
         if isinstance(mod, QuantizedLinear):

@@ -1,18 +1,18 @@
 """Low-precision optimizer state: a state tensor (Adam's m or v) stored as 8-bit codes plus fp32 scales.
 
-`StateFormat(fmt="E4M3", block=256, rounding="nearest", min_numel=4096, transform="none",
-scale="pow2")`: the flattened tensor is cut into blocks
-of `block` elements (0 = one scale for the whole tensor); each block is scaled by the power of two
-s_b = 2^floor(log2(fmt.max / amax_b)) (an all-zero block keeps s_b = 1; a power of two makes decoding exact and
-independent of how a kernel divides, at the cost of up to one binade of headroom, as MX's E8M0 scales) and
-rounded onto the format with our formats.py (RNE, or stochastic with the optimizer's generator).  Stored: uint8 codes (the torch float8 bit pattern for formats torch has, formats.encode
-otherwise) + one fp32 scale per block.  Decoding gives Q(x * s_b) / s_b in fp32.  Tensors with fewer than
-`min_numel` elements keep fp32 state (as torchao's and bitsandbytes' 8-bit optimizers do): their cost is
-negligible and they are the sensitive ones (LayerNorm gains, biases).  `transform` (state_codec.py: none, sqrt,
-expand) is applied to each block before the scaling above and inverted after decoding; with "expand" the scale
-tensor is (n_blocks, 2): the block's amax and COAT's exponent k instead of the power-of-two scale.
-scale="amax": s_b = fmt.max / amax_b in fp32 instead (as torchao's AdamWFp8): decoding is no longer exact, but
-a block whose values all shrink by the same factor (v's decay) is followed by s_b even when every code stays.
+`StateFormat(fmt="E4M3", block=256, rounding="nearest", min_numel=4096, transform="none", scale="pow2")`: the
+flattened tensor is cut into blocks of `block` elements (0 = one scale for the whole tensor); each block is scaled
+by the power of two s_b = 2^floor(log2(fmt.max / amax_b)) (an all-zero block keeps s_b = 1; a power of two makes
+decoding exact and independent of how a kernel divides, at the cost of up to one binade of headroom, as MX's E8M0
+scales) and rounded onto the format with our formats.py (RNE, or stochastic with the optimizer's
+generator).  Stored: uint8 codes (the torch float8 bit pattern for formats torch has, formats.encode otherwise) +
+one fp32 scale per block. Decoding gives Q(x * s_b) / s_b in fp32.  Tensors with fewer than `min_numel` elements
+keep fp32 state (as torchao's and bitsandbytes' 8-bit optimizers do): their cost is negligible and they are the
+sensitive ones (LayerNorm gains, biases).  `transform` (state_codec.py: none, sqrt, expand) is applied to each block
+before the scaling above and inverted after decoding; with "expand" the scale tensor is (n_blocks, 2): the block's
+amax and COAT's exponent k instead of the power-of-two scale. scale="amax": s_b = fmt.max / amax_b in fp32 instead
+(as torchao's AdamWFp8): decoding is no longer exact, but a block whose values all shrink by the same factor (v's
+decay) is followed by s_b even when every code stays.
 
 Rounding: with "nearest", Adam's v <- 0.999 v + 0.001 g^2 cannot decay (a 1e-3 relative step is below half an
 ULP of any 8-bit format) and stays several times too large; use "stochastic" (bench/results/state_precision.md).

@@ -57,7 +57,8 @@ def code_usage(q: torch.Tensor, fmt: FloatFormat | str, s=1.0) -> torch.Tensor:
 
 
 def code_entropy_bits(counts: torch.Tensor, fmt: FloatFormat | str | None = None) -> dict[str, float]:
-    """{"entropy_bits", "capacity_use": values used / finite values, and with fmt "entropy_frac": H / log2(n_finite)}."""
+    """{"entropy_bits", "capacity_use": values used / finite values, and with fmt "entropy_frac":
+    H / log2(n_finite)}."""
     h = float(grid.hist_entropy_bits(counts))
     out = {"entropy_bits": h, "capacity_use": float(grid.used_fraction(counts, counts.numel()))}
     if fmt is not None:

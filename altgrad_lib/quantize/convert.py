@@ -13,7 +13,7 @@ import torch.nn as nn
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
 
-COLUMNS = ("module", "class", "shape", "input", "weight", "grad_output", "backend")
+COLUMNS = ("module", "class", "shape", "input", "weight", "grad_output", "gemm", "backend")
 
 
 def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
@@ -21,7 +21,9 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
     """Swap the policy's Linears in place; returns one row per Linear of what is quantized where (and prints
     them with verbose=True).
 
-    Row keys (COLUMNS): module, class, shape (out, in), input, weight (forward), grad_output (backward), backend."""
+    Row keys (COLUMNS): module, class, shape (out, in), input, weight (forward), grad_output (backward), gemm (the
+    GEMM-faithful path's settings in force, GemmOptions.short_str, e.g. "rht:wgrad" or "plain"; "-" on the classic
+    path), backend."""
     policy = get_policy(policy)
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
@@ -39,6 +41,7 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
                      "input": _s(spec.input) if spec else "hp", "weight": _s(spec.weight) if spec else "hp",
                      "grad_output": _s(spec.grad_output) if spec else "hp",
+                     "gemm": spec.gemm_options.short_str() if spec and spec.gemm_options else "-",
                      "backend": policy.backend if spec else "-"})
 
     if policy.backend == "torchao":

@@ -6,7 +6,8 @@ Each of the three GEMMs of `Y = X·Wᵀ` quantizes its own two operands along it
     dgrad  dX = dY · W     dY (tokens, out) and W blocked along `out` (W's column-wise copy)
     wgrad  dW = dYᵀ · X    dY and X blocked along the tokens (batch × time flattened)
 
-Every copy is quantized from the high-precision tensor (``columnwise_source="hp"``, TE's default) or, for the
+Each copy is one call of the operand's Quantizer with the GEMM's reduction dim as its axis (block_scaling.py's
+one MX / NVFP4 routine, per_row likewise). Every copy is quantized from the high-precision tensor (``columnwise_source="hp"``, TE's default) or, for the
 column-wise copies, from the dequantized row-wise copy (``"dequantized"``). A tensor whose scaling does not
 depend on a dimension (per-tensor kinds none/current/delayed) is quantized once and the same copy serves every
 GEMM, which is what the old `QuantizedLinear` path does: with such specs this path is bit-identical to it.
@@ -15,7 +16,8 @@ listed in ``overrides`` (gemm_overrides.py) is quantized by its own Quantizer an
 between it and the other GEMMs; a column-wise copy is taken from a dequantized row-wise one only when both come
 from the same Quantizer.
 
-Random Hadamard transform (RHT): for a GEMM in ``rht`` both operands are multiplied along the reduction dim
+Random Hadamard transform (RHT), off unless asked for (``rht``; the named recipes nvfp4 and mxfp4 turn it on for
+wgrad, block_recipes.py): for a GEMM in ``rht`` both operands are multiplied along the reduction dim
 by the block-diagonal orthogonal matrix M = diag(s)·H_d / sqrt(d) (H_d Sylvester-Hadamard, s a seeded ±1
 sign vector kept in the layer's `rht_signs` buffer, so it is checkpointed) before quantization. Since
 (A·M)(B·M)ᵀ = A·Bᵀ the GEMM is unchanged in exact arithmetic; only the quantization error changes. A
@@ -43,7 +45,9 @@ class GemmOptions:
     """Per-GEMM switches of a GEMM-faithful QuantizedLinear (see the module docstring)."""
 
     hp_gemms: tuple[str, ...] = ()         # GEMMs kept in high precision, e.g. ("wgrad",)
-    rht: tuple[str, ...] = ("wgrad",)      # GEMMs whose operands get the random Hadamard transform
+    # GEMMs whose operands get the random Hadamard transform: none by default (no hardware MX recipe rotates);
+    # a named recipe that does (nvfp4, mxfp4) writes it out
+    rht: tuple[str, ...] = ()
     rht_dim: int = 16
     columnwise_source: str = "hp"          # COLUMNWISE_SOURCES
     # per-GEMM operand specs, {gemm: {operand: spec | null}} (gemm_overrides.py); normalized to a sorted tuple
@@ -139,14 +143,14 @@ def _per_tensor(q) -> bool:
     return q is None or (not isinstance(q.spec.scaling, BlockScaling) and q.spec.scaling.kind in ("none", "current", "delayed"))
 
 
-def _rowwise(q, t: Tensor, train: bool) -> Tensor:
-    """Quantize t along its last dim with quantizer q (None = high precision)."""
+def _rowwise(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:
+    """Quantize t along `axis` (the GEMM's reduction dim) with quantizer q (None = high precision)."""
     if q is None:
         return t
     if train:
-        return q.quantize(t)
+        return q.quantize(t, axis=axis)
     with torch.no_grad():
-        return q(t)  # eval: the quantizer's eval numerics (state read, never updated; SR -> RNE)
+        return q(t, axis=axis)  # eval: the quantizer's eval numerics (state read, never updated; SR -> RNE)
 
 
 def _row(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
@@ -156,7 +160,9 @@ def _row(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
 
 def _col(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
     """Operand t (R, K) reduced along R (a column-wise copy): quantized along R, returned as (R[padded], K)."""
-    return _row(q, t.t().contiguous(), train, signs).t()
+    if signs is None:
+        return _rowwise(q, t, train, axis=0)
+    return _row(q, t.t().contiguous(), train, signs).t()    # rotated along R: the rotation wants R last
 
 
 class _GemmFaithfulLinear(torch.autograd.Function):

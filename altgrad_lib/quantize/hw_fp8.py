@@ -32,7 +32,7 @@ import os
 import torch
 import torch.nn as nn
 
-from altgrad_lib.choices import HW_BACKENDS  # noqa: E402
+from altgrad_lib.choices import HW_BACKENDS
 from altgrad_lib.errors import ConfigError
 
 HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}

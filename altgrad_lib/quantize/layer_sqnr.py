@@ -12,6 +12,8 @@ import pandas as pd
 import torch
 
 from altgrad_lib.numerics.quant import sqnr_db
+from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.quantize.recipes import get_policy
 
 
 def _capture_linears(model: torch.nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], list]:
@@ -75,8 +77,6 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
     `convert(copy, policy)` quantizes the copy in place; by default `convert.quantize_model`.
     """
     if convert is None:
-        from altgrad_lib.quantize.convert import quantize_model
-
         convert = lambda m, p: quantize_model(m, p, verbose=False)  # noqa: E731
     model_fp32 = copy.deepcopy(model).float()
     model_q = copy.deepcopy(model).float()
@@ -87,8 +87,6 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
 def sqnr_by_backend(model: torch.nn.Module, recipe: Any, backends: Iterable[str], x: torch.Tensor,
                     y: torch.Tensor, seed: int = 0) -> pd.DataFrame:
     """layer_sqnr of `recipe` through each backend vs FP32, stacked with a `backend` column."""
-    from altgrad_lib.quantize.recipes import get_policy
-
     frames = [quantized_copy_sqnr(model, get_policy(recipe, backend=b, seed=seed), x, y).assign(backend=b)
               for b in backends]
     return pd.concat(frames, ignore_index=True)

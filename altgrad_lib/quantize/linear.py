@@ -35,7 +35,7 @@ def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:
     if grad_counters_live(quantizer, torch.compiler.is_compiling()):
         return quantizer.quantize(grad_y)   # stateful: scaler history, counters, generator
     # Under torch.compile, mutating the quantizer's buffers inside an autograd.Function backward forces a graph
-    # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row/per_block
+    # break at every layer (~5x slower). Stateless numerics are identical for none/current/per_row
     # scaling; only the dY counters (n_saturated, ...) are not updated in compiled runs. Delayed scaling needs
     # its history, so it keeps the stateful path above (and the graph breaks).
     with torch.no_grad():

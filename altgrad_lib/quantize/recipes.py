@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
-from altgrad_lib.numerics.block_scaling import BlockScaling
+from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
 from altgrad_lib.quantize.block_recipes import block_recipe, canonical_block_recipe, is_block_recipe
 from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec
@@ -245,8 +245,9 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
     """The recipe checked by `get_policy` (so a typo or a bad format fails here, with get_policy's message) and
     spelled canonically, so that aliases of one format give one run identity: 'fmt:e4m3fn' -> 'fmt:E4M3', 'bf16'
     -> 'hp', 'NVFP4:hp_last=0' -> 'nvfp4' (block_recipes.canonical_block_recipe), and in a dict every format name
-    (and a base 'recipe') likewise. A spelling already canonical is
-    returned unchanged, so existing config hashes stay."""
+    (and a base 'recipe') likewise, a block scaling as its full dict ('per_block' as the MX it is), and on a
+    GEMM-faithful layer every GemmOptions setting it runs with (_explicit_gemm: config.yaml shows them all). A
+    spelling already canonical is returned unchanged, so existing config hashes stay."""
     with warnings.catch_warnings():     # get_format's "E8M0 resolves to E8M0FNU" note: the canonical name says it
         warnings.simplefilter("ignore", UserWarning)
         get_policy(recipe)
@@ -273,7 +274,23 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
                         ops[role] = get_format(v).name
                     elif isinstance(v, dict) and isinstance(v.get("fmt"), str):
                         v["fmt"] = get_format(v["fmt"]).name
+                    if isinstance(v, dict) and is_block_kind(v.get("scaling")):
+                        # every block setting explicit, and 'per_block' spelled as the MX it is
+                        v["scaling"] = BlockScaling.from_dict(v["scaling"]).to_dict()
+            _explicit_gemm(spec)
         return out
+
+
+def _explicit_gemm(spec: dict) -> None:
+    """Write every GemmOptions setting a GEMM-faithful layer runs with into its dict (in place; keys the user wrote
+    stay as written): config.yaml shows them, and a default that changes changes the run's hash. Classic-path
+    specs (no `gemm:`, no block kind) keep their dict, so their hashes stay."""
+    opts = LayerSpec.from_dict(spec).gemm_options
+    if opts is not None:
+        gemm = dict(spec.get("gemm") or {})
+        for k, v in opts.to_dict().items():
+            gemm.setdefault(k, v)
+        spec["gemm"] = gemm
 
 
 # ----------------------------------------------------------------------------- simulated quantized linear

@@ -10,8 +10,9 @@ several worker processes also pays each worker's start (interpreter, imports, pr
 runs train side by side, slowing each other (shared cores, caches, memory bandwidth, other jobs on the box):
 `side_by_side` starts the other workers as real processes (timing their start) and probes in all of them at once
 (timing the slowdown of a step). The study's wall time is then this command's own start, a worker's start, and
-the runs' seconds as the workers take them in order (`makespan`). Single probe samples on a shared machine are noisy: the estimate is
-meant to be right within ~2x (tests/test_studies_budget.py compares it with real runs), not to the second.
+the runs' seconds as the workers take them in order (`makespan`). Single probe samples on a shared machine are
+noisy: the estimate is meant to be right within ~2x (tests/test_studies_budget.py compares it with real runs), not
+to the second.
 A device this machine lacks (cuda from a CPU box) cannot be measured: the dry run says so and gives preflight's
 FLOP-count lower bound instead.
 
@@ -185,7 +186,8 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     """Lines describing the study's cost (per run, all runs on `workers`, each on `threads` torch threads) and its
     resolving power at its seeds. Costs are measured here (module note), once per distinct run setting; driver_s:
     seconds the study command spends before its first run (its start and checks), added to the study's time;
-    holm_rows: the rows of the claims table (its Holm family), for the MDE the verdict is held to (claims.verdict_mde)."""
+    holm_rows: the rows of the claims table (its Holm family), for the MDE the verdict is held to
+    (claims.verdict_mde)."""
     points = study.expand()
     cfg0 = points[0].config
     dev = device or resolve_device(str(cfg0.device))
@@ -201,7 +203,7 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
             if key not in costs:
                 try:
                     costs[key] = measure_run(p.config, threads)
-                except Exception as e:   # noqa: BLE001 (a probe that fails is reported; the study may still run)
+                except Exception as e:   # a probe that fails is reported; the study may still run
                     costs[key] = None
                     failed.append(f"not measured: the probe of {p.name} failed: {exc_line(e)}")
         measured = [p for p in points if costs[cost_key(p.config)] is not None]
@@ -213,7 +215,7 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
         if parallel > 1:   # the runs' steps as they will be: `parallel` processes training at once
             try:
                 start, slow = side_by_side(measured[0].config, parallel, threads, costs[cost_key(measured[0].config)])
-            except Exception as e:   # noqa: BLE001 (reported: the runs alone are still an estimate)
+            except Exception as e:   # reported: the runs alone are still an estimate
                 failed.append(f"not measured: {parallel} workers side by side ({exc_line(e)}); runs timed alone")
             setups = [costs[cost_key(p.config)].setup for p in measured]
             secs = [u + (s - u) * slow for s, u in zip(secs, setups)]   # every part but the set-up, slowed alike
@@ -234,12 +236,14 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     power_txt = (f"the verdict's test: 80 % power at Holm's α/{holm_rows} over {holm_rows} row(s), with the sd's 80 % "
                  f"upper confidence bound")
     if reference_sd is not None:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {verdict_mde(len(seeds), reference_sd, holm_rows):.3g} "
+        mde = verdict_mde(len(seeds), reference_sd, holm_rows)
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde:.3g} "
                      f"nats ({power_txt}), assuming "
                      f"a paired sd of {reference_sd:.3g} nats (measured on the cpu profile, not on this one); the "
                      f"window (hp vs frozen-blocks control) is unknown until its runs exist")
     else:
-        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {verdict_mde(len(seeds), 1.0, holm_rows):.3g} x the "
+        mde = verdict_mde(len(seeds), 1.0, holm_rows)
+        lines.append(f"resolving power at {len(seeds)} seeds: MDE = {mde:.3g} x the "
                      f"sample sd of the paired differences ({power_txt}) of "
                      f"the comparison (unknown until the runs exist)")
     return lines

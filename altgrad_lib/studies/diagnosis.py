@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from altgrad_lib.monitors.writer import read_events
 from altgrad_lib.studies.stats import MIN_MARGIN_NATS
 from altgrad_lib.studies.envelope import first_spike
 from altgrad_lib.training.run_dir import divergence_where
@@ -45,9 +46,7 @@ def collapse_step(run: Any, ratio: float = 2.0) -> int | None:
 def first_event(run: Any) -> str:
     """"<kind> at step <n> <layer>" of the first early-warning event in the run's events.csv, or "none".
     Notes that a number was unavailable ("unavailable:<what>") are not warnings and are skipped."""
-    from altgrad_lib import monitors
-
-    ev = monitors.read_events(Path(run.dir))   # empty frame when the run wrote no events.csv
+    ev = read_events(Path(run.dir))   # empty frame when the run wrote no events.csv
     ev = ev[~ev["kind"].astype(str).str.startswith("unavailable")].sort_values("step", kind="stable")
     if ev.empty:
         return "none"

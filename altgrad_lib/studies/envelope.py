@@ -30,7 +30,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.studies.executors import LocalExecutor
 from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.loop import train
+from altgrad_lib.training.preflight import resolve_device
 
 REASONS = ("stable", "diverged", "loss_spike", "above_initial")
 TRIAL_COLUMNS = ["recipe", "seed", "lr", "stable", "reason", "status", "initial_loss", "final_train_loss",
@@ -79,9 +83,7 @@ def role_recipe(spec: str | dict) -> str | dict:
     if not isinstance(spec, str) or "@" not in spec:
         return spec
     fmt, _, tags = spec.partition("@")
-    from altgrad_lib.numerics.formats import get_format  # validates the format name (one-line error listing choices
-
-    get_format(fmt)
+    get_format(fmt)   # validates the format name (one-line error listing the choices)
     roles, rest = [], tags
     while rest:
         tag = next((t for t in ROLE_TAGS if rest.startswith(t)), None)
@@ -141,8 +143,6 @@ RunFn = Callable[[TrainConfig], Any]
 
 
 def _train(cfg: TrainConfig) -> Any:
-    from altgrad_lib.training.loop import train  # lazy: importing the envelope module stays cheap
-
     return train(cfg, progress=False, verbose=False)
 
 
@@ -217,8 +217,6 @@ def _bisect_job(job: tuple[str, TrainConfig, float, float, dict[str, Any]]) -> S
 
 def _default_workers(bases: Mapping[str, TrainConfig]) -> int:
     """One worker per format on CPU (capped by the cores); on a GPU the bisections share it one after another."""
-    from altgrad_lib.training.preflight import resolve_device
-
     on_cpu = all(resolve_device(c.device) == "cpu" for c in bases.values())
     return min(len(bases), os.cpu_count() or 1) if on_cpu else 1
 
@@ -231,8 +229,6 @@ def find_stable_lrs(bases: Mapping[str, TrainConfig], lo: float, hi: float, step
     trials of one bisection depend only on its own earlier trials). Returns {label: StableLR} in the order of
     `bases`; a bisection that raises stops with its label and one-line error. `kw`: ratio, criterion, run_fn (a
     module-level function when the executor spawns processes) and TrainConfig changes, as find_stable_lr."""
-    from altgrad_lib.studies.executors import LocalExecutor
-
     if not bases:
         return {}
     if executor is None:
@@ -299,5 +295,5 @@ def critical_lr_table(config: TrainConfig, recipes: Sequence[str | dict], seeds:
 
 
 __all__ = ["role_recipe", "ROLE_TAGS", "Criterion", "StableLR", "trial_verdict", "trial_config", "run_trial",
-           "find_stable_lr", "find_stable_lrs", "lr_sweep", "lr_sensitivity", "sensitivity_summary", "critical_lr_table",
-           "REASONS", "TRIAL_COLUMNS"]
+           "find_stable_lr", "find_stable_lrs", "lr_sweep", "lr_sensitivity", "sensitivity_summary",
+           "critical_lr_table", "REASONS", "TRIAL_COLUMNS"]

@@ -291,7 +291,7 @@ def auto_workers(n_jobs: int, device: str = "cpu") -> int:
         return int(env)
     if n_jobs <= 1:
         return 1
-    from altgrad_lib.training.preflight import resolve_device
+    from altgrad_lib.training.preflight import resolve_device   # local: imports torch (this module stays torch-free)
     if not resolve_device(str(device)).startswith("cpu"):
         return 1
     return max(1, min(n_jobs, os.cpu_count() or 1))

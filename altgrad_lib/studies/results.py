@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from altgrad_lib.training.run_dir import perplexity
+from altgrad_lib.training.run_dir import perplexity, read_metrics
 from altgrad_lib.training.tokenizers import uniform_loss
 
 def find_metric(columns: Iterable[str], *candidates: str) -> str | None:
@@ -91,8 +91,6 @@ def load_metrics(index: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:
     `index` is a study index (study.csv) or a run_frame: one row per run with a `run_dir` (or `run`) column.
     Runs without a metrics file (failed before the first step) contribute no rows.
     """
-    from altgrad_lib.training.run_dir import read_metrics
-
     keys = list(keys)
     frames = []
     for d in index.to_dict("records"):

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import pandas as pd
+
+from altgrad_lib.studies import claims
+
 OPTIMIZER_VARIANTS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "adamw fp32": ("adamw", {"storage": "fp32"}, None),
     "adamw grid_rne": ("adamw", {"storage": "grid_rne"}, None),
@@ -41,7 +45,8 @@ MASTER = "adamw fp32"   # today's path: FP32 master weights, fake-quantized forw
 
 def optimizer_runs(formats: Iterable[str], variants: Iterable[str], pairs: Iterable[str] | None = None,
                    lrs: Mapping[str, float] | None = None,
-                   stats_every: int = 10, osc_window: int | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
+                   stats_every: int = 10, osc_window: int | None = None
+                   ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, str]]]:
     """(label -> TrainConfig overrides, label -> (format, variant)) for formats x variants plus the extra `pairs`
     ("<FMT> <variant>"); recipe `fmt:<FMT>` (WIDE_FORMATS: recipe hp and optim.weight_fmt), the variant's optimizer
     and optim settings with `track_stats` (and `osc_window` if given: measured steps per oscillation-ratio window),
@@ -58,7 +63,8 @@ def optimizer_runs(formats: Iterable[str], variants: Iterable[str], pairs: Itera
     for pair in pairs or []:
         parts = pair.split(" ", 1) if isinstance(pair, str) else []
         if len(parts) != 2 or parts[1] not in OPTIMIZER_VARIANTS:
-            raise ValueError(f"pairs entry {pair!r} must be '<FMT> <variant>' with a variant in {tuple(OPTIMIZER_VARIANTS)}")
+            raise ValueError(f"pairs entry {pair!r} must be '<FMT> <variant>' with a variant in "
+                             f"{tuple(OPTIMIZER_VARIANTS)}")
         jobs.append((parts[0], parts[1]))
     overrides, parts_of = {}, {}
     for fmt, v in dict.fromkeys(jobs):
@@ -110,10 +116,6 @@ def reference_claims(frame, parts: Mapping[str, tuple[str, str]], references: Ma
     then Holm and the verdicts over all rows together (one family). Columns: claims.COLUMNS plus format, variant,
     reference. `frame`: runs.frame() (label, seed, `value`, freeze_blocks). `smoke`: the control check failed (no
     verdicts, claims_table)."""
-    import pandas as pd
-
-    from altgrad_lib.studies import claims
-
     labels = list(dict.fromkeys(frame.label))
     tables = []
     for fmt in dict.fromkeys(f for f, _ in parts.values()):

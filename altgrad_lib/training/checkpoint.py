@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import altgrad_lib
 from altgrad_lib.errors import UserError
 from altgrad_lib.io import atomic_torch_save
 from altgrad_lib.state import capture_rng_state, restore_rng_state
@@ -43,8 +44,6 @@ class CheckpointError(UserError, RuntimeError):
 
 def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     step: int, config_hash: str, extra: dict[str, Any] | None = None) -> None:
-    import altgrad_lib
-
     state = {
         "format": CHECKPOINT_FORMAT,
         "altgrad_version": altgrad_lib.__version__,

@@ -24,6 +24,9 @@ from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOG
                                  PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
+from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
+from altgrad_lib.paths import runs_dir
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
@@ -106,7 +109,8 @@ class TrainConfig:
     device: str = _key("auto", "auto = cuda if available else cpu", (*DEVICES, "cuda:<i>"))
     deterministic: bool = _key(False, "torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)")
     # optimizer (altgrad_lib.optim; its config.py documents every optim key)
-    optimizer: str = _key("adamw", "optimizer (altgrad_lib/optim): adamw = torch AdamW on fp32 master weights; the others "
+    optimizer: str = _key("adamw", "optimizer (altgrad_lib/optim): adamw = torch AdamW on fp32 master weights; "
+                                   "the others "
                                    "step in grid units of the weight format", OPTIMIZERS)
     optim: dict = _key({}, "optimizer settings (optim/config.py), e.g. {storage: grid_sr, lr: 1.0}; {} with adamw "
                            "= torch AdamW")
@@ -140,13 +144,12 @@ class TrainConfig:
         elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
             object.__setattr__(self, "recipe", RECIPE_ALIASES[self.recipe])
         if self.recipe not in NAMED_RECIPES:  # fmt:<FMT>, a dict or a typo: get_policy's parser (imports torch)
-            from altgrad_lib.quantize.recipes import canonical_recipe
+            from altgrad_lib.quantize.recipes import canonical_recipe   # local: imports torch (see the line above)
             try:   # canonical format names: aliases of one format are one run identity
                 object.__setattr__(self, "recipe", canonical_recipe(self.recipe))
             except (ValueError, TypeError) as e:
                 raise ConfigError(f"TrainConfig.recipe={self.recipe!r}: {one_line(e)}") from e
         object.__setattr__(self, "optim", copy.deepcopy(self.optim))
-        from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
         try:
             oc = OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
             object.__setattr__(self, "optim", canonical_optim(self.optim))
@@ -189,7 +192,6 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.run_name={self.run_name!r} must be a plain directory name")
         if not isinstance(self.recipe, (str, dict)) or (isinstance(self.recipe, str) and not self.recipe):
             raise ConfigError(f"TrainConfig.recipe={self.recipe!r} must be a recipe name or a policy dict")
-        from altgrad_lib.monitors.config import DiagnosticsConfig   # torch-free
         try:
             diag = DiagnosticsConfig.from_value(self.diagnostics)          # one-line error on a bad value
         except (ValueError, TypeError) as e:
@@ -273,8 +275,6 @@ class TrainConfig:
 
     def resolved(self) -> "TrainConfig":
         """run_name and out_dir filled in (absolute), everything else unchanged."""
-        from altgrad_lib.paths import runs_dir
-
         out = Path(self.out_dir).expanduser().resolve() if self.out_dir else runs_dir()
         return dataclasses.replace(self, run_name=self.run_name or self.auto_run_name(), out_dir=str(out))
 

@@ -32,15 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from .tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
+from altgrad_lib.choices import CORPORA   # re-exported (__all__)
+from altgrad_lib.io import atomic_file, atomic_write_text
+from altgrad_lib.training.progress import progress_bar
+from altgrad_lib.training.tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
 
 __all__ = [
     "CORPORA", "CORPUS_CREDITS", "DEFAULT_CORPUS", "DEFAULT_TOKENIZER", "TokenCorpus", "corpus_stats",
     "get_tokenizer", "license_family", "load_corpus",
 ]
 
-from altgrad_lib.choices import CORPORA  # noqa: E402,F401  (re-exported)
-from altgrad_lib.io import atomic_file, atomic_write_text  # noqa: E402
 DEFAULT_CORPUS = "licenses"
 CORPUS_CREDITS = {
     "licenses": (
@@ -207,7 +208,8 @@ def _load_text_path(path: Path, val_fraction: float = VAL_FRACTION):
         rel = sorted(files, key=lambda f: _stable_unit(str(f.relative_to(path))))
         n_val = max(1, round(val_fraction * len(files)))
         val = set(rel[:n_val])
-        rows = {s: [{"text": f.read_text(encoding="utf-8", errors="replace")} for f in files if (f in val) == (s == "validation")]
+        rows = {s: [{"text": f.read_text(encoding="utf-8", errors="replace")} for f in files
+                    if (f in val) == (s == "validation")]
                 for s in ("train", "validation")}
     else:
         # One file: the last ~val_fraction of its lines is validation (a contiguous tail, so no line leaks).
@@ -290,8 +292,6 @@ def _file_sha256(path: Path) -> str:
 
 def _tokenize_split(ds, enc, eot: int, dtype, out: Path, desc: str, num_threads: int, progress: bool) -> dict:
     """Tokenize documents (each followed by EOT) into `out`, atomically (io.atomic_file)."""
-    from altgrad_lib.training.progress import progress_bar
-
     h = hashlib.sha256()
     n_tok = 0
     with atomic_file(out) as f, progress_bar(len(ds), desc=desc, unit="doc", enabled=bool(progress)) as bar:

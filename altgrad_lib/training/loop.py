@@ -21,22 +21,26 @@ import numpy as np
 import torch
 import yaml
 
-from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
-from altgrad_lib.optim.factory import step_metrics
-from altgrad_lib.training.build import build_model
-from altgrad_lib.training.progress import progress_bar
-from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.errors import Interrupted, UserError
+from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.model import freeze_blocks
+from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.monitors.diagnostics import Diagnostics
+from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
+from altgrad_lib.quantize.convert import format_conversion, quantized_modules
+from altgrad_lib.state import restore_snapshot, snapshot_state
+from altgrad_lib.training import checkpoint as ckpt
+from altgrad_lib.training.build import build_model
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
+from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import check_device, preflight
-from altgrad_lib.training.tokenizers import uniform_loss
+from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
                                           run_dir_is_free, write_config_yaml)
-from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
-from altgrad_lib.state import restore_snapshot, snapshot_state
+from altgrad_lib.training.tokenizers import uniform_loss
+from altgrad_lib.training.tracking import mirrored   # logger="none": the plain writer, no tracker package imported
 
 VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
 
@@ -69,7 +73,6 @@ def adamw_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict
 
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     if cfg.optimizer != "adamw" or cfg.optim:   # the format-aware optimizers (altgrad_lib/optim/factory.py)
-        from altgrad_lib.optim.factory import build_optimizer
         return build_optimizer(model, cfg, device)
     return torch.optim.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                              fused=(device.type == "cuda") or None)
@@ -78,11 +81,8 @@ def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devi
 def _print_layer_table(model: torch.nn.Module, cfg: TrainConfig, rows: list[dict[str, Any]], policy: Any) -> None:
     """quantize_model's table, with the weight grid the forward actually uses where grid storage replaces the
     recipe's weight quantizer (optim.factory.stored_weight_grids)."""
-    from altgrad_lib.quantize.convert import format_conversion
-
     grids = {}
     if cfg.optimizer != "adamw" or cfg.optim:
-        from altgrad_lib.optim.factory import stored_weight_grids
         grids = stored_weight_grids(model, cfg)
     print(format_conversion([{**r, "weight": grids.get(r["module"], r["weight"])} for r in rows], policy))
     if grids:
@@ -198,7 +198,6 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         run.reused = True
         if verbose:
             _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
-        from altgrad_lib.monitors.config import DiagnosticsConfig
         # diagnostics are no part of the hash: say which of the asked-for groups the reused run never recorded
         had = run.config.diagnostics if (run_dir / "diagnostics.csv").exists() else "off"
         missing = DiagnosticsConfig.from_value(cfg.diagnostics).not_covered_by(DiagnosticsConfig.from_value(had))
@@ -243,7 +242,6 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if on_model is not None:
             on_model(model)
         optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
-        from altgrad_lib.monitors.diagnostics import Diagnostics
         # after the optimizer: the probe's copy must carry the quantizers training actually uses
         diag = Diagnostics.for_run(cfg, run_dir, model, lambda: _autocast(cfg, device))   # off: does nothing
         start = 0
@@ -251,7 +249,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
             dropped = truncate_csv(run_dir / METRICS_FILE, start, METRICS_HEADER)
             prov = read_json(prov_path)
-            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start, "command": " ".join(sys.argv)})
+            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start,
+                                                   "command": " ".join(sys.argv)})
             write_json(prov_path, prov)
             _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
         diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
@@ -286,13 +285,11 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
           on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
-    from altgrad_lib.quantize.convert import quantized_modules
     quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     tokens_per_step = cfg.batch_size * cfg.block_size
     t_run = time.perf_counter()
     model.train()
-    from altgrad_lib.training.tracking import mirrored  # logger="none": the plain writer, nothing imported
     with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
         def save(step: int) -> None:
             writer.sync()  # metrics up to this step are on disk before the checkpoint says so

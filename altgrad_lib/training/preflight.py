@@ -14,6 +14,7 @@ backward transients (logit gradients).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import warnings
@@ -23,8 +24,15 @@ from typing import Any, Iterator
 import torch
 
 from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
+from altgrad_lib.model import GPT, freeze_blocks
+from altgrad_lib.optim import factory   # factory.build_optimizer: as a module attribute, so tests can spy on it
+from altgrad_lib.quantize import recipes   # recipes.get_policy: likewise
+from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
 from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.data import TokenCorpus
+from altgrad_lib.training.tokenizers import get_tokenizer, parse_tokenizer_name
 
 ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
 WARN_FRACTION = 0.5               # warn above this share of the available memory, refuse above 1
@@ -47,13 +55,9 @@ def as_config_error(what: str, kinds: tuple[type[BaseException], ...] = (ValueEr
 
 def check_policy(cfg: TrainConfig) -> Any:
     """The recipe as a QuantPolicy; for a hardware backend every quantized operand must be one it can run."""
-    from altgrad_lib.quantize.recipes import get_policy
-
     with as_config_error("TrainConfig.recipe"):
-        policy = get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+        policy = recipes.get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
     if policy.backend != "sim":
-        from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
-
         with as_config_error(f"TrainConfig.backend={policy.backend!r} with recipe {cfg.recipe_name!r}"):
             for cls, spec in policy.layers.items():
                 if spec is not None:
@@ -84,8 +88,6 @@ def check_device(name: str) -> torch.device:
 
 
 def vocab_size_of(tokenizer: str) -> int:
-    from altgrad_lib.training.tokenizers import get_tokenizer
-
     with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):
         return get_tokenizer(tokenizer).n_vocab
 
@@ -94,11 +96,6 @@ def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dic
     """The run's modules (every block: which weights the recipe quantizes, hp_last, what the factory puts on a grid)
     at a tiny width, quantized by `policy` and frozen as the run's; returns (model, quantize_model's rows). Widths
     are multiples of 16, as the FP8 GEMMs of the hardware backends need. The global RNG is left as it was."""
-    import dataclasses
-
-    from altgrad_lib.model import GPT, freeze_blocks
-    from altgrad_lib.quantize.convert import quantize_model
-
     gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
     with torch.random.fork_rng(devices=[]):
         model = GPT(gcfg)
@@ -127,13 +124,11 @@ def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module
     any data or run directory. torch AdamW (the default) has no settings to check."""
     if cfg.optimizer == "adamw" and not cfg.optim:
         return
-    from altgrad_lib.optim.factory import build_optimizer
-
     if model is None:
         model, _ = tiny_model(cfg, policy if policy is not None else check_policy(cfg))
     with torch.random.fork_rng(devices=[]), \
             as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
-        build_optimizer(model, cfg, torch.device("cpu"))
+        factory.build_optimizer(model, cfg, torch.device("cpu"))
 
 
 def check_settings(cfg: TrainConfig) -> Any:
@@ -141,7 +136,6 @@ def check_settings(cfg: TrainConfig) -> Any:
     something on this model), tokenizer name, optimizer. `altgrad study` checks each point with it before training
     any; returns the policy."""
     policy = check_policy(cfg)
-    from altgrad_lib.training.tokenizers import parse_tokenizer_name
 
     with as_config_error("TrainConfig.tokenizer"):
         parse_tokenizer_name(cfg.tokenizer)
@@ -162,8 +156,6 @@ def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
 
 def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The GPT on the meta device: exact shapes, no memory, any size."""
-    from altgrad_lib.model import GPT
-
     with torch.device("meta"):
         return GPT(gpt_config(cfg, vocab_size))
 
@@ -176,12 +168,10 @@ def quantized_weight_numel(cfg: TrainConfig, vocab_size: int, policy: Any = None
                            model: torch.nn.Module | None = None) -> int:
     """Weights whose quantized copy a simulated quantized Linear saves for backward (`policy`: the resolved
     recipe, `model`: the meta model, when the caller has them)."""
-    from altgrad_lib.quantize.recipes import layer_class_of
-
     policy = policy if policy is not None else check_policy(cfg)
     n = 0
     for fqn, m in (model or _meta_model(cfg, vocab_size)).named_modules():
-        cls = layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
+        cls = recipes.layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
         spec = policy.spec_for(cls) if cls is not None else None
         n += m.weight.numel() if spec is not None and spec.weight is not None else 0
     return n
@@ -248,8 +238,6 @@ def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, availabl
 
 
 def build_corpus(cfg: TrainConfig) -> Any:
-    from altgrad_lib.training.data import TokenCorpus
-
     with as_config_error("TrainConfig.corpus", (ValueError, RuntimeError, OSError)):
         corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
     for split in ("train", "val"):

@@ -28,17 +28,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 import yaml
 
+import altgrad_lib
 from altgrad_lib.errors import ConfigError, Interrupted, UserError, one_line
 from altgrad_lib.io import atomic_write_text, fmt_value, read_json
 from altgrad_lib.paths import project_root
-
-if TYPE_CHECKING:  # for annotations only; Run.config imports it lazily
-    from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.config import TrainConfig
 
 METRICS_FILE = "metrics.csv"
 METRICS_HEADER = "step,name,value\n"
@@ -84,8 +83,6 @@ def library_versions() -> dict[str, str]:
             vers[dist] = version(dist)
         except PackageNotFoundError:
             vers[dist] = "not installed"
-    import altgrad_lib
-
     vers["altgrad_lib"] = altgrad_lib.__version__
     return vers
 
@@ -334,8 +331,6 @@ class Run:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "Run":
-        from altgrad_lib.training.config import TrainConfig  # lazy: keeps `import run_dir` light
-
         run_dir = Path(run_dir)
         cfg_path = run_dir / "config.yaml"
         if not cfg_path.is_file():

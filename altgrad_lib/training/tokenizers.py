@@ -30,7 +30,7 @@ R50K_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|
 N_MERGEABLE_GPT2 = 50256  # ranks 0..50255; <|endoftext|> is 50256
 ENDOFTEXT = "<|endoftext|>"
 DEFAULT_TOKENIZER = "gpt2-4k"
-from altgrad_lib.choices import TOKENIZER_ALIASES  # noqa: E402,F401  (re-exported)
+from altgrad_lib.choices import TOKENIZER_ALIASES  # noqa: E402  (re-exported)
 OFFLINE_ENV_VARS = ("ALTGRAD_OFFLINE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 _NAME_RE = re.compile(r"^gpt2-(\d+)(k?)$")
 
