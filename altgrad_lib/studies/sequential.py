@@ -405,7 +405,8 @@ def run_until_resolved(study: Any, run: Callable[[list], pd.DataFrame], log: Cal
         frame = run([c.point for c in rep.need])
     write_csv(study.dir / SEQUENTIAL_FILE, rep.looks)
     worst = len(study_candidates(study, plan)[0])
-    log(f"{study.name}: resolved at {len(rep.need)} of {worst} runs (worst case); looks in {study.dir / SEQUENTIAL_FILE}")
+    log(f"{study.name}: resolved at {len(rep.need)} of {worst} runs (worst case); "
+        f"looks in {study.dir / SEQUENTIAL_FILE}")
     return frame
 
 

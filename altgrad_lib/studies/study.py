@@ -65,7 +65,8 @@ from altgrad_lib.training.data import eval_unigram_entropy
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
-VALUE_COLUMNS = ("final_val_loss", "final_train_loss")   # the index's losses (nats, lower is better): what claims compare
+# the index's losses (nats, lower is better): what claims compare
+VALUE_COLUMNS = ("final_val_loss", "final_train_loss")
 CLAIMS_FILE = "claims.csv"
 
 
@@ -135,7 +136,8 @@ class Study:
                 raise ValueError(f"study point {p!r}: {bad} not TrainConfig key(s); valid keys: {valid}")
         for c in self.comparisons:
             if not isinstance(c, Mapping) or "axis" not in c or "baseline" not in c:
-                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' (optional 'by', 'value', 'delta')")
+                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' "
+                                 "(optional 'by', 'value', 'delta')")
             bad = sorted(set(c) - set(COMPARISON_KEYS))
             if bad:
                 raise ValueError(f"study comparison {dict(c)!r}: unknown key(s) {bad}; valid keys: {COMPARISON_KEYS}")
@@ -395,7 +397,8 @@ class Study:
                             delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
                             else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
 
-    def control(self, frame: pd.DataFrame | None = None, entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
+    def control(self, frame: pd.DataFrame | None = None,
+                entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
         """claims.control_check of the first comparison's baseline (seeds as ints) in the configuration of its first
         frozen-blocks control (the study's other axes at the control's values: control_check takes one
         configuration); (empty, False, why) without comparisons."""
