@@ -11,7 +11,7 @@ from altgrad_lib.notebook import optim_view
 from altgrad_lib.paths import project_root
 
 
-class _Runs:   # the two attributes of studies.study.VariantRuns that optim_curves reads
+class _Runs:   # the two attributes of studies.variant_runs.VariantRuns that optim_curves reads
     def __init__(self, wide):
         self.labels = {k: (k.rsplit(" s", 1)[0], int(k.rsplit(" s", 1)[1])) for k in wide}
         self._wide = wide

@@ -88,7 +88,7 @@ def test_train_variants_trains_side_by_side_through_the_study_layer_and_indexes_
     cfg = TrainConfig.from_dict(tiny_study_dict(tmp_path, max_steps=3)["config"])
     first = train(cfg.replace(seed=0))                        # trained before: reused, not retrained
     variants = {"hp": {}, "same": {}, "control": {"freeze_blocks": True}}   # "same" is hp's config: trained once
-    from altgrad_lib.studies.study import train_variants
+    from altgrad_lib.studies.variant_runs import train_variants
 
     runs = train_variants(cfg, variants, [0, 1], study="nb", executor=LocalExecutor(workers=2, threads=1),
                           progress=False, verbose=False)

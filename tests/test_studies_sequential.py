@@ -1,5 +1,6 @@
-"""Seeds until resolved (studies/sequential.py): the boundaries against published values, the error rates of the
-sequential claims by simulation, and the loop through the real run_study / CLI."""
+"""Seeds until resolved (studies/sequential.py; its boundaries: studies/gs_bounds.py): the boundaries against
+published values, the error rates of the sequential claims by simulation, and the loop through the real run_study /
+CLI."""
 from __future__ import annotations
 
 import math
@@ -9,8 +10,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from altgrad_lib.studies.sequential import (SeedPlan, boundaries, holm_bounds, nominal_bounds, sequential_calls,
-                                            spend, z_nominal_bounds)
+from altgrad_lib.studies.gs_bounds import (boundaries, holm_bounds, nominal_bounds, sequential_calls, spend,
+                                           z_nominal_bounds)
+from altgrad_lib.studies.sequential import SeedPlan
 
 # ------------------------------------------------------------------------------------------ boundaries
 

@@ -149,8 +149,8 @@ def test_every_point_is_checked_before_any_run_trains(tmp_path):
 
 
 def test_train_variants_checks_every_variant_before_any_trains(tmp_path, monkeypatch):
-    # the notebooks' path (study.train_variants -> run_points) gets the same check as a study
-    from altgrad_lib.studies.study import train_variants
+    # the notebooks' path (variant_runs.train_variants -> runs.run_points) gets the same check as a study
+    from altgrad_lib.studies.variant_runs import train_variants
 
     monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path / "outputs"))
     cfg = TrainConfig.from_dict({**tiny_study_dict(tmp_path)["config"], "max_steps": 2})
@@ -380,13 +380,13 @@ def _made_up_index(s, seed=0, nan_run=None, status=None):
     `nan_run` (a point number) diverged, `status` overrides every row's status (e.g. did_not_learn)."""
     import numpy as np
 
-    from altgrad_lib.studies.study import _index_row
+    from altgrad_lib.studies.runs import index_row
 
     rng = np.random.default_rng(seed)
     rows = []
     for i, p in enumerate(s.expand()):
         loss = 3.0 + rng.normal(0, 0.05) + (1.0 if p.config.freeze_blocks else 0.0)
-        rows.append({**_index_row(p, s.axis_columns()), "status": status or "completed",
+        rows.append({**index_row(p, s.axis_columns()), "status": status or "completed",
                      "final_val_loss": math.nan if i == nan_run else loss, "final_train_loss": loss})
     return pd.DataFrame(rows).assign(status=lambda f: f.status.where(f.final_val_loss.notna(), "diverged"))
 

@@ -10,7 +10,7 @@ never loses the others; the exit code is non-zero if any notebook failed.
 Notebooks run through the same executors as studies (altgrad_lib/studies/executors.py). The per-format notebook (01: no
 training, one job per format) runs its jobs side by side, one single-threaded kernel per core; the others run
 one after another, because each trains its own runs side by side through the study layer
-(studies.study.train_variants -> run_points) and later notebooks reuse earlier ones' runs (02's baseline in
+(studies.variant_runs.train_variants -> runs.run_points) and later notebooks reuse earlier ones' runs (02's baseline in
 03-06, 04's runs in 06). `--workers N` / `--executor ray` override that for every notebook. tcmalloc is preloaded
 into the kernels when the machine has it (glibc page-faults on every new large tensor). The sweep ends with
 the wall time of each notebook.

@@ -4,7 +4,7 @@ No logic lives here. Every name is imported from the module that owns it, so the
 
   - notebook/tables     : provenance banner, loss / summary / model tables, trained-model loading
   - studies/results     : tidy run frames (one row per run), final metrics, metric-name lookup
-  - studies/study       : train_variants (a notebook's variants x seeds through the study layer)
+  - studies/variant_runs : train_variants (a notebook's variants x seeds through the study layer)
   - studies/until_resolved : train_until_resolved (train_variants with seeds until resolved), all_seeds
   - studies/claims      : the paired claims table, the frozen-blocks control check, own-seed gaps
   - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance
@@ -30,6 +30,6 @@ from altgrad_lib.quantize.layer_sqnr import layer_sqnr, quantized_copy_sqnr, sqn
 from altgrad_lib.studies.results import (THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final_metrics, find_metric, load_metrics,
                                          metrics_wide, run_frame)
 from altgrad_lib.studies.claims import claims_table, control_check, seed_gaps
-from altgrad_lib.studies.study import train_variants
+from altgrad_lib.studies.variant_runs import train_variants
 from altgrad_lib.studies.until_resolved import all_seeds, train_until_resolved
 from altgrad_lib.training.build import gpt_config

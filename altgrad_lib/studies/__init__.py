@@ -1,11 +1,14 @@
 """Layer 5, studies: many runs and what they say together.
 
-    study.py       Study (base config x axes x points), run_points / run_study / train_variants, study.csv
+    study.py       Study (base config x axes x points, checked at load), run_study
+    runs.py        running points: run_points (executor, reuse / resume, interrupts) and the index study.csv
+    variant_runs.py  a notebook's variants x seeds through run_points: train_variants, VariantRuns
     owner.py       which study owns a study directory (study.json), so two studies never share an index
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
     claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
-    sequential.py  seeds until resolved: group-sequential boundaries, the looks replayed from study.csv
+    gs_bounds.py   group-sequential boundaries: α-spending, recursive integration, t calibration, Holm calls
+    sequential.py  seeds until resolved: the seed plan, the looks replayed from study.csv, sequential verdicts
     until_resolved.py  the same for a notebook's variants (train_variants + the replay, keyed by label)
     stats.py       Welch / Student-t primitives and the frozen-blocks control rule
     envelope.py    LR envelopes: the largest stable LR per format, LR sensitivity

@@ -8,7 +8,7 @@ it finishes.
 `fn` must be a module-level function (it is pickled by reference) and `items` picklable. A job that raises,
 or whose worker process dies, comes back as `ok=False` with a one-line error; the other jobs go on. A job that
 raises errors.Interrupted (train() on SIGTERM / SIGINT) comes back `interrupted=True`. Once `stop()` is true
-(the driver got a signal, see study.run_points), jobs not yet started are not started: they come back
+(the driver got a signal, see runs.run_points), jobs not yet started are not started: they come back
 `interrupted=True` too ("not started").
 
 - `local` (default): `workers` processes (spawned, so no forked torch thread pools), each running

@@ -30,55 +30,44 @@ across expansions, and exactly the auto name when only recipe, seed, optimizer/o
 study and a notebook that train the same config share one run directory (runs go to the base config's
 `out_dir`, default `<outputs>/runs`).
 
-`run_study` hands every point to train() through an executor (executors.py): a finished run is reused, an
-interrupted one resumes from its checkpoint, a missing one is trained. After every run the index
-`study.csv` (run, axis values, status, final numbers, run dir) is rewritten atomically. A diverged run is a
-result (status `diverged`, with its step); so is one that finished above ln(V), the loss of a uniform guess over its
-tokenizer's vocabulary (status `did_not_learn`, its numbers kept: results.run_status); a run that raises is `failed`
-with its one-line error; neither stops the others. A run that another process is training (a second study on the
-same outputs) is "running elsewhere": its worker waits for it, then reuses (or resumes) it, so it is never `failed`.
 A study owns its directory (`study.json`: its name and Study.identity, the hash of what it trains, seeds aside):
 another study with the same name or --out is refused in one line before anything runs; the same study re-run (or
 given more seeds) resumes.
-SIGTERM / SIGINT on the driver are forwarded (one SIGTERM) to the local workers, which finish their step and
-checkpoint; runs not started are not started; every unfinished run is `interrupted` in the index, and
-errors.Interrupted is raised (`altgrad study`: one line, exit 75). Re-running resumes them.
+
+`run_study` trains a study's points through runs.run_points (runs.py: the executor, reuse and resume, the index
+study.csv, interrupts); train_variants (variant_runs.py) does the same for a notebook's variants.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
-import math
 import re
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
-from altgrad_lib.errors import ConfigError, one_line
+from altgrad_lib.errors import one_line
+from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import owner
-from altgrad_lib.studies.results import DID_NOT_LEARN
+from altgrad_lib.studies.claims import claims_table, control_check, report_lines, write_claims
+from altgrad_lib.studies.runs import (INDEX_FILE, StudyPoint, axis_value, check_points, index_row, index_values,
+                                      run_points)
+from altgrad_lib.studies.sequential import (SeedPlan, describe_sequential, per_seed_points, run_until_resolved,
+                                            study_replay)
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
+from altgrad_lib.training.data import eval_unigram_entropy
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
-VALUE_COLUMNS = ("final_val_loss", "final_train_loss")   # the index's losses (nats, lower is better): what claims compare
-INDEX_FILE = "study.csv"
+# the index's losses (nats, lower is better): what claims compare
+VALUE_COLUMNS = ("final_val_loss", "final_train_loss")
 CLAIMS_FILE = "claims.csv"
-
-
-@dataclass(frozen=True)
-class StudyPoint:
-    """One run of a study: its own axis values, the full config, and the stable run name."""
-    name: str
-    axes: dict[str, Any]
-    config: TrainConfig
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -147,7 +136,8 @@ class Study:
                 raise ValueError(f"study point {p!r}: {bad} not TrainConfig key(s); valid keys: {valid}")
         for c in self.comparisons:
             if not isinstance(c, Mapping) or "axis" not in c or "baseline" not in c:
-                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' (optional 'by', 'value', 'delta')")
+                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' "
+                                 "(optional 'by', 'value', 'delta')")
             bad = sorted(set(c) - set(COMPARISON_KEYS))
             if bad:
                 raise ValueError(f"study comparison {dict(c)!r}: unknown key(s) {bad}; valid keys: {COMPARISON_KEYS}")
@@ -187,7 +177,7 @@ class Study:
         for p in self.expand():
             u = zlib.crc32(p.name.encode()) / 2**32             # per run, so the seeds' gaps have a spread
             loss = 3.0 + 0.1 * u + (1.0 if p.config.freeze_blocks else 0.0)   # a control above its baseline
-            rows.append({**_index_row(p, cols), "status": "completed", "final_val_loss": loss,
+            rows.append({**index_row(p, cols), "status": "completed", "final_val_loss": loss,
                          "final_train_loss": loss})
         frame = pd.DataFrame(rows)
         for c in self.comparisons:
@@ -212,7 +202,7 @@ class Study:
             if not isinstance(axis, str) or axis not in cols:
                 raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
                                  f"are the replicates); valid axes: {cols}")
-            levels = list(dict.fromkeys(_axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
+            levels = list(dict.fromkeys(axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
                                         for p in points))    # as run_points writes the index
             if self._as_recorded(axis, c["baseline"]) not in levels:
                 raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
@@ -238,7 +228,7 @@ class Study:
         if axis not in TrainConfig.keys():
             return value
         try:
-            return _axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
+            return axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
         except ValueError:
             return value   # not a valid value: it matches no level, and the caller says so
 
@@ -269,8 +259,6 @@ class Study:
         axes = {k: tuple(v) if isinstance(v, list) else v for k, v in (d.get("axes") or {}).items()}
         points, plan = tuple(d.get("points") or ()), None
         if isinstance(axes.get("seed"), Mapping):   # seeds until resolved: the minimum's seeds (sequential.py)
-            from altgrad_lib.studies.sequential import SeedPlan, per_seed_points
-
             plan = SeedPlan.from_spec(axes["seed"])
             axes["seed"], points = tuple(plan.seeds(plan.min)), per_seed_points(points, plan)
         pcs = d.get("positive_controls") or ()
@@ -293,8 +281,6 @@ class Study:
     # -- views
     @property
     def dir(self) -> Path:
-        from altgrad_lib.paths import outputs_dir
-
         return Path(self.out_dir).expanduser().resolve() if self.out_dir else outputs_dir() / "studies" / self.name
 
     @property
@@ -368,7 +354,7 @@ class Study:
         if axis not in self.axis_columns() or axis == "seed":
             raise ValueError(f"{axis!r} is not an axis of study {self.name!r}; axes: "
                              f"{[a for a in self.axis_columns() if a != 'seed']}")
-        return {str(_axis_value(p.config, axis)): _axis_value(p.config, axis) for p in self.expand()}
+        return {str(axis_value(p.config, axis)): axis_value(p.config, axis) for p in self.expand()}
 
     def level(self, axis: str, value: Any) -> Any:
         """The index's value of the level `value` names (papermill passes 0.001 as a float, "bf16" means "hp");
@@ -390,8 +376,6 @@ class Study:
 
     def eval_entropy(self) -> float:
         """Unigram entropy (nats) of the evaluation split of the base config's corpus (training.data)."""
-        from altgrad_lib.training.data import eval_unigram_entropy
-
         cfg = TrainConfig.from_dict(self.base)
         return eval_unigram_entropy(cfg.corpus, cfg.tokenizer, cfg.max_docs)
 
@@ -400,16 +384,12 @@ class Study:
         control check failed (report passes it), so no row gets a verdict."""
         frame = self._canonical(self.results() if frame is None else frame)
         if self.seed_plan is not None:   # seeds until resolved: the looks replayed, sequential verdicts
-            from altgrad_lib.studies.sequential import study_replay
-
             return study_replay(self, frame, smoke=smoke).table
         tables = [self._claims_of(frame, c, smoke) for c in self.comparisons]
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
     def _claims_of(self, frame: pd.DataFrame, c: Mapping[str, Any], smoke: bool = False) -> pd.DataFrame:
         """claims.claims_table of one comparison `c` on the index `frame` (`smoke`: no verdicts, Study.claims)."""
-        from altgrad_lib.studies.claims import claims_table
-
         frame = self._canonical(frame)
         by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
         base = self.level(c["axis"], c["baseline"])
@@ -417,12 +397,11 @@ class Study:
                             delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
                             else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
 
-    def control(self, frame: pd.DataFrame | None = None, entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
+    def control(self, frame: pd.DataFrame | None = None,
+                entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
         """claims.control_check of the first comparison's baseline (seeds as ints) in the configuration of its first
         frozen-blocks control (the study's other axes at the control's values: control_check takes one
         configuration); (empty, False, why) without comparisons."""
-        from altgrad_lib.studies.claims import control_check
-
         if not self.comparisons:
             return pd.DataFrame(), False, "the study has no comparisons"
         c = self.comparisons[0]
@@ -439,15 +418,11 @@ class Study:
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
         """(claims table, the lines that come before it: claims.headline + the rules it was judged by); writes
         claims.csv next to study.csv when `write`."""
-        from altgrad_lib.studies.claims import report_lines, write_claims
-
         frame = self.results() if frame is None else frame
         ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
         table = self.claims(frame, smoke=clear is False)
         lines = report_lines(table, clear, sentence)
         if self.seed_plan is not None:   # the rules a sequential table was judged by replace the fixed-sample ones
-            from altgrad_lib.studies.sequential import describe_sequential
-
             lines[-1:] = [self.seed_plan.describe(), describe_sequential(table, self.seed_plan)]
         if write:
             self.claim_dir()
@@ -462,8 +437,6 @@ class Study:
 def _recipe_names(*groups: Any) -> list[str]:
     """The recipe names a study's levels will have (TrainConfig.recipe_name), refusing two different recipes under
     one name: the index, the claims and every figure key a level by its name, so they would pool into one."""
-    import json
-
     seen: dict[str, Any] = {}
     flat = [v for g in groups for v in (g if isinstance(g, (list, tuple)) else [g])]
     for v in flat:
@@ -477,64 +450,6 @@ def _recipe_names(*groups: Any) -> list[str]:
     return list(seen)
 
 
-# ----------------------------------------------------------------------------------------------
-# running
-
-
-def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
-    """Worker job: train (reuse, resume) one point; returns its index fields. Raises on failure."""
-    from altgrad_lib.studies.results import run_frame
-    from altgrad_lib.training.loop import train
-
-    run = train(TrainConfig.from_dict(config), resume=resume, progress=False, verbose=False, wait_if_locked=True)
-    row = run_frame([run], keys=()).iloc[0].to_dict()
-    div = run.divergence or {}
-    return {"status": row["status"], "reused": bool(run.reused), "error": "",   # did_not_learn: results.run_status
-            **{k: row[k] for k in ("final_train_loss", "final_val_loss", "val_ppl", "tokens_per_s")},
-            "diverged_at_step": div.get("step", math.nan) if run.diverged else math.nan, "run_dir": str(run.dir)}
-
-
-def _axis_value(cfg: TrainConfig, key: str) -> Any:
-    """The index's value of `key`: the recipe's name, a dict-valued key (optim: {storage: grid_sr}) as its canonical
-    JSON (sorted keys), so a level is one hashable value that reads back from study.csv unchanged."""
-    if key == "recipe":
-        return cfg.recipe_name
-    v = getattr(cfg, key)
-    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, Mapping) else v
-
-
-def _index_row(p: StudyPoint, cols: list[str]) -> dict[str, Any]:
-    """A point's row of the index before it ran: its axis columns, status `pending`, no numbers yet."""
-    return {"run": p.name, **index_values(p, cols),
-            "status": "pending", "reused": False, "error": "", "final_train_loss": math.nan,
-            "final_val_loss": math.nan, "val_ppl": math.nan, "tokens_per_s": math.nan,
-            "diverged_at_step": math.nan, "seconds": math.nan, "run_dir": str(p.config.run_dir)}
-
-
-def index_values(p: StudyPoint, cols: Iterable[str]) -> dict[str, Any]:
-    """A point's index columns as study.csv records them (canonical recipe names)."""
-    return {k: _axis_value(p.config, k) if k in p.config.keys() else p.axes.get(k) for k in cols}
-
-
-def _write_index(path: Path, rows: list[dict[str, Any]]) -> None:
-    from altgrad_lib.io import write_csv
-
-    write_csv(path, pd.DataFrame(rows))  # atomic: readers (a notebook, a second shell) never see half an index
-
-
-def check_points(points: list[StudyPoint]) -> list[StudyPoint]:
-    """Each point's settings checked by training.preflight.check_settings (recipe x backend, tokenizer, the
-    optimizer built as the run builds it): a bad point fails here in one line, before any run trains."""
-    from altgrad_lib.training.preflight import check_settings
-
-    for p in points:
-        try:
-            check_settings(p.config)
-        except ValueError as e:
-            raise ConfigError(f"study point {p.axes}: {one_line(e)}") from e
-    return points
-
-
 def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any = print) -> pd.DataFrame:
     """Run every point of `study` through `executor` (default: executors.auto_executor); returns the index. The study
     claims its directory (Study.claim_dir) once every point is checked: another study's index there is refused in one
@@ -543,8 +458,6 @@ def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any 
     points = study.check()
     study.claim_dir()
     if study.seed_plan is not None:
-        from altgrad_lib.studies.sequential import run_until_resolved
-
         fresh: set[str] = set()   # --no-resume retrains each run once, not at every look
 
         def run(points: list[StudyPoint]) -> pd.DataFrame:
@@ -561,139 +474,3 @@ def run_study(study: Study, executor: Any = None, resume: bool = True, log: Any 
     run_points(points, study.axis_columns(), study.index_path, executor, resume, log,
                title=study.short_str(), name=study.name, checked=True)
     return study.results()
-
-
-def finished(cfg: TrainConfig) -> bool:
-    """The run of `cfg` has ended (completed or diverged): train() would return it without training."""
-    return (cfg.run_dir / "summary.json").exists()
-
-
-def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | None, executor: Any = None,
-               resume: bool = True, log: Any = print, title: str = "", name: str = "",
-               checked: bool = False) -> list[dict[str, Any]]:
-    """The engine under run_study and train_variants: train (reuse, resume) each point through
-    `executor` (default: executors.auto_executor for the points still to train), rewriting the index
-    `index_path` (one row per point: cols, status, final numbers; None: no index) after each; returns the rows.
-    `checked`: the caller ran check_points on these points already."""
-    from altgrad_lib.errors import Interrupted
-    from altgrad_lib.studies.executors import LocalExecutor, auto_executor, kill_workers, map_jobs, stop_workers
-    from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
-
-    if not checked:
-        check_points(points)   # every setting of every point before the first run trains
-    todo = {p.name for p in points if not (resume and finished(p.config))}
-    executor = executor or auto_executor(len(todo), points[0].config.device if points else "cpu")
-    rows = {p.name: _index_row(p, cols) for p in points}
-    order = [p.name for p in points]
-    write = (lambda: _write_index(index_path, [rows[n] for n in order])) if index_path else (lambda: None)
-    write()
-    log(f"{title or name}: {len(points)} runs, {len(todo)} to train, on {executor.short_str()}"
-        + (f"; index {index_path}" if index_path else ""))
-    t0 = time.perf_counter()
-    jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
-    stopped: list[str] = []   # runs that came back interrupted (also in-process, where train() saw the signal)
-    with InterruptScope(on_signal=stop_workers, on_abort=kill_workers) as sig:   # see executors.py
-        stop = lambda: bool(sig) or bool(stopped)  # noqa: E731
-        outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo], stop),  # read
-                                   map_jobs(executor, _job, [j for j in jobs if j[0] in todo], stop))
-        for i, ((pname, config, _), out) in enumerate(outcomes, 1):
-            row = rows[pname]
-            if out.ok:
-                row.update(out.value)
-            elif out.interrupted:
-                stopped.append(pname)
-                done = finished(TrainConfig.from_dict(config))   # e.g. its worker died after the last step
-                row.update(run_point(config) if done else {"status": "interrupted", "error": out.error})
-            else:
-                row.update(status="failed", error=out.error)
-            row["seconds"] = round(out.seconds, 2)
-            write()
-            extra = (f" val_loss={row['final_val_loss']:.4f}" if row["status"] == "completed" else
-                     f" val_loss={row['final_val_loss']:.4f}, above the uniform-guess loss ln(V)"
-                     if row["status"] == DID_NOT_LEARN else
-                     f" at step {row['diverged_at_step']}" if row["status"] == "diverged" else f" {row['error']}")
-            log(f"[{i}/{len(points)}] {pname}: {row['status']}{' (reused)' if row['reused'] else ''}{extra} "
-                f"({row['seconds']} s)")
-    left = [n for n in order if rows[n]["status"] == "interrupted"]
-    if sig or left:
-        raise Interrupted(f"{name or 'runs'} interrupted{f' by {sig.name}' if sig else ''}: {len(left)} of "
-                          f"{len(points)} runs not finished"
-                          + (f" (status 'interrupted' in {index_path})" if index_path else "") + f"; {RESUME_HINT}")
-    log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
-        + (f" -> {index_path}" if index_path else ""))
-    return [rows[n] for n in order]
-
-
-def _job(job: tuple[str, dict[str, Any], bool]) -> dict[str, Any]:
-    _, config, resume = job
-    return run_point(config, resume)
-
-def train_variants(cfg: Any, variants: Mapping[str, Mapping[str, Any]], seeds: Iterable[int], *,
-                   study: str | None = None, executor: Any = None, only: Iterable[tuple[str, int]] | None = None,
-                   **train_kwargs: Any) -> dict[str, Any]:
-    """Train (or reuse) cfg with each variant's overrides for each seed; keys "<label> s<seed>". `only`: the
-    (label, seed) pairs to train, a subset of variants x seeds (seeds until resolved: until_resolved.py).
-
-    The runs still to train go through the study layer (study.run_points): side by side on `executor`
-    (default executors.auto_executor: on CPU one single-threaded worker per core), with an index
-    `<outputs>/studies/<study>/study.csv` (columns label, seed, status, final numbers) when `study` names one,
-    so notebook 06 reads a notebook's runs like any study. A run is keyed by its config (auto run name), so
-    a baseline trained by notebook 02 or by a study is reused here, not retrained. A run that fails in a
-    worker is trained again here, in this process, so its error surfaces where the notebook asked for it.
-    """
-    import dataclasses
-
-    from altgrad_lib.paths import outputs_dir
-    from altgrad_lib.studies.study import INDEX_FILE, StudyPoint, finished, run_points
-    from altgrad_lib.training.loop import train
-
-    keyed = []
-    wanted = None if only is None else {(str(lb), int(s)) for lb, s in only}
-    for seed in seeds:
-        for label, overrides in variants.items():
-            if wanted is not None and (label, int(seed)) not in wanted:
-                continue
-            c = cfg.replace(seed=int(seed), **overrides).resolved()
-            keyed.append((f"{label} s{seed}", StudyPoint(c.run_name, {"label": label, "seed": int(seed)}, c)))
-    unique: dict[str, Any] = {}
-    for _, p in keyed:                      # two labels with one config train it once (indexed under the first)
-        unique.setdefault(p.name, p)
-    points = list(unique.values())
-    todo = {p.name for p in points if not finished(p.config)}
-    if study or len(todo) > 1:
-        index = outputs_dir() / "studies" / study / INDEX_FILE if study else None
-        verbose = train_kwargs.get("verbose", True) or train_kwargs.get("progress", True)
-        run_points(points, ["label", "seed"], index, executor, log=print if verbose or todo else (lambda *a: None),
-                   name=study or "variants")
-    runs = VariantRuns()
-    for key, p in keyed:
-        run = train(p.config, **train_kwargs)   # finished by now: loaded, not retrained
-        runs[key] = dataclasses.replace(run, reused=p.name not in todo) if dataclasses.is_dataclass(run) else run
-        runs.labels[key] = (p.axes["label"], p.axes["seed"])
-    return runs
-
-
-class VariantRuns(dict):
-    """train_variants' result: "<label> s<seed>" -> Run, with `labels`: key -> (label, seed as an int), so nothing
-    parses a key back. `frame()` is the tidy frame the claims work on; `run(label, seed)` one run."""
-
-    def __init__(self, *args: Any, **kw: Any):
-        super().__init__(*args, **kw)
-        self.labels: dict[str, tuple[str, int]] = {}
-
-    def run(self, label: str, seed: int) -> Any:
-        return self[next(k for k, v in self.labels.items() if v == (label, int(seed)))]
-
-    def of_seed(self, seed: int) -> dict[str, Any]:
-        """label -> run of one seed (e.g. the curves of the first seed)."""
-        return {lab: self[k] for k, (lab, s) in self.labels.items() if s == int(seed)}
-
-    def frame(self, keys: Iterable[str] = ("recipe", "backend", "freeze_blocks", "optimizer")) -> pd.DataFrame:
-        """results.run_frame plus `label`, int `seed`, `key` and `run_dir`, one row per run (results.run_frame's
-        `run` is the run directory's name)."""
-        from altgrad_lib.studies.results import run_frame
-
-        keys = [k for k in keys if k != "seed"]
-        f = run_frame(list(self.values()), keys=[*keys, "seed"])
-        return f.assign(label=[self.labels[k][0] for k in self], seed=[self.labels[k][1] for k in self],
-                        key=list(self), run_dir=[str(r.dir) for r in self.values()])

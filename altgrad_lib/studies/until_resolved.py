@@ -1,6 +1,6 @@
 """Seeds until resolved for a notebook's variants (notebook 04's 4-bit section, notebook 05).
 
-`train_until_resolved(cfg, variants, seeds, claims, smoke=...)` is `study.train_variants` + `sequential.replay`
+`train_until_resolved(cfg, variants, seeds, claims, smoke=...)` is `variant_runs.train_variants` + `sequential.replay`
 keyed by label: with a seed plan ({min, max, step} or a sequential.SeedPlan) it trains every variant at the minimum
 seeds, judges the claims with the group-sequential rule of studies/sequential.py (one Holm family per `comparison`,
 or the whole table with family=None), then trains `step` more seeds for each open row's variant, its baseline (the
@@ -24,12 +24,12 @@ from altgrad_lib.io import write_csv
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import claims as claims_lib
 from altgrad_lib.studies.sequential import SEQUENTIAL_FILE, Candidate, Replay, SeedPlan, describe_sequential, replay
-from altgrad_lib.studies.study import train_variants
+from altgrad_lib.studies.variant_runs import train_variants
 
 
 @dataclass
 class Resolved:
-    """What train_until_resolved returns: the runs of the last look (study.VariantRuns), their frame, the claims
+    """What train_until_resolved returns: the runs of the last look (variant_runs.VariantRuns), their frame, the claims
     (sequential verdicts with a plan), one row per (look, claims row) (empty without a plan), the plan."""
     runs: Any
     frame: pd.DataFrame
