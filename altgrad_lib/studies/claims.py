@@ -253,7 +253,8 @@ def is_harm(verdict_text: str) -> bool:
     return str(verdict_text).startswith(("worse", "diverged"))
 
 
-def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER, lower_is_better: bool = True) -> pd.DataFrame:
+def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER,
+          lower_is_better: bool = True) -> pd.DataFrame:
     """Holm, the MDE, the verdict-level CI, the verdicts and the positive controls of `table` as ONE family (a
     claims_table, or several stacked with pd.concat: what variants.reference_claims does); returns a copy."""
     t = table.copy()
@@ -324,7 +325,8 @@ def _is_control(frame: pd.DataFrame) -> pd.Series:
 
 
 def in_nats(value: str) -> bool:
-    """Whether a study.csv column is a loss in nats (final_val_loss, final_train_loss, ...), where DELTA_NATS applies."""
+    """Whether a study.csv column is a loss in nats (final_val_loss, final_train_loss, ...), where DELTA_NATS
+    applies."""
     return str(value).endswith("loss")
 
 
@@ -400,7 +402,8 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
             ok = both[~var_bad.reindex(both.index).to_numpy() & ~base_bad.reindex(both.index).to_numpy()]
             row = {"comparison": comparison or f"{axis} vs {baseline}", **dict(zip(by, key)), axis: level,
                    "level": level, "baseline": baseline, "value": value, "n_seeds": len(var),
-                   "n_diverged": int(var_bad.sum()), "n_diverged_baseline": int(base_bad.reindex(var.index, fill_value=False).sum()),
+                   "n_diverged": int(var_bad.sum()),
+                   "n_diverged_baseline": int(base_bad.reindex(var.index, fill_value=False).sum()),
                    "seeds": " ".join(str(int(s)) for s in ok.index),
                    **paired_row(ok.v.to_numpy(), ok.b.to_numpy(), d, alpha, power, lower_is_better),
                    "window_nats": window, "smoke": bool(smoke)}
@@ -497,7 +500,8 @@ def by_columns(table: pd.DataFrame) -> list[str]:
     """The configuration columns a claims table was grouped by (not its statistics, not the axis = `level`)."""
     level = table["level"].astype(object).to_numpy()   # by value: pandas' str dtype vs object would never be equal
     return [c for c in table.columns
-            if c not in COLUMNS and c not in EXTRA and c not in SEQUENTIAL and not (table[c].astype(object).to_numpy() == level).all()]
+            if c not in COLUMNS and c not in EXTRA and c not in SEQUENTIAL
+            and not (table[c].astype(object).to_numpy() == level).all()]
 
 
 def positive_control_lines(table: pd.DataFrame) -> list[str]:
@@ -546,7 +550,8 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
     write_csv(path, table)
 
 
-__all__ = ["ALPHA", "POWER", "DELTA_NATS", "SD_CONFIDENCE", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SEQUENTIAL", "SMOKE",
+__all__ = ["ALPHA", "POWER", "DELTA_NATS", "SD_CONFIDENCE", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SEQUENTIAL",
+           "SMOKE",
            "NOT_TRAINING", "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "TOO_FEW", "sign_flip_p", "holm",
            "tost_p", "power_paired", "mde", "sd_upper", "verdict_mde", "paired_row", "verdict", "is_harm", "judge",
            "ci_at", "positive_control_state", "in_nats", "default_delta", "margin_line", "window_by_seed",

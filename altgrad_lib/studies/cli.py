@@ -27,8 +27,9 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     sp.add_argument("--no-resume", action="store_true", help="retrain every run from scratch")
     sp.add_argument("--dry-run", action="store_true", help="list the runs and exit")
     sp.add_argument("--until-resolved", action="store_true",
-                    help="add seeds to the inconclusive rows (with their baseline and control) until each is worse / "
-                         "better / equivalent or --max-seeds, with group-sequential boundaries (studies/sequential.py); "
+                    help="add seeds to the inconclusive rows (with their baseline and control) until each is worse "
+                         "/ better / equivalent or --max-seeds, with group-sequential boundaries "
+                         "(studies/sequential.py); "
                          "implied by a `seed: {min, max, step}` axis")
     sp.add_argument("--max-seeds", type=int, default=None, help="--until-resolved: the most seeds a row gets")
     sp.add_argument("--seed-step", type=int, default=1, help="--until-resolved: seeds added per look (default 1)")
