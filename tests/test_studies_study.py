@@ -282,8 +282,14 @@ def test_same_recipe_twice_is_one_level():
     d = yaml.safe_load(CI_STUDY.read_text())
     # the same spec under the same name in an axis and in a point is one level (listing it twice in one axis is a
     # duplicate, refused by test_duplicate_axis_values_are_an_error)
-    Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]},
-                     "points": [*d.get("points", []), {"recipe": dict(E2M1), "seed": 1}]})
+    study = Study.from_dict({**d, "axes": {"recipe": [E2M1, "hp"], "seed": [0]},
+                             "points": [*d.get("points", []), {"recipe": dict(E2M1), "seed": 1}]})
+    # the point's copy of the spec is the axis' level: two recipe levels (E2M1 and hp), not three, and the point's
+    # run carries the axis' level name
+    assert sorted(study.levels("recipe")) == sorted([E2M1["name"], "hp"])
+    points = study.expand()
+    e2m1 = [p for p in points if p.config.recipe_name == E2M1["name"]]
+    assert sorted(p.config.seed for p in e2m1) == [0, 1], [p.name for p in points]
 
 
 def test_cli_dry_run_and_bad_file(tmp_path, capsys):
