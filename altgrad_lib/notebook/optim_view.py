@@ -18,13 +18,13 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from altgrad_lib.notebook.analysis import metrics_wide
+
 METRICS = ("stall_rate", "update_visibility", "mean_abs_dcode", "frac_dcode_1", "frac_dcode_ge2", "osc_ratio")
 
 
 def optim_curves(runs: Any, parts: Mapping[str, tuple[str, str]]) -> pd.DataFrame:
     """One row per (run, logged step) of the runs in `parts` (hp and its control have no optim/* metrics)."""
-    from altgrad_lib.notebook.analysis import metrics_wide
-
     out = []
     for key, (label, seed) in runs.labels.items():
         if label not in parts:

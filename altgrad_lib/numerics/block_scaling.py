@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from altgrad_lib.errors import check_keys
+from altgrad_lib.numerics.formats import get_format
 
 BLOCK_KINDS = ("nvfp4", "mx")
 # other names of a block kind: "per_block" is MX FLOOR (OCP MX 1.0's rule), taking only a block_size
@@ -170,8 +171,6 @@ def nvfp4_global_scale(amax: Tensor, fmax: float = 6.0) -> Tensor:
 
 def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0) -> Tensor:
     """E4M3-valued decode scales (fp32): RNE((block_amax / fmax) / s_global) clamped to [2^-6, 448]."""
-    from altgrad_lib.numerics.formats import get_format
-
     s = (block_amax / fmax) / s_global
     return get_format("E4M3").quantize(torch.clamp(s, min=E4M3_MIN_NORMAL, max=E4M3_MAX))
 

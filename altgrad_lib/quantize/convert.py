@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
 
+from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, convert_torchao, is_float8_linear
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
 
@@ -45,11 +46,9 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
                      "backend": policy.backend if spec else "-"})
 
     if policy.backend == "torchao":
-        from altgrad_lib.quantize.hw_fp8 import convert_torchao
         convert_torchao(model, chosen)
     elif chosen:
         if policy.backend == "scaled_mm":
-            from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear
             make = lambda lin, spec, cls, fqn: ScaledMMLinear.from_linear(lin, spec, cls, fqn)  # noqa: E731
         else:
             make = lambda lin, spec, cls, fqn: QuantizedLinear.from_linear(  # noqa: E731
@@ -100,7 +99,6 @@ def _first_hp_block(linears, n_last: int) -> int | None:
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:
     """fqn -> swapped module (sim, scaled_mm or torchao) for inspection and monitors."""
-    from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, is_float8_linear
     out = {}
     for fqn, m in model.named_modules():
         if isinstance(m, (QuantizedLinear, ScaledMMLinear)) or is_float8_linear(m):

@@ -70,6 +70,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from altgrad_lib.io import write_csv
+from altgrad_lib.studies.stats import MIN_MARGIN_NATS, control_verdict, welch
+
 ALPHA = 0.05
 POWER = 0.80
 DELTA_NATS = 0.01              # default equivalence margin (nats): the literature's FP8-vs-BF16 bar (module docstring)
@@ -198,8 +201,6 @@ def paired_row(variant: Sequence[float], baseline: Sequence[float], delta: float
     module docstring from n to mde_nats (p_holm and the verdict-level CI excepted, they need the whole table; the
     MDE here is that of a lone row, m = 1)."""
     from scipy import stats
-
-    from altgrad_lib.studies.stats import welch
 
     v, b = np.asarray(variant, dtype=float), np.asarray(baseline, dtype=float)
     d = v - b
@@ -438,8 +439,6 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
 
     Without a control the table has the baseline only (control, margin NaN) and `clear` is False (a smoke test)
     when a baseline seed has no finite loss or is not below `entropy`, else None (nothing to check against)."""
-    from altgrad_lib.studies.stats import MIN_MARGIN_NATS, control_verdict
-
     is_ctl = _is_control(frame)
     ctl = frame[is_ctl & (frame[axis] == (baseline if control_level is None else control_level))]
     if ctl.empty:   # every baseline run (of every configuration: no pairing needed against the entropy)
@@ -545,8 +544,6 @@ def describe(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) ->
 
 def write_claims(table: pd.DataFrame, path: Any) -> None:
     """claims.csv, atomically (a reader never sees half a table)."""
-    from altgrad_lib.io import write_csv
-
     write_csv(path, table)
 
 

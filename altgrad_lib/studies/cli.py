@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from altgrad_lib.errors import one_line
+
 
 def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sp = sub.add_parser("study", help="run a study: base config x axes, reuse finished runs, index study.csv",
@@ -37,10 +39,9 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from altgrad_lib.errors import one_line
-    from altgrad_lib.studies.claims import margin_line
-    from altgrad_lib.studies.executors import ExecutorError, get_executor
-    from altgrad_lib.studies.study import Study, run_study
+    from altgrad_lib.studies.claims import margin_line  # deferred: --help needs no pandas/torch
+    from altgrad_lib.studies.executors import ExecutorError, get_executor  # deferred, as above
+    from altgrad_lib.studies.study import Study, run_study  # deferred, as above
 
     try:
         if args.workers < 0:
@@ -88,7 +89,7 @@ def print_claims(study, index) -> None:
     CI beside each verdict, 0.90 beside TOST); claims.csv is written next to study.csv."""
     import pandas as pd
 
-    from altgrad_lib.studies.claims import ALPHA, by_columns
+    from altgrad_lib.studies.claims import ALPHA, by_columns  # deferred: --help needs no pandas/torch
 
     try:
         entropy = study.eval_entropy()
@@ -114,7 +115,7 @@ def _seed_plan(study, args: argparse.Namespace) -> tuple:
     `seed: {min, max, step}` axis; (study, [], []) otherwise."""
     import dataclasses
 
-    from altgrad_lib.studies.sequential import dry_run_lines, plan_for
+    from altgrad_lib.studies.sequential import dry_run_lines, plan_for  # deferred: --help needs no pandas/torch
 
     if not (args.until_resolved or study.seed_plan is not None):
         if args.max_seeds is not None:
@@ -142,9 +143,9 @@ def holm_rows(study) -> int:
 def _budget(points: list, workers: int, threads: int | None = None, holm_rows: int = 1) -> list[str]:
     """studies/budget.py's estimate for the dry run (vocabulary from the tokenizer, workers and threads as the study
     would use them)."""
-    from altgrad_lib.studies.budget import process_age_seconds, study_budget
-    from altgrad_lib.studies.executors import auto_workers, default_threads
-    from altgrad_lib.training.tokenizers import get_tokenizer
+    from altgrad_lib.studies.budget import process_age_seconds, study_budget  # deferred: --help needs no pandas/torch
+    from altgrad_lib.studies.executors import auto_workers, default_threads  # deferred, as above
+    from altgrad_lib.training.tokenizers import get_tokenizer  # deferred, as above
 
     cfg = points[0].config
     n = workers or auto_workers(len(points), "cpu" if cfg.device in ("cpu", "auto") else cfg.device)
