@@ -21,14 +21,12 @@ class _Runs:   # the two attributes of studies.variant_runs.VariantRuns that opt
 
 
 def test_optim_curves_and_step_summary(monkeypatch):
-    from altgrad_lib.notebook import analysis
-
     def wide(dcode):
         return pd.DataFrame({"step": [0, 5, 10, 10], "optim/mean_abs_dcode": [dcode, 2 * dcode, np.nan, 3 * dcode],
                              "optim/update_visibility": [0.1, 0.2, np.nan, 0.3], "val_loss": [np.nan] * 3 + [5.0]})
 
     runs = _Runs({"A x s0": wide(1.0), "A x s1": wide(3.0), "hp s0": wide(9.0)})
-    monkeypatch.setattr(analysis, "metrics_wide", lambda run: run)
+    monkeypatch.setattr(optim_view, "metrics_wide", lambda run: run)   # the name optim_curves reads
     curves = optim_view.optim_curves(runs, {"A x": ("A", "x")})
     assert set(curves.label) == {"A x"} and sorted(curves.seed.unique()) == [0, 1]
     assert len(curves) == 6   # the eval-only row (no optim/* metric) is dropped
