@@ -2,7 +2,7 @@
 
     figure_problems(fig) -> list[str]     empty when the figure passes; else one line per defect
 
-The rules (issue 28):
+The rules:
   - dpi >= MIN_DPI (80 dpi gave 7-9 px text in the committed notebooks).
   - Every numeric axis that shows ticks is labelled with its quantity and unit: the label ends in "(unit)" or
     "[unit]", or starts with a quantity that is a plain number by its name (UNITLESS: "step", "count", "fraction

@@ -20,7 +20,7 @@ from altgrad_lib.notebook.names import COLUMNS, column_label, layer_name
 from altgrad_lib.numerics.formats import FloatFormat, get_format
 
 FIGSIZE = (8, 4)
-DPI = 120   # 80 dpi gave 640 px wide figures with 7-9 px text (issue 28); figure_check requires >= MIN_DPI
+DPI = 120   # 80 dpi gave 640 px wide figures with 7-9 px text; figure_check requires >= MIN_DPI
 # Runs that are controls, not variants: the Δ panel of loss_curves leaves them out (their +0.45 nats set its range)
 CONTROL_MARKERS = ("freeze_blocks", "frozen", "control")
 SUBNORMAL_STYLE = dict(color="0.85", zorder=0, label="subnormal")
