@@ -54,14 +54,20 @@ def _row(**kw):
 
 
 @pytest.mark.parametrize("kw, want", [
-    ({}, "Negative result: X is worse (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; Holm p 0.01)."),
+    ({}, "Negative result: X is worse (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; Holm p 0.01)."),
     ({"verdict": "equivalent within ±0.05", "p_tost": 0.01},
-     "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; TOST p 0.01)."),
-    ({"verdict": "inconclusive"}, "X: inconclusive (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; "
+     "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; "
+     "TOST p 0.01)."),
+    ({"verdict": "inconclusive"}, "X: inconclusive (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; "
                                   "MDE 0.0200 nats): these seeds cannot tell, which is not 'no effect'."),
     ({"verdict": "not training its blocks", "control": "below control 1/3"},
-     "X: not training its blocks (+0.1000 nats [+0.0500, +0.1500] against R, worse in 3/3; below control 1/3): it is "
+     "X: not training its blocks (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; below control 1/3): "
+     "it is "
      "not below the frozen-blocks control in every seed, so its gap says it failed to train, whatever its p."),
+    # a table with the verdict-level CI (claims ci_lo / ci_hi / ci_level) prints that one, labelled
+    ({"verdict": "equivalent within ±0.05", "p_tost": 0.01, "ci_level": 0.9, "ci_lo": 0.06, "ci_hi": 0.14},
+     "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0600, +0.1400] 90 % (TOST) CI against R, worse in 3/3; "
+     "TOST p 0.01)."),
     ({"verdict": "too few seeds", "gap_lo": math.nan, "mde_nats": math.nan},
      "X: too few seeds (+0.1000 nats against R, worse in 3/3): these seeds cannot tell, which is not 'no effect'."),
 ])

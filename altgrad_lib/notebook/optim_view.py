@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from altgrad_lib.notebook import claims_view
 from altgrad_lib.notebook.analysis import metrics_wide
 
 METRICS = ("stall_rate", "update_visibility", "mean_abs_dcode", "frac_dcode_1", "frac_dcode_ge2", "osc_ratio")
@@ -88,7 +89,12 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
         return f"{what}: not measured in this profile ({level} was not trained)."
     r = r.iloc[0]
     ref = r.get("reference", r.baseline)
-    ci = f" [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]" if math.isfinite(r.gap_lo) else ""
+    # the CI at the level the verdict was tested at (the table's ci_level), labelled; else the 95 % paired-t CI
+    if math.isfinite(r.get("ci_lo", math.nan)):
+        seq = math.isfinite(r.get("p_bound", math.nan))
+        ci = f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {claims_view.ci_label(r.verdict, r.ci_level, seq)} CI"
+    else:
+        ci = f" [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}] 95 % CI" if math.isfinite(r.gap_lo) else ""
     gap = f"{r.gap_nats:+.4f} nats{ci} against {ref}, {r.signs}"
     if str(r.verdict).startswith("diverged"):
         return f"Negative result: {what} {r.verdict} ({gap} over the seeds that did not)."
