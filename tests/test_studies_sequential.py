@@ -206,11 +206,12 @@ def test_cli_until_resolved_dry_run_prints_the_worst_case(tmp_path, capsys):
 
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump(_grad_clip_study(tmp_path) | {"axes": {"grad_clip": [1.0e6, 0.3], "seed": [0, 1, 2]}}))
-    assert main(["study", "-f", str(f), "--dry-run", "--until-resolved", "--max-seeds", "6"]) == 0
+    where = ["--out", str(tmp_path / "study")]   # its own index directory: another ci_formats study may own the default
+    assert main(["study", "-f", str(f), "--dry-run", "--until-resolved", "--max-seeds", "6", *where]) == 0
     out = capsys.readouterr().out
     assert "looks at n = 3, 4, 5, 6" in out and "6 at the minimum, 12 in the worst case" in out
     assert "estimate (cpu" in out and ": 12 runs," in out        # the time estimate is the worst case's
-    assert main(["study", "-f", str(f), "--dry-run", "--max-seeds", "6"]) == 2
+    assert main(["study", "-f", str(f), "--dry-run", "--max-seeds", "6", *where]) == 2
     assert "--max-seeds 6 needs --until-resolved" in capsys.readouterr().err
 
 
