@@ -35,5 +35,16 @@ def outputs_dir(start: str | Path | None = None) -> Path:
     return (root if root is not None else Path.cwd().resolve()) / "outputs"
 
 
+def shown(path: str | Path) -> str:
+    """A path as output shows it: `<outputs>/...` under the outputs directory, relative under the project root,
+    else as given, so no notebook output or log carries one machine's absolute paths."""
+    p = Path(path).expanduser().resolve()
+    out = outputs_dir()
+    if p.is_relative_to(out):
+        return str(Path("<outputs>") / p.relative_to(out))
+    root = project_root()
+    return str(p.relative_to(root)) if root is not None and p.is_relative_to(root) else str(path)
+
+
 def runs_dir(start: str | Path | None = None) -> Path:
     return outputs_dir(start) / "runs"

@@ -191,3 +191,23 @@ def test_drilldown_callbacks_redraw_and_static_figures():
     assert list(figs) == ["E4M3", "hp"] and len(figs["E4M3"].axes[0].get_lines()) == 2
     with pytest.raises(ValueError, match="no configurations"):
         dashboard.DrillDown({})
+
+
+def test_a_saved_dashboard_shows_one_line_not_its_widgets_repr():
+    """What a saved or untrusted notebook shows for a dashboard is its text form: one line saying how to get the
+    interactive view, not `VBox(children=(HBox(...`."""
+    import ipywidgets as w
+
+    from altgrad_lib.notebook.dashboard import LIVE_NOTE, live_box
+
+    box = live_box(w, [w.HBox([w.Dropdown(options=["a", "b"])])])
+    assert isinstance(box, w.VBox) and repr(box) == LIVE_NOTE and "VBox(" not in repr(box)
+    assert box._repr_mimebundle_()["text/plain"] == LIVE_NOTE
+
+
+def test_shown_paths_carry_no_machine_directory(tmp_path, monkeypatch):
+    from altgrad_lib.paths import shown
+
+    monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path))
+    assert shown(tmp_path / "studies" / "x" / "study.csv") == "<outputs>/studies/x/study.csv"
+    assert shown("/elsewhere/file.csv") == "/elsewhere/file.csv"

@@ -226,6 +226,17 @@ def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
     return paths
 
 
+
+LIVE_NOTE = "interactive view: run this cell in a live kernel to use it (a saved notebook shows the figure above)"
+
+
+def live_box(w: Any, children: list) -> Any:
+    """ipywidgets.VBox whose text form (what a saved or untrusted notebook shows instead of the widget) is one line
+    saying how to get the interactive view, not the repr of every child widget."""
+    box = type("LiveBox", (w.VBox,), {"__repr__": lambda self: LIVE_NOTE})
+    return box(children)
+
+
 class Dashboard:
     """Dropdowns (metric, colour by, one filter per axis) that redraw `curves` into an Output widget; every line is
     one configuration (all of `axes` but the seed), whatever the colour-by choice."""
@@ -265,7 +276,7 @@ class Dashboard:
     def widget(self) -> Any:
         import ipywidgets as w
 
-        return w.VBox([w.HBox([self.metric, self.hue]), w.HBox(list(self.filters.values())), self.out])
+        return live_box(w, [w.HBox([self.metric, self.hue]), w.HBox(list(self.filters.values())), self.out])
 
     def show(self, static: bool = True) -> None:
         """Display the widget box (JupyterLab redraws it) and, if `static`, the current figure as a plain image
@@ -388,7 +399,7 @@ class DrillDown:
     def widget(self) -> Any:
         import ipywidgets as w
 
-        return w.VBox([w.HBox([self.config, self.layer]), self.out])
+        return live_box(w, [w.HBox([self.config, self.layer]), self.out])
 
     def show(self, static: bool = True) -> dict[str, Figure]:
         """Display the widgets and, if `static`, one figure per configuration (all layers), which is what lands in

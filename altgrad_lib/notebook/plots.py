@@ -251,7 +251,7 @@ def bars(values: pd.Series, ylabel: str, title: str, fmt: str = "{:.0f}") -> Fig
     they are (03's "fp8_hybrid torchao s0"), values at the bar ends, first entry on top. `ylabel` names the
     quantity (on the value axis, which is horizontal here)."""
     n = len(values)
-    fig, ax = plt.subplots(figsize=(7, 1.0 + 0.4 * max(n, 1)))
+    fig, ax = plt.subplots(figsize=(8, 1.0 + 0.4 * max(n, 1)))   # >= 850 px at DPI
     pos = np.arange(n)[::-1]
     ax.barh(pos, values.values, color=[f"C{i}" for i in range(n)])
     ax.set_yticks(pos, values.index.astype(str))
@@ -274,7 +274,7 @@ def paired_gaps(gaps: pd.DataFrame, claims: pd.DataFrame, title: str = "paired g
             and not np.isfinite(gaps[gaps.level == lv].gap_nats.to_numpy(float)).any()]
     if lost:   # e.g. seed_gaps computed on a frame without the baseline's rows
         raise ValueError(f"paired_gaps: no finite per-seed gap for {lost}, though the claims table pairs them")
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(levels) + 2), 3.5))
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(levels) + 2), 3.5))   # >= 850 px at DPI
     for i, lv in enumerate(levels):
         r = claims[claims.level == lv].iloc[0]
         d = gaps[gaps.level == lv]

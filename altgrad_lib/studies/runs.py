@@ -27,6 +27,7 @@ import pandas as pd
 
 from altgrad_lib.errors import ConfigError, Interrupted, one_line
 from altgrad_lib.io import write_csv
+from altgrad_lib.paths import shown
 from altgrad_lib.studies.executors import LocalExecutor, auto_executor, kill_workers, map_jobs, stop_workers
 from altgrad_lib.studies.results import DID_NOT_LEARN, run_frame
 from altgrad_lib.training.config import TrainConfig
@@ -113,7 +114,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     write = (lambda: _write_index(index_path, [rows[n] for n in order])) if index_path else (lambda: None)
     write()
     log(f"{title or name}: {len(points)} runs, {len(todo)} to train, on {executor.short_str()}"
-        + (f"; index {index_path}" if index_path else ""))
+        + (f"; index {shown(index_path)}" if index_path else ""))
     t0 = time.perf_counter()
     jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
     stopped: list[str] = []   # runs that came back interrupted (also in-process, where train() saw the signal)
@@ -145,7 +146,7 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
                           f"{len(points)} runs not finished"
                           + (f" (status 'interrupted' in {index_path})" if index_path else "") + f"; {RESUME_HINT}")
     log(f"{name or 'runs'}: {len(points)} runs in {time.perf_counter() - t0:.1f} s"
-        + (f" -> {index_path}" if index_path else ""))
+        + (f" -> {shown(index_path)}" if index_path else ""))
     return [rows[n] for n in order]
 
 
