@@ -279,3 +279,17 @@ def losses_with_probe(model, batches, loss_fn, probe=None, probe_steps=(1, 2), l
         opt.step()
         losses.append(float(loss.detach()))
     return losses
+
+
+def lr_envelope_trials():
+    """find_stable_lrs-shaped trials of two recipes over five LRs (stable below a critical LR, above the initial loss
+    below 1, diverged from 1 on), for the LR-envelope figure's tests."""
+    import pandas as pd
+
+    rows = []
+    for recipe, crit in (("bf16", 0.1), ("fmt:E5M2", 0.01)):
+        for lr in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
+            reason = "stable" if lr < crit else ("above_initial" if lr < 1 else "diverged")
+            rows.append({"recipe": recipe, "lr": lr, "stable": reason == "stable", "reason": reason,
+                         "final_val_loss": float("nan") if reason == "diverged" else 5 + lr})
+    return pd.DataFrame(rows)

@@ -96,13 +96,9 @@ def _claims():
 
 
 def _trials():
-    rows = []
-    for recipe, crit in (("bf16", 0.1), ("fmt:E5M2", 0.01)):
-        for lr in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
-            reason = "stable" if lr < crit else ("above_initial" if lr < 1 else "diverged")
-            rows.append({"recipe": recipe, "lr": lr, "stable": reason == "stable", "reason": reason,
-                         "final_val_loss": float("nan") if reason == "diverged" else 5 + lr})
-    return pd.DataFrame(rows)
+    from helpers import lr_envelope_trials
+
+    return lr_envelope_trials()
 
 
 def _sqnr():

@@ -113,13 +113,9 @@ def test_loss_curves_delta_panel():
 
 
 def test_lr_envelope():
-    rows = []
-    for recipe, crit in (("bf16", 0.1), ("fmt:E5M2", 0.01)):
-        for lr in (1e-3, 1e-2, 1e-1, 1.0, 10.0):
-            reason = "stable" if lr < crit else ("above_initial" if lr < 1 else "diverged")
-            rows.append({"recipe": recipe, "lr": lr, "stable": reason == "stable", "reason": reason,
-                         "final_val_loss": float("nan") if reason == "diverged" else 5 + lr})
-    fig = plots.lr_envelope(pd.DataFrame(rows))
+    from helpers import lr_envelope_trials
+
+    fig = plots.lr_envelope(lr_envelope_trials())
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 2
     assert sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == "--") == [1e-3, 1e-2]
