@@ -227,7 +227,7 @@ def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
 
 
 
-LIVE_NOTE = "interactive view: run this cell in a live kernel to use it (a saved notebook shows the figure above)"
+LIVE_NOTE = "interactive view: run this cell in a live kernel to use it (a saved notebook shows its static figure)"
 
 
 def live_box(w: Any, children: list) -> Any:
