@@ -12,13 +12,15 @@ DEVICES = ("auto", "cpu", "cuda")
 RECIPE_ALIASES = {"bf16": "hp"}
 LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-tracking mirror (tracking.py)
 NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")                       # quantize.recipes.get_policy
-BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")                                     # quantize.block_recipes
-BLOCK_SWITCHES = {    # the ':'-switches of each block recipe (quantize.block_recipes' docstring says what they do)
+# The block-recipe registry, torch-free half: recipe name -> its ':'-switches, in canonical order (what each does:
+# quantize/block_recipes.py, whose BUILDERS is the other half, one builder per name; a test checks they match)
+BLOCK_SWITCHES = {
     "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
 }
+BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                                    # quantize.block_recipes
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers

@@ -57,29 +57,50 @@ def canonical_block_recipe(name: str) -> str:
     return ":".join(parts)
 
 
+def _operands(x: tuple, w: tuple, g: tuple, rht: bool) -> dict:
+    """The "*" LayerSpec dict from (fmt, scaling, rounding) per role; rht: the random Hadamard transform on wgrad."""
+    spec = {role: {"fmt": f, "scaling": sc, **({"rounding": r} if r else {})}
+            for role, (f, sc, r) in (("input", x), ("weight", w), ("grad_output", g))}
+    return {**spec, "gemm": {"rht": ["wgrad"] if rht else [], "hp_gemms": []}}
+
+
+def _nvfp4(on: set[str]) -> dict:
+    nv = {"kind": "nvfp4"}
+    return _operands(("E2M1", nv, None), ("E2M1", {**nv, "tile_2d": "disable_2d" not in on}, None),
+                     ("E2M1", nv, "nearest" if "disable_sr" in on else "stochastic"), "disable_rht" not in on)
+
+
+def _mx(x_fmt: str, g_fmt: str, fp4: bool):
+    """Builder of an MX recipe: E8M0 blocks of 32 (FLOOR, or RCEIL with the switch); FP4 adds SR on dY and RHT."""
+    def build(on: set[str]) -> dict:
+        sc = {"kind": "mx", "mode": "rceil" if "rceil" in on else "floor"}
+        g_round = "stochastic" if fp4 and "disable_sr" not in on else "nearest"
+        return _operands((x_fmt, sc, None), (x_fmt, sc, None), (g_fmt, sc, g_round), fp4 and "disable_rht" not in on)
+    return build
+
+
+# The block-recipe registry, builder half: recipe name -> builder(switches on) -> the "*" LayerSpec dict. Its names
+# and switches are choices.BLOCK_SWITCHES (torch-free, read by the config and the CLI); the switches every recipe
+# shares (sr_headroom, wgrad_hp, hp_attn, hp_last) are applied by block_recipe, not by the builders.
+BUILDERS = {
+    "nvfp4": _nvfp4,
+    "mxfp4": _mx("E2M1", "E2M1", fp4=True),
+    "mxfp8": _mx("E4M3", "E4M3", fp4=False),
+    "mxfp6": _mx("E2M3", "E3M2", fp4=False),
+}
+if set(BUILDERS) != set(BLOCK_SWITCHES):      # the two halves of one registry
+    raise RuntimeError(f"block recipes without a builder or a switch list: {set(BUILDERS) ^ set(BLOCK_SWITCHES)}")
+
+
 def block_recipe(name: str) -> tuple[dict, int]:
     """(layers: layer class -> LayerSpec dict or None, hp_last_blocks) of a recipe string (see module doc)."""
     base, on, hp_last = _parse(name)
-    mode = "rceil" if "rceil" in on else "floor"
-    if base == "nvfp4":
-        x_fmt = w_fmt = g_fmt = "E2M1"
-        x_sc, g_sc = {"kind": "nvfp4"}, {"kind": "nvfp4"}
-        w_sc = {"kind": "nvfp4", "tile_2d": "disable_2d" not in on}
-    else:
-        x_fmt, g_fmt = {"mxfp4": ("E2M1", "E2M1"), "mxfp8": ("E4M3", "E4M3"), "mxfp6": ("E2M3", "E3M2")}[base]
-        w_fmt = x_fmt
-        x_sc = w_sc = g_sc = {"kind": "mx", "mode": mode}
-    fp4 = base in ("nvfp4", "mxfp4")
-    g_round = "stochastic" if fp4 and "disable_sr" not in on else "nearest"
+    spec = BUILDERS[base](on)
     if "sr_headroom" in on:
-        g_sc = {**g_sc, "headroom": 0.75}
-    spec = {
-        "input": {"fmt": x_fmt, "scaling": x_sc},
-        "weight": {"fmt": w_fmt, "scaling": w_sc},
-        "grad_output": {"fmt": g_fmt, "scaling": g_sc, "rounding": g_round},
-        "gemm": {"rht": ["wgrad"] if fp4 and "disable_rht" not in on else [],
-                 "hp_gemms": ["wgrad"] if "wgrad_hp" in on else []},
-    }
+        g = spec["grad_output"]
+        g["scaling"] = {**g["scaling"], "headroom": 0.75}
+    if "wgrad_hp" in on:
+        spec["gemm"]["hp_gemms"] = ["wgrad"]
     layers = {"*": spec, "lm_head": None}
     if "hp_attn" in on:
         layers.update({"attn_qkv": None, "attn_out": None})
