@@ -15,13 +15,27 @@ NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")              
 # The block-recipe registry, torch-free half: recipe name -> its ':'-switches, in canonical order (what each does:
 # quantize/block_recipes.py, whose BUILDERS is the other half, one builder per name; a test checks they match)
 BLOCK_SWITCHES = {
-    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "four_over_six",
+              "hp_last=<N>"),
     "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
     "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "fp8_blockwise": ("pow2_scales", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "mxint8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "nvint4": ("disable_rht", "rht_all", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn",
+               "hp_last=<N>"),
+    "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "quartet2_nvidia": ("disable_rht", "disable_sr", "disable_sr_scale", "disable_2d", "four_over_six", "wgrad_hp",
+                        "hp_attn", "hp_last=<N>"),
+    "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "hp_last=<N>"),
 }
 BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                                    # quantize.block_recipes
-RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
+# names users write for a block recipe with switches; recorded under the canonical spelling (mxfp8_rceil: the 8-bit
+# MX baseline with RCEIL scales, arXiv 2506.08027)
+BLOCK_RECIPE_ALIASES = {"mxfp8_rceil": "mxfp8:rceil"}
+RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES),
+           *BLOCK_RECIPE_ALIASES)
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)

@@ -39,11 +39,14 @@ from torch import Tensor
 from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.formats import get_format
 
-BLOCK_KINDS = ("nvfp4", "mx")
+BLOCK_KINDS = ("nvfp4", "mx", "fp8_block")
 # other names of a block kind: "per_block" is MX FLOOR (OCP MX 1.0's rule), taking only a block_size
 BLOCK_KIND_ALIASES = {"per_block": "mx"}
 MX_MODES = ("floor", "rceil")
-_DEFAULT_BLOCK = {"nvfp4": 16, "mx": 32}
+_DEFAULT_BLOCK = {"nvfp4": 16, "mx": 32, "fp8_block": 128}
+NV_SCALE_FMTS = ("E4M3", "UE5M3")     # nvfp4's block-scale grid: NVFP4's E4M3, AMD amdfp4's unsigned E5M3
+# fields added after runs existed: to_dict writes them only when set, so every earlier dict recipe keeps its hash
+_DICT_IF_SET = {"pow2": False, "four_over_six": False, "scale_fmt": "E4M3"}
 E4M3_MAX = 448.0
 E4M3_MIN_NORMAL = 2.0**-6     # smallest block scale (torchao clamps at finfo(float8_e4m3fn).tiny)
 _F32_MIN_NORMAL = 2.0**-126
@@ -52,16 +55,20 @@ _E8M0_EMIN, _E8M0_EMAX = -127, 127
 
 @dataclass(frozen=True)
 class BlockScaling:
-    """Block scaling of one operand: "nvfp4" (E4M3 block scales + FP32 tensor scale) or "mx" (E8M0)."""
+    """Block scaling of one operand: "nvfp4" (E4M3 block scales + FP32 tensor scale), "mx" (E8M0) or "fp8_block"
+    (one FP32 scale per 1xB block or BxB tile, DeepSeek-V3 / TE Float8BlockScaling)."""
 
     kind: str = "nvfp4"        # BLOCK_KINDS
-    block_size: int = 0        # 0 = the kind's standard (nvfp4 16, mx 32)
-    tile_2d: bool = False      # nvfp4: block_size x block_size tiles over the last two dims (TE's 2D weights)
+    block_size: int = 0        # 0 = the kind's standard (nvfp4 16, mx 32, fp8_block 128)
+    tile_2d: bool = False      # nvfp4, fp8_block: block_size x block_size tiles over the last two dims (2D weights)
     mode: str = "floor"        # mx: MX_MODES
     # multiply the scaled block by this before rounding and divide after (Tseng et al.'s 3/4 for stochastic
     # rounding: an MX FLOOR block's |x|/X in [4, 8) lands in [3, 6), so SR never saturates at 6 and stays
     # unbiased; the hardware would fold 1/headroom into the GEMM output scale)
     headroom: float = 1.0
+    pow2: bool = False         # fp8_block: scales rounded down to a power of two (TE's default; DeepSeek: off)
+    four_over_six: bool = False    # nvfp4: per block the scale mapping amax to 6 or to 4, the lower MSE (Cook et al.)
+    scale_fmt: str = "E4M3"    # nvfp4: the block-scale grid, NV_SCALE_FMTS
 
     def __post_init__(self) -> None:
         if self.kind not in BLOCK_KINDS:
@@ -79,18 +86,38 @@ class BlockScaling:
         h = self.headroom
         if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0.0 < h <= 1.0:
             raise ValueError(f"BlockScaling.headroom={h!r} is invalid; valid: a float in (0, 1] (Tseng et al.: 0.75)")
-        if self.tile_2d and self.kind != "nvfp4":
-            raise ValueError("BlockScaling.tile_2d=True is only defined for kind 'nvfp4' (TE's 16x16 weights)")
+        if self.tile_2d and self.kind == "mx":
+            raise ValueError("BlockScaling.tile_2d=True is only defined for kinds 'nvfp4' (TE's 16x16 weights) and "
+                             "'fp8_block' (128x128 weights)")
+        for name in ("pow2", "four_over_six"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"BlockScaling.{name}={getattr(self, name)!r} is invalid; valid choices: True, False")
+        if self.pow2 and self.kind != "fp8_block":
+            raise ValueError("BlockScaling.pow2=True is only defined for kind 'fp8_block' (TE's power-of-two scales)")
+        if self.four_over_six and self.kind != "nvfp4":
+            raise ValueError("BlockScaling.four_over_six=True is only defined for kind 'nvfp4'")
+        if self.scale_fmt not in NV_SCALE_FMTS:
+            raise ValueError(f"BlockScaling.scale_fmt={self.scale_fmt!r} is invalid; valid choices: {NV_SCALE_FMTS}")
+        if self.scale_fmt != "E4M3" and self.kind != "nvfp4":
+            raise ValueError(f"BlockScaling.scale_fmt={self.scale_fmt!r} is only defined for kind 'nvfp4' (mx scales "
+                             f"are E8M0, fp8_block scales FP32)")
+        if self.four_over_six and self.scale_fmt != "E4M3":
+            raise ValueError("BlockScaling.four_over_six=True needs scale_fmt='E4M3' (its 256 scale cap is E4M3's)")
 
     def short_str(self) -> str:
-        """e.g. "nv16", "nv16x16", "mx32f", "mx32r"."""
+        """e.g. "nv16", "nv16x16", "nv16-46" (4/6), "nv16-ue5m3", "mx32f", "mx32r", "fb128", "fb128x128p2"."""
         h = f"-h{self.headroom:g}" if self.headroom != 1.0 else ""
+        tile = f"x{self.block_size}" if self.tile_2d else ""
         if self.kind == "nvfp4":
-            return f"nv{self.block_size}" + (f"x{self.block_size}" if self.tile_2d else "") + h
+            extra = ("-46" if self.four_over_six else "") + (f"-{self.scale_fmt.lower()}" if self.scale_fmt != "E4M3"
+                                                              else "")
+            return f"nv{self.block_size}{tile}{extra}" + h
+        if self.kind == "fp8_block":
+            return f"fb{self.block_size}{tile}" + ("p2" if self.pow2 else "") + h
         return f"mx{self.block_size}{self.mode[0]}" + h
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if not (k in _DICT_IF_SET and v == _DICT_IF_SET[k])}
 
     @classmethod
     def from_dict(cls, d: "dict | str | BlockScaling") -> "BlockScaling":
@@ -162,17 +189,33 @@ def _grouped(x: Tensor, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
 
 # ------------------------------------------------------------------------------------------ scales
 
-def nvfp4_global_scale(amax: Tensor, fmax: float = 6.0) -> Tensor:
-    """s_global = amax / (448 · fmax) in fp32; 1 for amax 0 and floored at 2^-126 (1/s stays finite)."""
-    pts = amax.to(torch.float32) / (E4M3_MAX * fmax)
+def nvfp4_global_scale(amax: Tensor, fmax: float = 6.0, scale_max: float = E4M3_MAX) -> Tensor:
+    """s_global = amax / (scale_max · fmax) in fp32 (scale_max: 448 for E4M3 block scales, 256 with 4/6, 114688
+    for UE5M3); 1 for amax 0 and floored at 2^-126 (1/s stays finite)."""
+    pts = amax.to(torch.float32) / (scale_max * fmax)
     pts = torch.where(amax == 0, torch.ones_like(pts), pts)
     return torch.where(pts < _F32_MIN_NORMAL, torch.full_like(pts, _F32_MIN_NORMAL), pts)   # NaN stays NaN
 
 
-def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0) -> Tensor:
-    """E4M3-valued decode scales (fp32): RNE((block_amax / fmax) / s_global) clamped to [2^-6, 448]."""
+def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0, scale_fmt: str = "E4M3") -> Tensor:
+    """Block decode scales on the scale grid (fp32): RNE((block_amax / fmax) / s_global) clamped to the grid's
+    normal range (E4M3: [2^-6, 448]; UE5M3: [2^-14, 114688])."""
+    sf = get_format(scale_fmt)
     s = (block_amax / fmax) / s_global
-    return get_format("E4M3").quantize(torch.clamp(s, min=E4M3_MIN_NORMAL, max=E4M3_MAX))
+    return sf.quantize(torch.clamp(s, min=sf.min_normal, max=sf.max))
+
+
+def fp8_block_scales(block_amax: Tensor, fmax: float, pow2: bool = False) -> Tensor:
+    """Encode scales s (fp32) of fp8_block: s = fmax / amax, one fp32 division (TransformerEngine's
+    compute_scale_from_amax with amax_epsilon 0); amax 0 -> 1, an infinite quotient -> the fp32 max; pow2: the
+    mantissa bits dropped (2^floor(log2 s), TE's default). torchao's reference instead floors amax at 1e-12
+    before dividing, which differs only for blocks with 0 < amax < 1e-12."""
+    a = block_amax.to(torch.float32)
+    s = torch.where(a == 0, torch.ones_like(a), fmax / a)
+    s = torch.where(torch.isinf(s), torch.full_like(s, torch.finfo(torch.float32).max), s)
+    if pow2:
+        s = (s.view(torch.int32) & -8388608).view(torch.float32)      # 0xFF800000: sign and exponent bits
+    return s
 
 
 def _f32_exponent(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -207,6 +250,36 @@ def mx_exponents(block_amax: Tensor, fmt, mode: str = "floor") -> Tensor:
 
 # ------------------------------------------------------------------------------------------ fake quantization
 
+def _nv_candidate(xb: Tensor, amax: Tensor, fmax: float, target: float, cfg: BlockScaling,
+                  scale_max: float) -> tuple[Tensor, Tensor]:
+    """(encode, decode) multipliers of NVFP4's two-level scale mapping each block amax to `target`."""
+    s_global = nvfp4_global_scale(xb.abs().amax(), fmax, scale_max)
+    s_blk = nvfp4_block_scales(amax, s_global, target, cfg.scale_fmt)
+    return (1.0 / s_global) / s_blk, s_global * s_blk     # torchao's order: x · (global_encode / block_decode)
+
+
+def _scales(xb: Tensor, amax: Tensor, fmt, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
+    """Per-block (encode, decode) multipliers, broadcastable to the blocked view xb: elements Q(xb · enc) · dec."""
+    fmax = fmt.kernel.max
+    if cfg.kind == "nvfp4":
+        if not cfg.four_over_six:
+            return _nv_candidate(xb, amax, fmax, fmax, cfg, get_format(cfg.scale_fmt).max)
+        # 4/6 (Cook et al., arXiv 2512.02010; fouroversix's reference quantize_to_fp4): the tensor scale caps block
+        # scales at 256 so that the 1.5x larger "4" scale still fits E4M3; each block keeps the candidate whose
+        # round-to-nearest dequantization has the lower sum of squared errors (a tie keeps 6). Errors in float64.
+        cands = [_nv_candidate(xb, amax, fmax, t, cfg, 256.0) for t in (fmax, fmax * 2 / 3)]
+        dims = (-3, -1) if cfg.tile_2d else (-1,)
+        err = [((fmt.quantize(xb * e) * d).double() - xb.double()).pow(2).sum(dim=dims, keepdim=True)
+               for e, d in cands]
+        four = err[1] < err[0]
+        return torch.where(four, cands[1][0], cands[0][0]), torch.where(four, cands[1][1], cands[0][1])
+    if cfg.kind == "fp8_block":
+        s = fp8_block_scales(amax, fmax, cfg.pow2)
+        return s, 1.0 / s                   # TE and torchao store the reciprocal and dequantize with it
+    e = mx_exponents(amax, fmt, cfg.mode).to(torch.float32)
+    return torch.exp2(-e), torch.exp2(e)    # exact: powers of two in [2^-127, 2^127]
+
+
 def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
               draw_bits: Callable[[Tensor], Tensor] | None = None, sr_bits: int | None = None,
               want_stats: bool = False, axis: int = -1) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -222,15 +295,8 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
         return y.movedim(-1, axis), n_sat, n_under
     xb, amax = _grouped(x, cfg)
     fmax = fmt.kernel.max
-    if cfg.kind == "nvfp4":
-        s_global = nvfp4_global_scale(xb.abs().amax(), fmax)
-        s_blk = nvfp4_block_scales(amax, s_global, fmax)
-        xs = xb * ((1.0 / s_global) / s_blk)        # torchao's order: x · (global_encode / block_decode)
-        dec = s_global * s_blk
-    else:
-        e = mx_exponents(amax, fmt, cfg.mode).to(torch.float32)
-        xs = xb * torch.exp2(-e)                     # exact: a power of two in [2^-127, 2^127]
-        dec = torch.exp2(e)
+    enc, dec = _scales(xb, amax, fmt, cfg)
+    xs = xb * enc
     if cfg.headroom != 1.0:
         xs = xs * cfg.headroom
         dec = dec / cfg.headroom
@@ -251,23 +317,16 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
 
 def block_scales(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
     """Effective per-block multiplier (dequantized value = element · this), fp32, one per block/tile:
-    s_global · s_block (nvfp4) or 2^e (mx). For monitors (distribution of block scales)."""
+    s_global · s_block (nvfp4), 2^e (mx) or 1 / s (fp8_block). For monitors (distribution of block scales)."""
     xb, amax = _grouped(x, cfg)
-    if cfg.kind == "nvfp4":
-        s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
-        return (s_global * nvfp4_block_scales(amax, s_global, fmt.kernel.max)).flatten()
-    return torch.exp2(mx_exponents(amax, fmt, cfg.mode).to(torch.float32)).flatten()
+    return _scales(xb, amax, fmt, cfg)[1].flatten()
 
 
 def elementwise_scale(x: Tensor, fmt, cfg: BlockScaling) -> Tensor:
     """x-shaped encode multiplier s (fp32): the elements are Q(x · s) / s up to the fp32 rounding of the decode
     product. For monitors written for per-tensor scales (grid position of the weights)."""
     xb, amax = _grouped(x, cfg)
-    if cfg.kind == "nvfp4":
-        s_global = nvfp4_global_scale(xb.abs().amax(), fmt.kernel.max)
-        s = (1.0 / s_global) / nvfp4_block_scales(amax, s_global, fmt.kernel.max)
-    else:
-        s = torch.exp2(-mx_exponents(amax, fmt, cfg.mode).to(torch.float32))
+    s = _scales(xb, amax, fmt, cfg)[0]
     s = s * cfg.headroom if cfg.headroom != 1.0 else s
     return _unblock(s.expand_as(xb), x.shape, cfg.tile_2d).reshape(x.shape)
 

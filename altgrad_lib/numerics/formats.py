@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import torch
 
+from altgrad_lib.numerics.formats_block import BLOCK_GRID_ALIASES, BLOCK_GRID_SPECS
 from altgrad_lib.numerics.formats_wide import WIDE_ALIASES, WIDE_SPECS
 from altgrad_lib.numerics.rounding import ROUNDING_MODES, KernelParams, quantize_tensor, random_bits
 
@@ -464,6 +465,17 @@ def _wide_format(key: str) -> FloatFormat | None:
     return _WIDE_CACHE[name]
 
 
+def _block_grid(key: str) -> FloatFormat | None:
+    """A block format's element / scale grid (formats_block.py) for a lower-case name, None if `key` names none."""
+    name = BLOCK_GRID_ALIASES.get(key)
+    if name is None:
+        return None
+    if name not in _WIDE_CACHE:   # one object per name (compile guards), built on first use
+        e, m, bias, signed, specials, note, _ = BLOCK_GRID_SPECS[name]
+        _WIDE_CACHE[name] = FloatFormat(name, e, m, bias, signed=signed, specials=specials, note=note)
+    return _WIDE_CACHE[name]
+
+
 def get_format(name: "str | FloatFormat") -> FloatFormat:
     """Format by name (case-insensitive; aliases like "e4m3fn", "float8_e4m3fn"; any "E<x>M<y>")."""
     if isinstance(name, FloatFormat):
@@ -471,7 +483,7 @@ def get_format(name: "str | FloatFormat") -> FloatFormat:
     if not isinstance(name, str):
         raise ValueError(f"format must be a name or FloatFormat, got {type(name).__name__}")
     key = name.strip().lower()
-    wide = _wide_format(key)                   # BF16 / FP16 storage grids (kept out of BUILTIN_FORMATS)
+    wide = _wide_format(key) or _block_grid(key)   # BF16 / FP16, INT4 / INT8_OCP / UE5M3 (not in BUILTIN_FORMATS)
     if wide is not None:
         return wide
     if key in _ALIASES:

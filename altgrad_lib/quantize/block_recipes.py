@@ -16,19 +16,23 @@ blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostl
 """
 from __future__ import annotations
 
-from altgrad_lib.choices import BLOCK_RECIPES, BLOCK_SWITCHES  # one copy of the names
+from altgrad_lib.choices import BLOCK_RECIPE_ALIASES, BLOCK_RECIPES, BLOCK_SWITCHES  # one copy of the names
 
 
 def is_block_recipe(name: str) -> bool:
-    return name.split(":", 1)[0].strip().lower() in BLOCK_RECIPES
+    base = name.split(":", 1)[0].strip().lower()
+    return base in BLOCK_RECIPES or base in BLOCK_RECIPE_ALIASES
 
 
 def _parse(name: str) -> tuple[str, set[str], int]:
     """(base, switches on, hp_last) of a recipe string; a repeated switch counts once, hp_last twice is an error."""
     base, *switches = [p.strip() for p in name.split(":")]
     base = base.lower()
+    if base in BLOCK_RECIPE_ALIASES:      # 'mxfp8_rceil:hp_last=1' = 'mxfp8:rceil:hp_last=1'
+        base, *more = BLOCK_RECIPE_ALIASES[base].split(":")
+        switches = more + switches
     if base not in BLOCK_RECIPES:
-        raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES}")
+        raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES + tuple(BLOCK_RECIPE_ALIASES)}")
     valid = BLOCK_SWITCHES[base]
     on: set[str] = set()
     hp_last = None
@@ -64,10 +68,17 @@ def _operands(x: tuple, w: tuple, g: tuple, rht: bool) -> dict:
     return {**spec, "gemm": {"rht": ["wgrad"] if rht else [], "hp_gemms": []}}
 
 
-def _nvfp4(on: set[str]) -> dict:
-    nv = {"kind": "nvfp4"}
-    return _operands(("E2M1", nv, None), ("E2M1", {**nv, "tile_2d": "disable_2d" not in on}, None),
-                     ("E2M1", nv, "nearest" if "disable_sr" in on else "stochastic"), "disable_rht" not in on)
+def _nv(elem: str = "E2M1", **scaling):
+    """Builder of an NVFP4-shaped recipe (TE's NVFP4BlockScaling): X 1x16 RNE, W 16x16 tiles RNE, dY 1x16 SR, RHT on
+    wgrad; `elem` the element format (INT4: NVINT4), `scaling` extra BlockScaling fields (UE5M3 scales: amdfp4)."""
+    def build(on: set[str]) -> dict:
+        nv = {"kind": "nvfp4", **scaling, **({"four_over_six": True} if "four_over_six" in on else {})}
+        spec = _operands((elem, nv, None), (elem, {**nv, "tile_2d": "disable_2d" not in on}, None),
+                         (elem, nv, "nearest" if "disable_sr" in on else "stochastic"), "disable_rht" not in on)
+        if "rht_all" in on and "disable_rht" not in on:    # the rotation on every GEMM (2510.25602's NVINT4 + RHT)
+            spec["gemm"]["rht"] = ["fprop", "dgrad", "wgrad"]
+        return spec
+    return build
 
 
 def _mx(x_fmt: str, g_fmt: str, fp4: bool):
@@ -79,14 +90,84 @@ def _mx(x_fmt: str, g_fmt: str, fp4: bool):
     return build
 
 
+def _fp8_blockwise(on: set[str]) -> dict:
+    """DeepSeek-V3 / TE Float8BlockScaling: E4M3 everywhere (dY too), X and dY in 1x128 blocks, W in 128x128 tiles,
+    one FP32 scale amax / 448 per block (pow2_scales: rounded down to a power of two, TE's default), RNE."""
+    fb = {"kind": "fp8_block", **({"pow2": True} if "pow2_scales" in on else {})}
+    return _operands(("E4M3", fb, None), ("E4M3", {**fb, "tile_2d": True}, None), ("E4M3", fb, "nearest"), False)
+
+
+# Quartet-II's SR "scale override" 17/16 (schemes/nvidia.py, tetrajetv2.py): the block amax maps to 6 · 16/17, so a
+# stochastically rounded element never needs the grid point above 6; in AltGrad's terms a headroom of 16/17
+_Q2_HEADROOM = 16 / 17
+
+
+def _quartet2_nvidia(on: set[str]) -> dict:
+    """Quartet-II's replica of NVIDIA's NVFP4 recipe (IST-DASLab/Quartet-II schemes/nvidia.py): TE's nvfp4 with dY's
+    stochastic rounding scaled by 17/16 (disable_sr_scale: TE's plain SR). Its Hadamard signs are re-drawn on every
+    backward call and its SR seed is Python's randint per call; here the signs are fixed per layer and SR draws
+    from the per-quantizer seeded stream (the RNG policy the recipe runs with)."""
+    spec = _nv()(on)
+    if "disable_sr" not in on and "disable_sr_scale" not in on:
+        g = spec["grad_output"]
+        g["scaling"] = {**g["scaling"], "headroom": _Q2_HEADROOM}
+    return spec
+
+
+def _sr_operand(on: set[str]) -> dict:
+    """A backward operand in NVFP4 1x16 with stochastic rounding (RNE with disable_sr; 17/16 unless
+    disable_sr_scale, for the Quartet-II replicas that use it)."""
+    sc = {"kind": "nvfp4"}
+    if "disable_sr" in on:
+        return {"fmt": "E2M1", "scaling": sc, "rounding": "nearest"}
+    return {"fmt": "E2M1", "scaling": sc, "rounding": "stochastic"}
+
+
+def _tetrajet_v2(on: set[str]) -> dict:
+    """Quartet-II's TetraJet-v2 replica (schemes/tetrajetv2.py; arXiv 2510.27527): X and W 1x16 RNE (no 2D, no 4/6);
+    every backward operand (dY, and W for dgrad, X for wgrad) SR with the 17/16 scale; RHT (d = 32) on dgrad and
+    wgrad. Differences: the replica re-quantizes the forward-quantized X and W for the backward, AltGrad the
+    high-precision ones (gemm_quant takes a dequantized source only from the same quantizer); its signs are
+    re-drawn per backward call, here fixed per layer. TetraJet-v2's OsciReset is the optimizer option
+    optim.osc_reset (optim/osc_reset.py), not a recipe switch."""
+    nv = {"kind": "nvfp4"}
+    bwd = _sr_operand(on)
+    if bwd["rounding"] == "stochastic" and "disable_sr_scale" not in on:
+        bwd["scaling"] = {**nv, "headroom": _Q2_HEADROOM}
+    spec = _operands(("E2M1", nv, None), ("E2M1", nv, None), (bwd["fmt"], bwd["scaling"], bwd["rounding"]),
+                     False)
+    rht = [] if "disable_rht" in on else ["dgrad", "wgrad"]
+    spec["gemm"] = {"rht": rht, "hp_gemms": [], "rht_dim": 32,
+                    "overrides": {"dgrad": {"weight": dict(bwd)}, "wgrad": {"input": dict(bwd)}}}
+    return spec
+
+
+def _fp4_all_the_way(on: set[str]) -> dict:
+    """FP4 All the Way (Chmiel et al., arXiv 2505.19115): NVFP4 (1x16, E4M3 scales) for every operand, round to
+    nearest in the forward GEMM, stochastic rounding in the backward (dgrad) and update (wgrad) GEMMs, i.e. dY
+    everywhere and W, X in their backward copies; no RHT, no 2D weights."""
+    nv = {"kind": "nvfp4"}
+    bwd = _sr_operand(on)
+    spec = _operands(("E2M1", nv, None), ("E2M1", nv, None), (bwd["fmt"], bwd["scaling"], bwd["rounding"]), False)
+    spec["gemm"]["overrides"] = {"dgrad": {"weight": dict(bwd)}, "wgrad": {"input": dict(bwd)}}
+    return spec
+
+
 # The block-recipe registry, builder half: recipe name -> builder(switches on) -> the "*" LayerSpec dict. Its names
 # and switches are choices.BLOCK_SWITCHES (torch-free, read by the config and the CLI); the switches every recipe
 # shares (sr_headroom, wgrad_hp, hp_attn, hp_last) are applied by block_recipe, not by the builders.
 BUILDERS = {
-    "nvfp4": _nvfp4,
+    "nvfp4": _nv(),
     "mxfp4": _mx("E2M1", "E2M1", fp4=True),
     "mxfp8": _mx("E4M3", "E4M3", fp4=False),
     "mxfp6": _mx("E2M3", "E3M2", fp4=False),
+    "fp8_blockwise": _fp8_blockwise,
+    "mxint8": _mx("INT8_OCP", "INT8_OCP", fp4=False),
+    "nvint4": _nv("INT4"),
+    "amdfp4": _nv(scale_fmt="UE5M3"),
+    "quartet2_nvidia": _quartet2_nvidia,
+    "tetrajet_v2": _tetrajet_v2,
+    "fp4_all_the_way": _fp4_all_the_way,
 }
 if set(BUILDERS) != set(BLOCK_SWITCHES):      # the two halves of one registry
     raise RuntimeError(f"block recipes without a builder or a switch list: {set(BUILDERS) ^ set(BLOCK_SWITCHES)}")
@@ -101,6 +182,9 @@ def block_recipe(name: str) -> tuple[dict, int]:
         g["scaling"] = {**g["scaling"], "headroom": 0.75}
     if "wgrad_hp" in on:
         spec["gemm"]["hp_gemms"] = ["wgrad"]
+        ov = spec["gemm"].get("overrides")
+        if ov:    # a GEMM kept in high precision has no operand overrides
+            spec["gemm"]["overrides"] = {g: v for g, v in ov.items() if g != "wgrad"}
     layers = {"*": spec, "lm_head": None}
     if "hp_attn" in on:
         layers.update({"attn_qkv": None, "attn_out": None})

@@ -93,8 +93,8 @@ class GemmOptions:
 
     def short_str(self) -> str:
         parts = []
-        if self.rht:
-            parts.append("rht:" + "+".join(self.rht))
+        if self.rht:    # the block size only when not TE's 16 (every earlier recipe prints as before)
+            parts.append(f"rht{self.rht_dim if self.rht_dim != 16 else ''}:" + "+".join(self.rht))
         if self.hp_gemms:
             parts.append("hp:" + "+".join(self.hp_gemms))
         if self.columnwise_source != "hp":
