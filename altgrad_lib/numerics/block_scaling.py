@@ -211,7 +211,8 @@ def fp8_block_scales(block_amax: Tensor, fmax: float, pow2: bool = False) -> Ten
     mantissa bits dropped (2^floor(log2 s), TE's default). torchao's reference instead floors amax at 1e-12
     before dividing, which differs only for blocks with 0 < amax < 1e-12."""
     a = block_amax.to(torch.float32)
-    s = torch.where(a == 0, torch.ones_like(a), fmax / a)
+    # a tensor / tensor division: torch computes `float / tensor` as reciprocal · float, two roundings
+    s = torch.where(a == 0, torch.ones_like(a), torch.full_like(a, fmax) / a)
     s = torch.where(torch.isinf(s), torch.full_like(s, torch.finfo(torch.float32).max), s)
     if pow2:
         s = (s.view(torch.int32) & -8388608).view(torch.float32)      # 0xFF800000: sign and exponent bits
