@@ -23,6 +23,15 @@ separate per-last-dim rule in scaling.py) is a spelling of "mx" (FLOOR) with its
   one fp32 ulp of log2 above a power of two; and for FLOOR it quantizes with max(2^e, 2^-126) but
   dequantizes with 2^e, so blocks with amax < 2^(emax_elem - 126) differ. Tests show both cases.
 
+- ``nvfp4`` options: ``scale_fmt="UE5M3"`` (AMD amdfp4: unsigned E5M3 block scales, tensor scale amax / (114688 ·
+  fmax)); ``four_over_six`` (Cook et al., arXiv 2512.02010: tensor scale amax / (256 · fmax), per block the scale
+  mapping amax to fmax or to 2/3 · fmax (E2M1: 6 or 4), whichever round-to-nearest error is lower; the chosen scale
+  then rounds with the operand's rounding, so SR draws once, where fouroversix's reference compares SR'd results).
+- ``fp8_block`` (DeepSeek-V3, TE Float8BlockScaling, torchao blockwise FP8): 1×128 blocks or 128×128 tiles, one FP32
+  encode scale s = fmax / amax (one fp32 division, as TE; torchao divides in fp64 and floors amax at 1e-12, equal
+  except for blocks with 0 < amax < 1e-12), elements Q(x · s) · (1 / s); ``pow2`` truncates s to a power of two (TE's
+  default; DeepSeek and torchao keep FP32 scales). A dim below the block size is one zero-padded partial block.
+
 Any element format from formats.py works (E2M1, E2M3, E3M2, E4M3, E5M2, exotic ExMy); rounding is always
 our kernel (``FloatFormat.quantize``), never a library cast.
 """
@@ -48,7 +57,6 @@ NV_SCALE_FMTS = ("E4M3", "UE5M3")     # nvfp4's block-scale grid: NVFP4's E4M3, 
 # fields added after runs existed: to_dict writes them only when set, so every earlier dict recipe keeps its hash
 _DICT_IF_SET = {"pow2": False, "four_over_six": False, "scale_fmt": "E4M3"}
 E4M3_MAX = 448.0
-E4M3_MIN_NORMAL = 2.0**-6     # smallest block scale (torchao clamps at finfo(float8_e4m3fn).tiny)
 _F32_MIN_NORMAL = 2.0**-126
 _E8M0_EMIN, _E8M0_EMAX = -127, 127
 

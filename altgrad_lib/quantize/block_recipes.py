@@ -8,9 +8,14 @@
     mxfp8   E4M3 for X, W and dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
     mxfp6   E2M3 for X and W, E3M2 for dY, MX blocks of 32 (FLOOR), RNE, no RHT; lm_head high precision
 
+    fp8_blockwise, mxint8, nvint4, amdfp4, quartet2_nvidia, tetrajet_v2, fp4_all_the_way: see their builders below
+    (sources: README's recipe table); mxfp8_rceil = mxfp8:rceil (choices.BLOCK_RECIPE_ALIASES)
+
 Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX scale mode
 RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in
-high precision), hp_attn (attention linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer
+high precision), hp_attn (attention linears c_attn/c_proj in high precision too), four_over_six (4/6 block scales),
+pow2_scales (fp8_blockwise: power-of-two scales), rht_all (nvint4: RHT on every GEMM), disable_sr_scale (Quartet-II
+replicas: plain SR instead of SR x 17/16), hp_last=<N> (the last N transformer
 blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g.
 "nvfp4:disable_rht:hp_last=1".
 """
