@@ -1,4 +1,5 @@
-"""Command line: `altgrad train -f params/x.yaml -p key=value ...` (also `python -m altgrad_lib.cli`).
+"""Command line: `altgrad train -f params/x.yaml -p key=value ...` (also `python -m altgrad_lib.cli`), `altgrad study
+-f params/studies/x.yaml` and `altgrad fidelity RECIPE [--json]` (quantize/fidelity.py).
 
 Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true -p max_docs=null` work.
 `altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the

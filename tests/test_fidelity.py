@@ -39,7 +39,7 @@ def test_nvfp4_report_matches_torchao_and_finds_the_sr_saturation_bias():
     for _, gemm, op in ops:
         assert op["format"] == "E2M1" and op["references"], op
         assert all(r["exact"] and r["mismatches"] == 0 for r in op["references"]), op
-        assert any(r.startswith("torchao NVFP4Tensor.to_nvfp4") for r in _refs(op))
+        assert any(r.startswith("torchao to_nvfp4") for r in _refs(op))
         assert (op["rht"] == "RHT d=16") == (gemm == "wgrad")           # the recipe's RHT, read from GemmOptions
     w = [op for _, g, op in ops if op["role"] == "weight"]
     assert {op["scaling"] for op in w} == {"nv16x16"}                      # TE's 2D weights
@@ -74,7 +74,7 @@ def test_mxfp8_report_every_gemm_axis_exact_vs_torchao_and_the_hand_loop():
     assert len(ops) == 6
     for _, _, op in ops:
         assert op["format"] == "E4M3" and op["scaling"] == "mx32f" and op["rounding"] == "nearest" and not op["rht"]
-        assert _refs(op) == {"torchao MXTensor.to_mx", "oracles.mx_reference (hand-written MX loop)"}
+        assert _refs(op) == {"torchao to_mx", "hand MX loop (oracles.mx_reference)"}
         assert all(r["exact"] for r in op["references"]) and "sr" not in op
 
 
@@ -102,8 +102,8 @@ def test_a_wrong_reference_shows_as_mismatches(monkeypatch):
     ops = _ops(fidelity_report("mxfp8"))
     for _, _, op in ops:
         by = {r["reference"]: r for r in op["references"]}
-        assert by["oracles.mx_reference (hand-written MX loop)"]["exact"]
-        assert not by["torchao MXTensor.to_mx"]["exact"] and by["torchao MXTensor.to_mx"]["mismatches"] > 0
+        assert by["hand MX loop (oracles.mx_reference)"]["exact"]
+        assert not by["torchao to_mx"]["exact"] and by["torchao to_mx"]["mismatches"] > 0
 
 
 def test_fp8_recipe_exact_vs_torch_ml_dtypes_and_gfloat():

@@ -62,11 +62,14 @@ ALWAYS_HP = ("token and position embeddings", "LayerNorm", "softmax", "residual 
 
 
 def synthetic_operand(role: str, seed: int = 0) -> Tensor:
-    """The fixed synthetic operand of a role (see the module docstring)."""
-    g = torch.Generator().manual_seed(seed * 1000 + ("input", "weight", "grad_output").index(role))
-    x = torch.randn(SHAPES[role], generator=g)
-    mask = torch.rand(SHAPES[role], generator=g) < 0.01
-    return torch.where(mask, x * (30 + 270 * torch.rand(SHAPES[role], generator=g)), x)
+    """The fixed synthetic operand of a role (see the module docstring). Drawn by numpy's PCG64, whose normals are the
+    same on every CPU (torch.randn's differ between instruction sets), so the report prints the same numbers."""
+    rng = np.random.default_rng([seed, ("input", "weight", "grad_output").index(role)])
+    shape = SHAPES[role]
+    x = rng.standard_normal(shape, dtype=np.float32)
+    mask = rng.random(shape) < 0.01
+    x = np.where(mask, x * (30 + 270 * rng.random(shape, dtype=np.float32)), x).astype(np.float32)
+    return torch.from_numpy(x)
 
 
 # ----------------------------------------------------------------------------- one operand against its references
@@ -117,18 +120,18 @@ def _block_refs(t: Tensor, ours: Tensor, spec: QuantSpec) -> tuple[list[dict], s
     rows = []
     if sc.kind == "mx":
         if f.name in oracles.TORCHAO_MX_ELEMS:
-            rows.append(_compare(ours, oracles.torchao_mx(t, f, sc.mode, sc.block_size), "torchao MXTensor.to_mx",
+            rows.append(_compare(ours, oracles.torchao_mx(t, f, sc.mode, sc.block_size), "torchao to_mx",
                                  True))
         if t.shape[-1] % sc.block_size == 0:
             rows.append(_compare(ours, oracles.mx_reference(t, f, sc.mode, sc.block_size),
-                                 "oracles.mx_reference (hand-written MX loop)", True))
+                                 "hand MX loop (oracles.mx_reference)", True))
         return rows, ""
     if f.name != "E2M1" or sc.block_size != 16:
         return [], f"no reference: NVFP4 with {f.name} elements in blocks of {sc.block_size} exists in no library"
     if sc.tile_2d:
-        return [_compare(ours, oracles.torchao_nvfp4_2d(t), "torchao NVFP4Tensor.to_nvfp4 (16x16 composed)",
+        return [_compare(ours, oracles.torchao_nvfp4_2d(t), "torchao to_nvfp4, 16x16 composed",
                          True)], ""
-    return [_compare(ours, oracles.torchao_nvfp4(t), "torchao NVFP4Tensor.to_nvfp4", True)], ""
+    return [_compare(ours, oracles.torchao_nvfp4(t), "torchao to_nvfp4", True)], ""
 
 
 def _altgrad_copy(q: Quantizer, x: Tensor, gemm: str, role: str, signs: Tensor | None,
@@ -392,7 +395,7 @@ def _db(v: float | None) -> str:
 
 def _ref_cells(r: dict) -> str:
     sq = "exact" if r["exact"] else ("∞ (±0)" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}")
-    return f"{sq:>7} {r['max_abs_err']:>9.3g} {r['mismatches']:>5}/{r['n']:<5} {r['reference']}"
+    return f"{sq:>6} {r['max_abs_err']:>8.3g} {r['mismatches']:>5}/{r['n']:<5} {r['reference']}"
 
 
 def render_text(rep: FidelityReport) -> str:
@@ -413,8 +416,8 @@ def render_text(rep: FidelityReport) -> str:
               f"  hp_last_blocks: {t['hp_last_blocks']}"
               + (" (the last N transformer blocks stay high precision)" if t["hp_last_blocks"] else ""),
               f"  attention:      {rep.attention}", ""]
-    head = (f"  {'GEMM':<6}{'op':<3} {'spec':<22} {'RHT':<9} {'along':<7} {'q SQNR':>6}  {'SQNR':>7} "
-            f"{'max|err|':>9} {'mismatch':<11} reference")
+    head = (f"  {'GEMM':<6}{'op':<3} {'spec':<20} {'RHT':<8} {'along':<6} {'q SQNR':>6} {'SQNR':>6} "
+            f"{'max|err|':>8} {'mismatch':<11} reference")
     for e in rep.layers:
         if e["spec"] is None:
             lines.append(f"{', '.join(e['layer_classes'])}: high precision (not quantized)")
@@ -430,16 +433,18 @@ def render_text(rep: FidelityReport) -> str:
                     lines.append(pre + "high precision")
                     continue
                 along = "last" if op["along"].startswith("last") else op["along"]
-                pre += f"{op['spec']:<22} {op['rht'] or '-':<9} {along:<7} {op['q_sqnr_db']:>6.1f}  "
+                pre += f"{op['spec']:<20} {op['rht'] or '-':<8} {along:<6} {op['q_sqnr_db']:>6.1f} "
                 refs = op["references"] or [None]
                 for i, r in enumerate(refs):
-                    body = _ref_cells(r) if r else f"{'':>7} {'':>9} {'':<11} {op['note'].split(';')[0]}"
+                    body = _ref_cells(r) if r else f"{'':>6} {'':>8} {'':<11} {op['note'].split(';')[0]}"
                     lines.append((pre if i == 0 else " " * len(pre)) + body)
             lines.append(f"  {'':<6}accumulation: {g['accumulation']}")
     srs = [(g["gemm"], op) for e in rep.layers if e["spec"] for g in e["gemms"] for op in g["operands"] if "sr" in op]
     if srs:
-        lines += ["", f"Stochastic rounding, Monte-Carlo: sign-aligned total bias Z of the mean of N draws vs the "
-                      f"exact value; pass when |Z| <= {SR_Z_BOUND:g}"]
+        head = (f"Stochastic rounding, Monte-Carlo: sign-aligned total bias Z of the mean of N draws vs the exact "
+                f"value; pass when |Z| <= {SR_Z_BOUND:g}. (The table above compares an SR operand's round-to-nearest "
+                f"twin: same scales, same grid.)")
+        lines += ["", textwrap.fill(head, WIDTH)]
         seen = set()
         for gemm, op in srs:
             k = (gemm, op["operand"], op["spec"])
@@ -447,6 +452,6 @@ def render_text(rep: FidelityReport) -> str:
                 continue
             seen.add(k)
             s = op["sr"]
-            lines.append(f"  {gemm:<6}{op['operand']:<3} {op['spec']:<22} {op['rht'] or '-':<9} N={s['draws']:<4} "
+            lines.append(f"  {gemm:<6}{op['operand']:<3} {op['spec']:<20} {op['rht'] or '-':<8} N={s['draws']:<4} "
                          f"Z={s['z']:+.2f}  rel. bias {s['rel_bias']:+.1e}  {'pass' if s['pass'] else 'FAIL'}")
     return "\n".join(lines)
