@@ -1,4 +1,5 @@
-"""Command line: `altgrad train -f params/x.yaml -p key=value ...` (also `python -m altgrad_lib.cli`).
+"""Command line: `altgrad train -f params/x.yaml -p key=value ...` (also `python -m altgrad_lib.cli`), `altgrad study
+-f params/studies/x.yaml` and `altgrad fidelity RECIPE [--json]` (quantize/fidelity.py).
 
 Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true -p max_docs=null` work.
 `altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the
@@ -18,7 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
 import altgrad_lib
+from altgrad_lib.choices import RECIPES
 from altgrad_lib.errors import Interrupted, SizeWarning, UserError, one_line
 from altgrad_lib.studies.cli import add_study_parser, cmd_study   # `altgrad study -f params/studies/x.yaml`
 from altgrad_lib.training.config import TrainConfig, key_docs
@@ -85,6 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
     add_study_parser(sub)
+    fp = sub.add_parser("fidelity", help="what a recipe simulates exactly, approximately and not at all",
+                        description="Per layer class, GEMM and operand: the format, scaling, rounding and RHT the "
+                                    "recipe sets, AltGrad's quantization of a fixed synthetic operand against every "
+                                    "available reference (torch float8, ml_dtypes, gfloat, torchao MX / NVFP4), the "
+                                    "stochastic-rounding Monte-Carlo, the accumulator and attention settings and the "
+                                    "tensors the recipe touches. CPU, offline, a few seconds.")
+    fp.add_argument("recipe", help=f"a recipe ({', '.join(RECIPES)}), a recipe dict in YAML / JSON, or a .yaml / "
+                                   f".json file holding one")
+    fp.add_argument("--json", action="store_true", help="print the report as JSON")
+    fp.add_argument("--seed", type=int, default=0, help="seed of the synthetic operands and of the SR draws")
+    fp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of input errors too")
     return ap
 
 
@@ -117,6 +133,40 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipe_arg(text: str) -> str | dict:
+    """A recipe name, or a dict from inline YAML / JSON or from a .yaml / .json file."""
+    path = Path(text)
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        if not path.is_file():
+            raise UserError(f"recipe file {text!r} does not exist; valid: a recipe name ({', '.join(RECIPES)}) or "
+                            f"a .yaml / .json file")
+        text = path.read_text()
+    elif not text.lstrip().startswith("{"):
+        return text
+    try:
+        d = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UserError(f"recipe {text!r} is not valid YAML / JSON: {one_line(e)}") from None
+    if not isinstance(d, dict):
+        raise UserError(f"recipe {text!r}: expected a dict, got {type(d).__name__}")
+    return d
+
+
+def _cmd_fidelity(args: argparse.Namespace) -> int:
+    recipe = _recipe_arg(args.recipe)
+    from altgrad_lib.quantize.recipes import get_policy   # local: imports torch (--help stays instant)
+
+    try:    # every recipe mistake (name, switch, format, dict key) before anything is computed
+        policy = get_policy(recipe)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"altgrad fidelity: {one_line(e)}") from None
+    from altgrad_lib.quantize.fidelity import fidelity_report
+
+    report = fidelity_report(policy, seed=args.seed)
+    print(report.to_json() if args.json else report)
+    return 0
+
+
 def _error(e: BaseException) -> None:
     print(f"altgrad: error: {one_line(e)}", file=sys.stderr)
 
@@ -136,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_train(args)
         if args.command == "study":
             return cmd_study(args)
+        if args.command == "fidelity":
+            return _cmd_fidelity(args)
     except UserError as e:
         if args.debug:
             raise

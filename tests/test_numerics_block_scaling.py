@@ -13,12 +13,12 @@ from helpers import assert_same
 
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, block_scales, mx_exponents
 from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.numerics.oracles import mx_reference, torchao_nvfp4, torchao_nvfp4_2d
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from torchao.prototype.mx_formats.config import ScaleCalculationMode
     from torchao.prototype.mx_formats.mx_tensor import MXTensor
-    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
 
 E2M1 = get_format("E2M1")
 TORCHAO_MX = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2, "E2M3": "fp6_e2m3", "E3M2": "fp6_e3m2",
@@ -48,11 +48,6 @@ def tensor(kind: str, rows: int = 48, cols: int = 256, seed: int = 0) -> torch.T
 KINDS = ("random", "outliers", "subnormal", "zero_blocks")
 
 
-def torchao_nvfp4(x: torch.Tensor) -> torch.Tensor:
-    pts = per_tensor_amax_to_scale(x.float().abs().amax())
-    return NVFP4Tensor.to_nvfp4(x.contiguous(), per_tensor_scale=pts).dequantize(x.dtype)
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nvfp4_1x16_bit_exact_vs_torchao(kind, dtype):
@@ -64,19 +59,9 @@ def test_nvfp4_1x16_bit_exact_vs_torchao(kind, dtype):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_nvfp4_16x16_bit_exact_vs_torchao_composition(kind):
-    """torchao has no pure-PyTorch 16x16 path; its 1x16 path gives the 2D answer if every 1x16 block's amax
-    is its tile's amax. Writing +-tile_amax into one slot of each block does that (the global amax is
-    unchanged); two runs with different slots give every element from a run where it was not overwritten."""
+    """torchao has no pure-PyTorch 16x16 path; oracles.torchao_nvfp4_2d composes it from the 1x16 path."""
     x = tensor(kind, rows=64)
-    t = x.abs().reshape(4, 16, 16, 16).amax(dim=(1, 3))                  # (4, 16) tile amax
-    tile_amax = t.repeat_interleave(16, 0).repeat_interleave(16, 1)       # per element
-    runs = []
-    for slot in (0, 1):
-        xa = x.clone()
-        xa[:, slot::16] = tile_amax[:, slot::16]
-        runs.append(torchao_nvfp4(xa))
-    ref = runs[0].clone()
-    ref[:, 0::16] = runs[1][:, 0::16]
+    ref = torchao_nvfp4_2d(x)
     y, _, _ = block_qdq(x, E2M1, BlockScaling("nvfp4", tile_2d=True))
     assert_same(y, ref, x, f"nvfp4 16x16 {kind}")
     # row-wise and column-wise copies of a 2D-quantized weight agree (TE's reason for 2D weights)
@@ -118,36 +103,13 @@ def test_mx_bit_exact_vs_torchao(fmt_name, mode, kind):
     assert_same(yb, refb, x, f"mx {fmt_name} {mode} {kind} bf16")
 
 
-def _mx_reference(x: torch.Tensor, fmt, mode: str) -> torch.Tensor:
-    """Hand-written MX in Python floats (math.frexp for the exponents), elements by fmt.quantize."""
-    fmax = fmt.max
-    emax = math.floor(math.log2(fmax))
-    out = torch.empty_like(x, dtype=torch.float64)
-    for r in range(x.shape[0]):
-        for b in range(0, x.shape[1], 32):
-            blk = x[r, b:b + 32].double()
-            amax = float(blk.abs().max())
-            if amax == 0:
-                e = -127
-            elif mode == "floor":
-                e = math.frexp(amax)[1] - 1 - emax
-            else:
-                d = float(torch.tensor(amax, dtype=torch.float32) / fmax)   # fp32 division, as the hardware
-                m, ex = math.frexp(d)
-                e = ex - 1 + (m != 0.5)
-            e = max(-127, min(127, e))
-            q = fmt.quantize((blk * 2.0 ** -e).float()).double()
-            out[r, b:b + 32] = q * 2.0**e
-    return out.float()
-
-
 @pytest.mark.parametrize("fmt_name", ["E3M4", "E1M6", "E6M1", "E2M5", "E4M3"])
 @pytest.mark.parametrize("mode", ["floor", "rceil"])
 def test_mx_exotic_elements_vs_hand_reference(fmt_name, mode):
     x = tensor("outliers", rows=8)
     fmt = get_format(fmt_name)
     y, _, _ = block_qdq(x, fmt, BlockScaling("mx", mode=mode))
-    assert_same(y, _mx_reference(x, fmt, mode), x, f"mx {fmt_name} {mode}")
+    assert_same(y, mx_reference(x, fmt, mode), x, f"mx {fmt_name} {mode}")
 
 
 def test_mx_exponents_exact_where_torchao_cpu_log2_rounds_down():

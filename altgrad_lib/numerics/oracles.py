@@ -7,6 +7,7 @@ convention and gfloat on all finite bf16 bit patterns (notebook 01's agreement t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -137,3 +138,73 @@ def oracle_agreement(formats: Iterable[FloatFormat | str] | None = None,
                          "n_inputs": x.numel(),
                          "mismatches": count_mismatches(ours, torch.from_numpy(ref_x), zero_sign)})
     return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- block-scaled references
+# torchao's pure-PyTorch MX and NVFP4 code (it runs on the CPU) and a hand-written MX loop, all quantizing along
+# the last dim. Callers that care about torchao's import-time log noise import it first inside
+# quantize.hw_fp8.quiet_torchao_import (a higher layer).
+
+TORCHAO_MX_ELEMS = ("E4M3", "E5M2", "E2M3", "E3M2", "E2M1")   # element formats torchao's MXTensor has
+
+
+def torchao_mx(x: torch.Tensor, fmt: FloatFormat | str, mode: str = "floor", block: int = 32) -> torch.Tensor:
+    """torchao MXTensor.to_mx(x, elem, block, FLOOR | RCEIL).dequantize() in x's dtype (blocks along the last dim)."""
+    from torchao.prototype.mx_formats.config import ScaleCalculationMode
+    from torchao.prototype.mx_formats.mx_tensor import MXTensor
+
+    elem = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2, "E2M3": "fp6_e2m3", "E3M2": "fp6_e3m2",
+            "E2M1": torch.float4_e2m1fn_x2}[get_format(fmt).name]
+    sm = {"floor": ScaleCalculationMode.FLOOR, "rceil": ScaleCalculationMode.RCEIL}[mode]
+    return MXTensor.to_mx(x.contiguous(), elem, block, scaling_mode=sm).dequantize(x.dtype)
+
+
+def torchao_nvfp4(x: torch.Tensor) -> torch.Tensor:
+    """torchao NVFP4Tensor.to_nvfp4 with the per-tensor scale amax / (448·6), dequantized (1x16 blocks, last dim)."""
+    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
+
+    pts = per_tensor_amax_to_scale(x.float().abs().amax())
+    return NVFP4Tensor.to_nvfp4(x.contiguous(), per_tensor_scale=pts).dequantize(x.dtype)
+
+
+def torchao_nvfp4_2d(x: torch.Tensor) -> torch.Tensor:
+    """NVFP4 16x16 tiles (TE's 2D weights) from torchao's 1x16 path: torchao has no 2D path, but its 1x16 path gives
+    the 2D answer if every 1x16 block's amax is its tile's amax. Writing +-tile_amax into one slot of each block
+    does that (the global amax is unchanged); two runs with different slots give every element from a run where it
+    was not overwritten. x: (R, C), both multiples of 16."""
+    r, c = x.shape
+    t = x.abs().reshape(r // 16, 16, c // 16, 16).amax(dim=(1, 3))
+    tile_amax = t.repeat_interleave(16, 0).repeat_interleave(16, 1)
+    runs = []
+    for slot in (0, 1):
+        xa = x.clone()
+        xa[:, slot::16] = tile_amax[:, slot::16]
+        runs.append(torchao_nvfp4(xa))
+    ref = runs[0].clone()
+    ref[:, 0::16] = runs[1][:, 0::16]
+    return ref
+
+
+def mx_reference(x: torch.Tensor, fmt: FloatFormat | str, mode: str = "floor", block: int = 32) -> torch.Tensor:
+    """Hand-written MX from OCP MX 1.0 in Python floats (math.frexp for the exponents), elements by fmt.quantize
+    (checked against torch / ml_dtypes / gfloat above): a slow reference for any element format. x: 2-D, last dim a
+    multiple of `block`."""
+    f = get_format(fmt)
+    emax = math.floor(math.log2(f.max))
+    out = torch.empty_like(x, dtype=torch.float64)
+    for r in range(x.shape[0]):
+        for b in range(0, x.shape[1], block):
+            blk = x[r, b:b + block].double()
+            amax = float(blk.abs().max())
+            if amax == 0:
+                e = -127
+            elif mode == "floor":
+                e = math.frexp(amax)[1] - 1 - emax
+            else:
+                d = float(torch.tensor(amax, dtype=torch.float32) / f.max)   # fp32 division, as the hardware
+                m, ex = math.frexp(d)
+                e = ex - 1 + (m != 0.5)
+            e = max(-127, min(127, e))
+            q = f.quantize((blk * 2.0 ** -e).float()).double()
+            out[r, b:b + block] = q * 2.0**e
+    return out.float()

@@ -1,0 +1,457 @@
+"""Fidelity report of a recipe: what AltGrad simulates exactly, what approximately, what not at all.
+
+`fidelity_report("nvfp4")` (CLI: `altgrad fidelity nvfp4 [--json]`) reads the resolved QuantPolicy and, per layer
+class x GEMM (fprop / dgrad / wgrad) x operand (X, W, dY), shows the operand's format, scaling, rounding and RHT as
+the recipe sets them, then quantize-dequantizes a fixed synthetic operand through the same code path as training
+(gemm_quant's row-wise / column-wise copies along the GEMM's reduction dim) and compares it with every independent
+implementation of that format and scaling that exists here:
+
+- per-tensor / per-row kinds: torch float8 casts and ml_dtypes casts of the same convention, and gfloat (any ExMy),
+  each applied to x·s with the scale s of AltGrad's Scaler (the reference checks the rounding, not the scale rule)
+  and saturated explicitly (clamped to +-fmax before the cast when the spec saturates; a library's own overflow
+  rule is never inherited);
+- MX blocks: torchao's MXTensor.to_mx (elements E4M3, E5M2, E2M3, E3M2, E2M1) and the hand-written MX loop of
+  numerics/oracles.py (any element format); NVFP4: torchao's NVFP4Tensor.to_nvfp4 (1x16; 16x16 tiles composed from
+  it). References see the operand with the GEMM's reduction dim last (transposed here, independently of AltGrad's
+  axis handling), rotated by the same RHT when the GEMM has one.
+
+A stochastic-rounding operand is compared through its round-to-nearest twin (same scales and grid) and gets a
+Monte-Carlo unbiasedness check: N draws by the operand's Quantizer, the sign-aligned total bias
+Z = sum_i sign(x_i)(mean_i - x_i) / sqrt(sum_i var_i / N) (var_i: each element's sample variance over the draws;
+sign-aligned so that a bias toward zero, e.g. saturation, does not cancel between signs), pass when |Z| <= 3.
+
+The synthetic operands: X (64 tokens x 128 in), W (96 out x 128 in), dY (64 x 96), seeded Gaussians with 1 % of
+the elements multiplied by 30..300 (outliers). They are the same for every layer class; the report measures the
+quantizer, not a model's activations.
+"""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from altgrad_lib.numerics import oracles
+from altgrad_lib.numerics.block_scaling import BlockScaling
+from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db
+from altgrad_lib.numerics.scaling import stateless_scale
+from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS, ROLE_LABEL
+# _row / _col are gemm_quant's operand copies (rotation + quantization along the GEMM's reduction dim): the report
+# runs the exact code path of training, so it imports them rather than re-typing them
+from altgrad_lib.quantize.gemm_quant import _col, _row, apply_rht, rht_signs
+from altgrad_lib.quantize.hw_fp8 import quiet_torchao_import
+from altgrad_lib.quantize.recipes import _SUFFIX_TO_CLASS, LAYER_CLASSES, LayerSpec, QuantPolicy, get_policy
+
+SHAPES = {"input": (64, 128), "weight": (96, 128), "grad_output": (64, 96)}   # X (T, in), W (out, in), dY (T, out)
+OPERAND_NOTE = ("synthetic operands, seed {seed}: X 64x128, W 96x128, dY 64x96, Gaussian with 1 % outliers "
+                "(x30..x300); the same for every layer class")
+N_SR_DRAWS = 128
+WIDTH = 116       # text report width (fits a notebook cell and a terminal)
+SR_Z_BOUND = 3.0
+FP32_ACCUM = "FP32 (as torch.matmul)"
+# the GEMM's reduction dim of each operand, as a name, and whether the operand tensor has it last
+_REDUCE = {("fprop", "input"): ("in", True), ("fprop", "weight"): ("in", True),
+           ("dgrad", "grad_output"): ("out", True), ("dgrad", "weight"): ("out", False),
+           ("wgrad", "grad_output"): ("tokens", False), ("wgrad", "input"): ("tokens", False)}
+ALWAYS_HP = ("token and position embeddings", "LayerNorm", "softmax", "residual adds", "the loss")
+
+
+def synthetic_operand(role: str, seed: int = 0) -> Tensor:
+    """The fixed synthetic operand of a role (see the module docstring). Drawn by numpy's PCG64, whose normals are the
+    same on every CPU (torch.randn's differ between instruction sets), so the report prints the same numbers."""
+    rng = np.random.default_rng([seed, ("input", "weight", "grad_output").index(role)])
+    shape = SHAPES[role]
+    x = rng.standard_normal(shape, dtype=np.float32)
+    mask = rng.random(shape) < 0.01
+    x = np.where(mask, x * (30 + 270 * rng.random(shape, dtype=np.float32)), x).astype(np.float32)
+    return torch.from_numpy(x)
+
+
+# ----------------------------------------------------------------------------- one operand against its references
+
+def _fmt_cell(spec: QuantSpec) -> dict:
+    sc = spec.scaling
+    return {"format": spec.fmt.name, "scaling": sc.short_str(), "rounding": spec.rounding,
+            "saturate": spec.saturate, "spec": spec.short_str()}
+
+
+def _compare(ours: Tensor, ref: Tensor, name: str, zero_sign: bool) -> dict:
+    mism = oracles.count_mismatches(ours, ref, check_zero_sign=zero_sign)
+    s = sqnr_db(ref, ours)
+    err = float((ours.double() - ref.double()).abs().nan_to_num(nan=math.inf).max()) if ours.numel() else 0.0
+    return {"reference": name, "exact": mism == 0, "sqnr_db": None if math.isinf(s) and s > 0 else round(s, 1),
+            "max_abs_err": err, "mismatches": mism, "n": ours.numel()}
+
+
+def _per_tensor_refs(t: Tensor, ours: Tensor, spec: QuantSpec, q: Quantizer) -> list[dict]:
+    """Element references on x·s (s: the scale AltGrad's Scaler used), saturated explicitly."""
+    f, sc = spec.fmt, spec.scaling
+    if sc.kind == "delayed":     # a fresh Quantizer's first call: the scale it recorded
+        s = q.scaler.scale.clone()
+    else:
+        s, _ = stateless_scale(t, f, sc)
+    xs = t.float() * s
+    if spec.saturate:            # explicit, never the library's overflow rule
+        xs = xs.clamp(-f.max, f.max)
+    zero_sign = f.specials != "fnuz"
+    rows = []
+    for ref in oracles.matching_references(f):
+        with np.errstate(invalid="ignore", over="ignore"):
+            rows.append(_compare(ours, ref.cast(xs) / s, ref.label, zero_sign))
+    try:
+        import gfloat
+    except ImportError:    # optional: the report says which references ran
+        return rows
+    codes = gfloat.round_ndarray(oracles.gfloat_format_info(f), xs.double().numpy(), sat=spec.saturate)
+    rows.append(_compare(ours, (torch.from_numpy(codes).float() / s), "gfloat.round_ndarray", zero_sign))
+    return rows
+
+
+def _block_refs(t: Tensor, ours: Tensor, spec: QuantSpec) -> tuple[list[dict], str]:
+    """torchao MX / NVFP4 and the hand MX loop on t (reduction dim last); (rows, note when none applies)."""
+    f, sc = spec.fmt, spec.scaling
+    if sc.headroom != 1.0:
+        return [], f"no reference: SR headroom {sc.headroom:g} exists in no library"
+    rows = []
+    if sc.kind == "mx":
+        if f.name in oracles.TORCHAO_MX_ELEMS:
+            rows.append(_compare(ours, oracles.torchao_mx(t, f, sc.mode, sc.block_size), "torchao to_mx",
+                                 True))
+        if t.shape[-1] % sc.block_size == 0:
+            rows.append(_compare(ours, oracles.mx_reference(t, f, sc.mode, sc.block_size),
+                                 "hand MX loop (oracles.mx_reference)", True))
+        return rows, ""
+    if f.name != "E2M1" or sc.block_size != 16:
+        return [], f"no reference: NVFP4 with {f.name} elements in blocks of {sc.block_size} exists in no library"
+    if sc.tile_2d:
+        return [_compare(ours, oracles.torchao_nvfp4_2d(t), "torchao to_nvfp4, 16x16 composed",
+                         True)], ""
+    return [_compare(ours, oracles.torchao_nvfp4(t), "torchao to_nvfp4", True)], ""
+
+
+def _altgrad_copy(q: Quantizer, x: Tensor, gemm: str, role: str, signs: Tensor | None,
+                  classic: bool) -> tuple[Tensor, Tensor]:
+    """(AltGrad's quantized copy, the same-oriented input it rounded), both with the reduction dim last.
+
+    The classic path quantizes each operand once along its last dim (every GEMM shares that copy); the GEMM-faithful
+    path makes gemm_quant's row-wise (reduction dim last) or column-wise (reduction dim first) copy."""
+    if classic:
+        return q.quantize(x), x
+    _, last = _REDUCE[(gemm, role)]
+    if last:
+        out = _row(q, x, True, signs)
+        ref_in = x if signs is None else apply_rht(x, signs)
+        return out, ref_in
+    out = _col(q, x, True, signs).t()             # back to the reduction dim last, as the reference sees it
+    xt = x.t().contiguous()
+    return out, xt if signs is None else apply_rht(xt, signs)
+
+
+def check_operand(spec: QuantSpec, gemm: str, role: str, rht: int | None = None, classic: bool = False,
+                  seed: int = 0, n_sr: int = N_SR_DRAWS) -> dict:
+    """One operand of one GEMM: AltGrad's copy of the synthetic operand against every reference (see module doc)."""
+    x = synthetic_operand(role, seed)
+    signs = None if rht is None else rht_signs(rht, seed)
+    det = replace(spec, rounding="nearest", sr_bits=None) if spec.rounding == "stochastic" else spec
+    q = Quantizer(det, seed=seed, count=False)
+    ours, t = _altgrad_copy(q, x, gemm, role, signs, classic)
+    if isinstance(spec.scaling, BlockScaling):
+        refs, note = _block_refs(t, ours, det)
+    else:
+        refs, note = _per_tensor_refs(t, ours, det, q), ""
+    if not refs and not note:
+        note = f"no reference: {spec.fmt.name} is in no library (only AltGrad's kernel)"
+    dim, _ = _REDUCE[(gemm, role)]
+    out = {**_fmt_cell(spec), "along": "last dim (classic path: one copy for all GEMMs)" if classic else dim,
+           "rht": f"RHT d={rht}" if rht else "", "q_sqnr_db": round(sqnr_db(t, ours), 1), "references": refs,
+           "note": note + ("; stochastic rounding: its round-to-nearest twin is compared" if det is not spec else "")}
+    if spec.rounding == "stochastic":
+        out["sr"] = sr_unbiasedness(spec, gemm, role, rht, classic, seed, n_sr)
+    return out
+
+
+def sr_unbiasedness(spec: QuantSpec, gemm: str, role: str, rht: int | None = None, classic: bool = False,
+                    seed: int = 0, n: int = N_SR_DRAWS) -> dict:
+    """Mean of n SR draws of the synthetic operand (as the GEMM sees it) vs the exact value (module docstring)."""
+    x = synthetic_operand(role, seed)
+    signs = None if rht is None else rht_signs(rht, seed)
+    _, t = _altgrad_copy(Quantizer(spec, seed=seed, count=False), x, gemm, role, signs, classic)
+    # the n draws in one call on n stacked copies (reduction dim last): every scale kind of a QuantSpec is per
+    # tensor, per row or per block of the last two dims, so each copy gets the scales of one call on t alone; the
+    # axis handling of the training path is what check_operand's deterministic comparison checks
+    d = Quantizer(spec, seed=seed, count=False).quantize(t.expand(n, *t.shape).contiguous()).double()
+    t = t.double()
+    mean, var = d.mean(0), d.var(0)
+    bias = (torch.sign(t) * (mean - t)).sum()
+    se = math.sqrt(float(var.sum()) / n)
+    z = float(bias) / se if se > 0 else (0.0 if float(bias) == 0 else math.inf)
+    return {"draws": n, "z": round(z, 2), "bound": SR_Z_BOUND, "pass": abs(z) <= SR_Z_BOUND,
+            "rel_bias": float(bias / t.abs().sum()) if float(t.abs().sum()) else 0.0}
+
+
+# ----------------------------------------------------------------------------- the whole recipe
+
+def _operand_spec(lspec: LayerSpec, gemm: str, role: str) -> QuantSpec | None:
+    opts = lspec.gemm_options
+    for g, r, s in (opts.overrides if opts is not None else ()):
+        if g == gemm and r == role:
+            return s
+    return getattr(lspec, role)
+
+
+def _specs(policy: QuantPolicy) -> list[QuantSpec]:
+    """Every operand spec of the policy (roles and overrides)."""
+    out = []
+    for _, lspec in _groups(policy):
+        if lspec is not None:
+            out += [_operand_spec(lspec, g, r) for g in GEMMS for r in GEMM_OPERANDS[g]]
+    return [s for s in out if s is not None]
+
+
+def _accum_str(opts, gemm: str) -> str:
+    """The accumulator model of one GEMM: GemmOptions.accum (a mapping gemm -> spec) when the package has one."""
+    acc = getattr(opts, "accum", None) if opts is not None else None
+    spec = acc.get(gemm) if isinstance(acc, Mapping) else None
+    if spec is None:
+        return FP32_ACCUM
+    return spec.short_str() if hasattr(spec, "short_str") else str(spec)
+
+
+def _attn_str(policy: QuantPolicy) -> str | None:
+    attn = getattr(policy, "attn", None)
+    if attn is None:
+        return None
+    return attn.short_str() if hasattr(attn, "short_str") else str(attn)
+
+
+def _groups(policy: QuantPolicy) -> list[tuple[list[str], LayerSpec | None]]:
+    """Layer classes grouped by identical LayerSpec, in LAYER_CLASSES order."""
+    out: list[tuple[list[str], LayerSpec | None]] = []
+    for cls in LAYER_CLASSES:
+        spec = policy.spec_for(cls)
+        for classes, s in out:
+            if s == spec:
+                classes.append(cls)
+                break
+        else:
+            out.append(([cls], spec))
+    return out
+
+
+@dataclass
+class FidelityReport:
+    """The report of one recipe: `print(report)` (text), `report.to_dict()` / `report.to_json()` (machine use)."""
+    recipe: str
+    policy: dict
+    backend: str
+    seed: int
+    layers: list[dict] = field(default_factory=list)
+    touches: dict = field(default_factory=dict)
+    attention: str = "high precision"
+    summary: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"recipe": self.recipe, "backend": self.backend, "policy": self.policy,
+                "operands_note": OPERAND_NOTE.format(seed=self.seed), "summary": self.summary,
+                "touches": self.touches, "attention": self.attention, "layers": self.layers}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+    def __repr__(self) -> str:      # a notebook cell ending in the report shows the text
+        return render_text(self)
+
+
+def fidelity_report(recipe: "str | Mapping | QuantPolicy", seed: int = 0, n_sr: int = N_SR_DRAWS) -> FidelityReport:
+    """The fidelity report of a named recipe, a recipe dict or a QuantPolicy (module docstring). A bad recipe raises
+    get_policy's one-line ValueError (naming the valid choices) before anything is computed."""
+    policy = get_policy(recipe)
+    if any(isinstance(s.scaling, BlockScaling) for s in _specs(policy)):
+        with quiet_torchao_import():    # its import-time log lines dropped, before the references import it
+            import torchao.prototype.mx_formats.mx_tensor
+            import torchao.prototype.mx_formats.nvfp4_tensor  # noqa: F401
+    cache: dict[tuple, dict] = {}
+    layers = []
+    for classes, lspec in _groups(policy):
+        entry: dict[str, Any] = {"layer_classes": classes, "spec": None if lspec is None else lspec.short_str(),
+                                 "gemms": []}
+        if lspec is not None:
+            opts = lspec.gemm_options
+            classic = opts is None
+            entry["path"] = "classic (per-tensor copies shared by the GEMMs)" if classic else "GEMM-faithful"
+            for gemm in GEMMS:
+                g: dict[str, Any] = {"gemm": gemm, "accumulation": _accum_str(opts, gemm), "operands": []}
+                g["high_precision"] = bool(opts is not None and gemm in opts.hp_gemms)
+                for role in GEMM_OPERANDS[gemm]:
+                    spec = None if g["high_precision"] else _operand_spec(lspec, gemm, role)
+                    row: dict[str, Any] = {"operand": ROLE_LABEL[role], "role": role}
+                    if spec is not None:
+                        rht = opts.rht_dim if opts is not None and gemm in opts.rht else None
+                        key = (json.dumps(spec.to_dict(), sort_keys=True), role, None if classic else gemm, rht)
+                        if key not in cache:
+                            cache[key] = check_operand(spec, gemm, role, rht, classic, seed, n_sr)
+                        row.update(cache[key])
+                    g["operands"].append(row)
+                entry["gemms"].append(g)
+        layers.append(entry)
+    rep = FidelityReport(recipe=policy.name, policy=policy.to_dict(), backend=policy.backend, seed=seed,
+                         layers=layers, attention=_attn_str(policy) or "high precision")
+    rep.touches = _touches(policy)
+    rep.summary = _summary(rep, policy)
+    return rep
+
+
+def _touches(policy: QuantPolicy) -> dict:
+    modules = {cls: sorted(s for s, c in _SUFFIX_TO_CLASS.items() if c == cls) for cls in LAYER_CLASSES}
+    q = [c for c in LAYER_CLASSES if policy.spec_for(c) is not None]
+    hp = [c for c in LAYER_CLASSES if policy.spec_for(c) is None]
+    attn = _attn_str(policy)
+    always = list(ALWAYS_HP) + ([] if attn else ["attention matmuls (Q·Kᵀ, P·V)"])
+    return {"quantized": q, "high_precision": hp, "modules": modules, "always_high_precision": always,
+            "hp_last_blocks": policy.hp_last_blocks}
+
+
+def _where(items: list[tuple[str, str, str]]) -> str:
+    """'X fprop, W dgrad', prefixed by the layer classes when the recipe has more than one quantized group."""
+    groups: dict[str, list[str]] = {}
+    for cls, g, op in items:
+        groups.setdefault(cls, []).append(f"{op} {g}")
+    if len(groups) == 1 and "" in groups:
+        return ", ".join(groups[""])
+    return "; ".join(f"{cls}: {', '.join(v)}" for cls, v in groups.items())
+
+
+def _summary(rep: FidelityReport, policy: QuantPolicy) -> dict:
+    exact: dict[str, list] = {}
+    approx: list[str] = []
+    loose: dict[str, list] = {}
+    sr: dict[str, list] = {}
+    rht = set()
+    several = sum(1 for e in rep.layers if e["spec"]) > 1
+    for entry in rep.layers:
+        cls = ", ".join(entry["layer_classes"]) if several else ""
+        for g in entry["gemms"]:
+            for op in g["operands"]:
+                if "spec" not in op:
+                    continue
+                label = f"{op['spec']}" + (f" +{op['rht']}" if op["rht"] else "")
+                twin = label + (" (its RNE twin)" if "sr" in op else "")
+                if op["rht"]:
+                    rht.add(op["rht"])
+                refs = op["references"]
+                if refs and all(r["exact"] for r in refs):
+                    names = " / ".join(dict.fromkeys(r["reference"] for r in refs))
+                    exact.setdefault(f"{twin}: bit-exact vs {names}", []).append((cls, g["gemm"], op["operand"]))
+                elif refs:
+                    bad = [r for r in refs if not r["exact"]]
+                    worst = min(bad, key=lambda r: r["sqnr_db"] if r["sqnr_db"] is not None else math.inf)
+                    loose.setdefault(f"{twin}: {worst['mismatches']} of {worst['n']} elements differ from "
+                                     f"{worst['reference']} (SQNR {_db(worst['sqnr_db'])} dB)", []).append(
+                        (cls, g["gemm"], op["operand"]))
+                else:
+                    loose.setdefault(f"{label}: {op['note'].split(';')[0]}", []).append((cls, g["gemm"], op["operand"]))
+                if "sr" in op:
+                    s = op["sr"]
+                    sr.setdefault(f"{op['spec']}: stochastic rounding {'unbiased' if s['pass'] else 'BIASED'} "
+                                  f"(Monte-Carlo {s['draws']} draws, |Z| = {abs(s['z']):.2f} vs bound "
+                                  f"{s['bound']:g}); its random bits are AltGrad's generator, not a hardware RNG",
+                                  []).append((cls, g["gemm"], op["operand"]))
+    quantized = any(e["spec"] for e in rep.layers)
+    ex = [f"{k} ({_where(v)})" for k, v in exact.items()]
+    approx = [f"{k} ({_where(v)})" for k, v in {**loose, **sr}.items()]
+    approx += [f"{r}: the rotation is computed in fp32 by AltGrad (the references see the same rotated operand; "
+               f"a fused hardware RHT kernel is not cross-checked)" for r in sorted(rht)]
+    nots = []
+    accs = {g["accumulation"] for e in rep.layers for g in e["gemms"] if not g["high_precision"]}
+    if quantized and FP32_ACCUM in accs:
+        nots.append("accumulation inside the low-precision GEMMs: " + FP32_ACCUM + "; FP8 tensor cores keep fewer "
+                    "bits (DeepSeek-V3 measured ~14 on H800) unless partial sums are promoted")
+    ex += [f"accumulation {a}" for a in sorted(accs - {FP32_ACCUM})]
+    if quantized and rep.attention == "high precision":
+        nots.append("attention matmuls (Q·Kᵀ, P·V): high precision, not in any low-precision format")
+    elif rep.attention != "high precision":
+        ex.append(f"attention quantization points: {rep.attention}")
+    if not quantized:
+        ex.append("nothing is quantized: every GEMM runs in the model's precision (TrainConfig.precision)")
+    if policy.backend != "sim":
+        approx.insert(0, f"backend {policy.backend}: training casts with the library's own FP8 dtypes; this "
+                         f"report checks the simulator's numerics of the same specs")
+    return {"exactly_simulated": ex, "approximately": approx, "not_simulated": nots}
+
+
+# ----------------------------------------------------------------------------- text
+
+def _db(v: float | None) -> str:
+    return "exact" if v is None else f"{v:.1f}"
+
+
+def _ref_cells(r: dict) -> str:
+    sq = "exact" if r["exact"] else ("∞ (±0)" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}")
+    return f"{sq:>6} {r['max_abs_err']:>8.3g} {r['mismatches']:>5}/{r['n']:<5} {r['reference']}"
+
+
+def render_text(rep: FidelityReport) -> str:
+    """The report as text: the one-screen summary first, then the tensors touched, then the operand table."""
+    t = rep.touches
+    lines = [f"AltGrad fidelity report: {rep.recipe} (backend {rep.backend})",
+             textwrap.fill(OPERAND_NOTE.format(seed=rep.seed), WIDTH, initial_indent="  ", subsequent_indent="  "),
+             ""]
+    for key, title in (("exactly_simulated", "Exactly simulated"), ("approximately", "Approximately"),
+                       ("not_simulated", "Not simulated")):
+        lines.append(f"{title}:")
+        lines += [textwrap.fill(s, WIDTH, initial_indent="  - ", subsequent_indent="    ")
+                  for s in rep.summary[key]] or ["  (none)"]
+    lines += ["", "Tensors touched:",
+              f"  quantized:      {', '.join(t['quantized']) or 'none'}",
+              textwrap.fill(", ".join(t["high_precision"] + t["always_high_precision"]), WIDTH,
+                            initial_indent="  high precision: ", subsequent_indent=" " * 18),
+              f"  hp_last_blocks: {t['hp_last_blocks']}"
+              + (" (the last N transformer blocks stay high precision)" if t["hp_last_blocks"] else ""),
+              f"  attention:      {rep.attention}", ""]
+    head = (f"  {'GEMM':<6}{'op':<3} {'spec':<20} {'RHT':<8} {'along':<6} {'q SQNR':>6} {'SQNR':>6} "
+            f"{'max|err|':>8} {'mismatch':<11} reference")
+    for e in rep.layers:
+        if e["spec"] is None:
+            lines.append(f"{', '.join(e['layer_classes'])}: high precision (not quantized)")
+            continue
+        lines += [f"{', '.join(e['layer_classes'])}: {e['path']}", head]
+        for g in e["gemms"]:
+            if g["high_precision"]:
+                lines.append(f"  {g['gemm']:<6}high precision (hp_gemms)")
+                continue
+            for op in g["operands"]:
+                pre = f"  {g['gemm']:<6}{op['operand']:<3} "
+                if "spec" not in op:
+                    lines.append(pre + "high precision")
+                    continue
+                along = "last" if op["along"].startswith("last") else op["along"]
+                pre += f"{op['spec']:<20} {op['rht'] or '-':<8} {along:<6} {op['q_sqnr_db']:>6.1f} "
+                refs = op["references"] or [None]
+                for i, r in enumerate(refs):
+                    body = _ref_cells(r) if r else f"{'':>6} {'':>8} {'':<11} {op['note'].split(';')[0]}"
+                    lines.append((pre if i == 0 else " " * len(pre)) + body)
+            lines.append(f"  {'':<6}accumulation: {g['accumulation']}")
+    srs = [(g["gemm"], op) for e in rep.layers if e["spec"] for g in e["gemms"] for op in g["operands"] if "sr" in op]
+    if srs:
+        head = (f"Stochastic rounding, Monte-Carlo: sign-aligned total bias Z of the mean of N draws vs the exact "
+                f"value; pass when |Z| <= {SR_Z_BOUND:g}. (The table above compares an SR operand's round-to-nearest "
+                f"twin: same scales, same grid.)")
+        lines += ["", textwrap.fill(head, WIDTH)]
+        seen = set()
+        for gemm, op in srs:
+            k = (gemm, op["operand"], op["spec"])
+            if k in seen:
+                continue
+            seen.add(k)
+            s = op["sr"]
+            lines.append(f"  {gemm:<6}{op['operand']:<3} {op['spec']:<20} {op['rht'] or '-':<8} N={s['draws']:<4} "
+                         f"Z={s['z']:+.2f}  rel. bias {s['rel_bias']:+.1e}  {'pass' if s['pass'] else 'FAIL'}")
+    return "\n".join(lines)
