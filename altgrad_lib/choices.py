@@ -14,10 +14,11 @@ LOGGERS = ("none", "wandb", "tensorboard")    # TrainConfig.logger: experiment-t
 NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")                       # quantize.recipes.get_policy
 BLOCK_RECIPES = ("nvfp4", "mxfp4", "mxfp8", "mxfp6")                                     # quantize.block_recipes
 BLOCK_SWITCHES = {    # the ':'-switches of each block recipe (quantize.block_recipes' docstring says what they do)
-    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
+              "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
 }
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES))
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus

@@ -11,7 +11,8 @@
 Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in 1x16 blocks), rceil (MX scale mode
 RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in
 high precision), hp_attn (attention linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer
-blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g.
+blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end), mxfp8_attn (the
+attention core in MXFP8 too, TE's MXFP8 attention: quantize/attention.py's "mxfp8" preset). E.g.
 "nvfp4:disable_rht:hp_last=1".
 """
 from __future__ import annotations
@@ -55,6 +56,11 @@ def canonical_block_recipe(name: str) -> str:
     base, on, hp_last = _parse(name)
     parts = [base] + [sw for sw in BLOCK_SWITCHES[base] if sw in on] + ([f"hp_last={hp_last}"] if hp_last else [])
     return ":".join(parts)
+
+
+def block_recipe_attn(name: str) -> str | None:
+    """The attention preset a recipe string turns on (the mxfp8_attn switch), None = high-precision attention."""
+    return "mxfp8" if "mxfp8_attn" in _parse(name)[1] else None
 
 
 def block_recipe(name: str) -> tuple[dict, int]:
