@@ -269,9 +269,12 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
         out = copy.deepcopy(dict(recipe))
         if isinstance(out.get("recipe"), str):
             out["recipe"] = canonical_recipe(out["recipe"])
-        if out.get("attn") is not None:   # every setting explicit (a preset expanded); an empty spec means null
+        if "attn" in out:   # every setting explicit (a preset expanded); a spec that quantizes nothing means null
             attn = AttnSpec.from_value(out["attn"])
-            out["attn"] = attn.to_dict() if attn.is_quantized else None
+            out["attn"] = attn.to_dict() if attn is not None and attn.is_quantized else None
+            base = out.get("recipe")
+            if out["attn"] is None and (base is None or get_policy(base).attn is None):
+                del out["attn"]   # null where it changes nothing: the same run (and hash) as no `attn:` key
         for spec in (out.get("layers") or {}).values():
             if not isinstance(spec, dict):
                 continue
