@@ -436,3 +436,15 @@ def test_bad_switch_and_head_dim_fail_before_the_model_changes():
         quantize_model(m, get_policy({"recipe": "fp8_hybrid", "attn": {"qkv": "E4M3", "hadamard": "v"}}),
                        verbose=False)
     assert {n: type(mm) for n, mm in m.named_modules()} == before     # no Linear swapped either
+
+
+def test_the_study_file_loads_with_its_attention_arms():
+    from pathlib import Path
+
+    from altgrad_lib.studies.study import Study
+    s = Study.from_yaml(Path(__file__).resolve().parent.parent / "params/studies/cpu_fp8_attention.yaml")
+    points = s.expand()
+    attn = {p.name.rsplit("-s", 1)[0]: get_policy(p.config.recipe).attn for p in points}
+    assert attn["fp8_hybrid"] is None and attn["fp8_hybrid-fp8-attn"] == AttnSpec.from_value("fp8")
+    assert attn["fp8_hybrid-mxfp8-attn"] == AttnSpec.from_value("mxfp8")
+    assert len(points) == 16 and len({p.config.config_hash() for p in points}) == 16
