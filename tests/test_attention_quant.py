@@ -448,3 +448,19 @@ def test_the_study_file_loads_with_its_attention_arms():
     assert attn["fp8_hybrid"] is None and attn["fp8_hybrid-fp8-attn"] == AttnSpec.from_value("fp8")
     assert attn["fp8_hybrid-mxfp8-attn"] == AttnSpec.from_value("mxfp8")
     assert len(points) == 16 and len({p.config.config_hash() for p in points}) == 16
+
+
+def test_curvature_refuses_low_precision_attention_before_measuring():
+    """Its backward is once-differentiable (quantizers run without autograd): a Hessian-vector product through it
+    would be wrong, so the curvature monitor's measuring mode refuses the model up front, in one line."""
+    from altgrad_lib.monitors import curvature as cv
+    m = _model({"recipe": "fp8_hybrid", "attn": "fp8"})
+    with pytest.raises(ValueError, match="transformer.h.0.attn runs low-precision attention .*valid: attn: null"):
+        with cv.hessian_mode(m):
+            pass
+    m = _model({"name": "hp-attn", "recipe": "hp", "attn": "fp8"})   # hp linears: dY keeps its graph up to it
+    x, y = _batch()
+    _, loss = m(x, y)
+    (g,) = torch.autograd.grad(loss, [m.transformer.h[0].attn.c_attn.weight], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.sum().backward()

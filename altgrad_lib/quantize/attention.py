@@ -125,8 +125,8 @@ class AttnSpec:
         return " ".join(parts) or "hp"
 
 
-# the tensor role check_signed names (every attention tensor holds negative values, except P: a signed format
-# there only wastes its sign bit, so it is not refused, but an unsigned one would be fine too; keep one rule)
+# the tensor check_signed names in its error; P >= 0 is refused an unsigned format too (the only unsigned one,
+# E8M0FNU, is the MX scale format, never an element format)
 _ROLE = {"qkv": "Q/K/V", "s": "P", "o": "O", "do": "dO", "dp": "dP", "dqkv": "dQ/dK/dV"}
 
 
