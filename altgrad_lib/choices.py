@@ -16,19 +16,19 @@ NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")              
 # quantize/block_recipes.py, whose BUILDERS is the other half, one builder per name; a test checks they match)
 BLOCK_SWITCHES = {
     "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "four_over_six",
-              "hp_last=<N>"),
-    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "fp8_blockwise": ("pow2_scales", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "mxint8": ("rceil", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "nvint4": ("disable_rht", "rht_all", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn",
+              "mxfp8_attn", "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "fp8_blockwise": ("pow2_scales", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "mxint8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "nvint4": ("disable_rht", "rht_all", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
                "hp_last=<N>"),
-    "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+    "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "quartet2_nvidia": ("disable_rht", "disable_sr", "disable_sr_scale", "disable_2d", "four_over_six", "wgrad_hp",
-                        "hp_attn", "hp_last=<N>"),
-    "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "hp_last=<N>"),
-    "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "hp_last=<N>"),
+                        "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
 }
 BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                                    # quantize.block_recipes
 # names users write for a block recipe with switches; recorded under the canonical spelling (mxfp8_rceil: the 8-bit

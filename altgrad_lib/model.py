@@ -6,7 +6,8 @@ Module names (`transformer.h[i].attn.c_attn`, `mlp.c_fc`, `lm_head`, ...) are th
 
 Attention runs through `F.scaled_dot_product_attention(is_causal=True)`. For monitors that need
 attention probabilities (entropy collapse is a known low-precision failure), `model.capture_attention()`
-switches attention to an explicit softmax path only while the context is active.
+switches attention to an explicit softmax path only while the context is active. A policy with `attn:` puts
+a low-precision attention module in `attention_op` (quantize/convert.py; this file does not import quantize/).
 """
 from __future__ import annotations
 
@@ -81,6 +82,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.capture: list[torch.Tensor] | None = None  # set by GPT.capture_attention()
+        # set by quantize.convert for a policy with `attn:` (quantize/attention.py): a module
+        # (q, k, v, dropout_p, capture) -> (B, T, C) in place of SDPA; None = the high-precision attention below
+        self.attention_op: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -89,6 +93,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)           # (B, nh, T, hs)
+        if self.attention_op is not None:   # low-precision attention (it appends its probabilities to capture)
+            y = self.attention_op(q, k, v, dropout_p=self.dropout if self.training else 0.0, capture=self.capture)
+            return self.resid_dropout(self.c_proj(y))
         if self.capture is None:
             y = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True

@@ -94,6 +94,10 @@ def _check_backend(model: nn.Module) -> None:
         if not isinstance(m, QuantizedLinear):
             raise ValueError(f"curvature: {name} is a {type(m).__name__} (hardware FP8 backend), which is not twice "
                              f"differentiable; valid backend: 'sim'")
+    lowp_attn = [n for n, m in model.named_modules() if getattr(m, "attention_op", None) is not None]
+    if lowp_attn:    # quantize/attention.py's backward is once-differentiable (its quantizers run without autograd)
+        raise ValueError(f"curvature: {lowp_attn[0]} runs low-precision attention (recipe `attn:`), which is not "
+                         f"twice differentiable; valid: attn: null")
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ quantized linear itself, the model surgery that swaps it in, and the hardware FP
     gemm_quant.py  GEMM-faithful operands: fprop / dgrad / wgrad each quantized along its own reduction dim; RHT
     gemm_overrides.py  per-GEMM operand specs (gemm.overrides): a QuantSpec (own Quantizer) or hp per GEMM operand
     convert.py     quantize_model / quantized_modules: swap nn.Linear per layer class, the table of what is where
+    attention.py   AttnSpec / QuantizedAttention: the attention core (Q·Kᵀ, P·V) at TE's FP8-attention quantizer points
     hw_fp8.py      peer paths for E4M3/E5M2: torchao float8 training and a torch._scaled_mm linear
     layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)
     fidelity.py    `altgrad fidelity RECIPE`: each GEMM operand's quantization against torch / ml_dtypes / gfloat /

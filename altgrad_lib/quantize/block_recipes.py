@@ -15,8 +15,9 @@ Switches: disable_rht, disable_sr (dY round to nearest), disable_2d (nvfp4: W in
 RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rounding), wgrad_hp (the wgrad GEMM in
 high precision), hp_attn (attention linears c_attn/c_proj in high precision too), four_over_six (4/6 block scales),
 pow2_scales (fp8_blockwise: power-of-two scales), rht_all (nvint4: RHT on every GEMM), disable_sr_scale (Quartet-II
-replicas: plain SR instead of SR x 17/16), hp_last=<N> (the last N transformer
-blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g.
+replicas: plain SR instead of SR x 17/16), mxfp8_attn (the attention core in MXFP8 too, TE's MXFP8 attention:
+quantize/attention.py's "mxfp8" preset), hp_last=<N> (the last N transformer blocks in high precision; the NVFP4
+paper keeps about 15 % of the linears, mostly at the end). E.g.
 "nvfp4:disable_rht:hp_last=1".
 """
 from __future__ import annotations
@@ -176,6 +177,11 @@ BUILDERS = {
 }
 if set(BUILDERS) != set(BLOCK_SWITCHES):      # the two halves of one registry
     raise RuntimeError(f"block recipes without a builder or a switch list: {set(BUILDERS) ^ set(BLOCK_SWITCHES)}")
+
+
+def block_recipe_attn(name: str) -> str | None:
+    """The attention preset a recipe string turns on (the mxfp8_attn switch), None = high-precision attention."""
+    return "mxfp8" if "mxfp8_attn" in _parse(name)[1] else None
 
 
 def block_recipe(name: str) -> tuple[dict, int]:

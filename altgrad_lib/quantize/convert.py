@@ -1,4 +1,5 @@
-"""Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names.
+"""Model surgery: swap every nn.Linear of a model for the QuantizedLinear (or hardware FP8 linear) its policy names,
+and, for a policy with `attn:`, put a QuantizedAttention (attention.py) in each attention module's `attention_op`.
 
 `quantize_model` returns plain rows (one dict per Linear); `format_conversion` is the text it prints with
 verbose=True, and notebook/tables.quantization_table the DataFrame notebooks show.
@@ -10,8 +11,9 @@ from typing import Any, Mapping, Sequence
 
 import torch.nn as nn
 
+from altgrad_lib.quantize.attention import QuantizedAttention
 from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, convert_torchao, is_float8_linear
-from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.quantize.linear import QuantizedLinear, module_seed
 from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
 
 COLUMNS = ("module", "class", "shape", "input", "weight", "grad_output", "gemm", "backend")
@@ -45,6 +47,7 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
                      "gemm": spec.gemm_options.short_str() if spec and spec.gemm_options else "-",
                      "backend": policy.backend if spec else "-"})
 
+    attn_ops = _attention_ops(model, policy, hp_from)   # built before any swap: a bad one changes nothing
     if policy.backend == "torchao":
         convert_torchao(model, chosen)
     elif chosen:
@@ -58,20 +61,46 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         for fqn, new in new_modules.items():
             parent_name, _, child = fqn.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+    for fqn, op in attn_ops.items():
+        model.get_submodule(fqn).attention_op = op
 
     if verbose:
         print(format_conversion(rows, policy))
     return rows
 
 
+def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_from: int | None) -> dict[str, nn.Module]:
+    """fqn -> QuantizedAttention for every attention module (one with an `attention_op` slot, model.py) outside the
+    policy's high-precision last blocks; {} without `attn:`."""
+    if policy.attn is None:
+        return {}
+    out = {}
+    for fqn, m in model.named_modules():
+        if not hasattr(m, "attention_op"):
+            continue
+        if m.attention_op is not None:
+            raise ValueError(f"{fqn} already has a low-precision attention; quantize_model must run once per model")
+        i = _block_index(fqn + ".")
+        if hp_from is not None and i is not None and i >= hp_from:
+            continue
+        seed_of = lambda point, fqn=fqn: module_seed(policy.seed, fqn, f"attn/{point}")  # noqa: E731
+        op = QuantizedAttention(policy.attn, m.n_embd // m.n_head, seed_of=seed_of, fqn=fqn)
+        out[fqn] = op.to(next(m.parameters()).device)
+    return out
+
+
 def conversion_summary(rows: Sequence[Mapping[str, Any]], policy: str | Mapping | QuantPolicy) -> str:
-    """One line: how many Linears `policy` quantized and which stayed in high precision."""
+    """One line: how many Linears `policy` quantized and which stayed in high precision (and, with `attn:`, what
+    the attention matmuls run in)."""
     policy = get_policy(policy)
     kept = sorted({r["class"] if r["class"] != "-" else r["module"] for r in rows if r["backend"] == "-"})
     n = sum(r["backend"] != "-" for r in rows)
-    return (f"{policy.name}[{policy.backend}]: {n}/{len(rows)} Linear quantized "
-            f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} "
-            f"+ embeddings, LayerNorm, softmax, attention matmuls")
+    head = (f"{policy.name}[{policy.backend}]: {n}/{len(rows)} Linear quantized "
+            f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} + embeddings, LayerNorm, softmax")
+    if policy.attn is None:
+        return head + ", attention matmuls"
+    last = f" (not in the last {policy.hp_last_blocks} blocks)" if policy.hp_last_blocks else ""
+    return head + f"; attention matmuls{last}: {policy.attn.short_str()}"
 
 
 def format_conversion(rows: Sequence[Mapping[str, Any]], policy: str | Mapping | QuantPolicy) -> str:

@@ -3,7 +3,8 @@
 A `QuantPolicy` maps layer classes ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head", or the "*" default)
 to a `LayerSpec`: one QuantSpec per GEMM operand (input X, weight W, grad_output dY), `None` = high precision.
 `quantize_model(model, policy)` swaps the matching `nn.Linear`s in place and prints what is quantized where.
-Embeddings, LayerNorm, softmax and the attention matmuls always stay high precision.
+Embeddings, LayerNorm and the softmax always stay high precision; the attention matmuls too, unless the policy's
+`attn:` (an AttnSpec, quantize/attention.py) puts formats on Q, K, V, P, O, dO, dP, dQKV.
 
 Backends: "sim" (quantize/linear.py; any format from altgrad_lib.numerics.formats), "torchao" and "scaled_mm"
 (altgrad_lib.quantize.hw_fp8; E4M3/E5M2 only, real FP8 kernels on GPU, emulated on CPU).
@@ -20,7 +21,8 @@ from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_A
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
-from altgrad_lib.quantize.block_recipes import block_recipe, canonical_block_recipe, is_block_recipe
+from altgrad_lib.quantize.attention import AttnSpec
+from altgrad_lib.quantize.block_recipes import block_recipe, block_recipe_attn, canonical_block_recipe, is_block_recipe
 from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 
@@ -119,8 +121,12 @@ class QuantPolicy:
     backend: str = "sim"   # "sim" | "torchao" | "scaled_mm"
     seed: int = 0          # base seed of the stochastic-rounding generators (per module: seed + hash(name))
     hp_last_blocks: int = 0  # the last N transformer blocks (transformer.h.<i>) stay high precision
+    # low-precision attention core (quantize/attention.py): a preset name, an AttnSpec dict or None (SDPA, hp)
+    attn: AttnSpec | None = None
 
     def __post_init__(self) -> None:
+        attn = AttnSpec.from_value(self.attn)
+        object.__setattr__(self, "attn", attn if attn is not None and attn.is_quantized else None)
         n = self.hp_last_blocks
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"QuantPolicy.hp_last_blocks={n!r} is invalid; valid: an int >= 0")
@@ -147,34 +153,37 @@ class QuantPolicy:
     def from_dict(cls, d: Mapping) -> "QuantPolicy":
         """From YAML: {"name", "backend", "seed", "layers": {class: {input, weight, grad_output} | null}}.
         `"recipe": "<name>"` starts from a named recipe and overrides its layers."""
-        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks")
+        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks", "attn")
         bad = set(d) - set(valid)
         if bad:
             raise ValueError(f"QuantPolicy: unknown key(s) {sorted(bad)}; valid keys: {valid}")
         layers: dict[str, Any] = {}
         name = d.get("name")
-        hp_last = 0
+        hp_last, attn = 0, None
         if d.get("recipe") is not None:
             base = get_policy(d["recipe"])
             layers.update(base.layers)
             name = name or base.name
-            hp_last = base.hp_last_blocks
+            hp_last, attn = base.hp_last_blocks, base.attn
         layers.update(d.get("layers") or {})
         if name is None:
             raise ValueError("QuantPolicy.from_dict: 'name' (or 'recipe') is required")
         return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0),
-                   hp_last_blocks=d.get("hp_last_blocks", hp_last))
+                   hp_last_blocks=d.get("hp_last_blocks", hp_last), attn=d.get("attn", attn))
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "backend": self.backend, "seed": self.seed,
                "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
         if self.hp_last_blocks:
             out["hp_last_blocks"] = self.hp_last_blocks
+        if self.attn is not None:     # only when set: policies without it keep their old dict (and run hashes)
+            out["attn"] = self.attn.to_dict()
         return out
 
     def short_str(self) -> str:
         parts = [f"{k}={v.short_str() if v else 'hp'}" for k, v in self.layers.items()]
-        return f"{self.name}[{self.backend}] " + "; ".join(parts)
+        attn = f"; attn={self.attn.short_str()}" if self.attn is not None else ""
+        return f"{self.name}[{self.backend}] " + "; ".join(parts) + attn
 
 
 def _hybrid(xw_fmt: str, grad_fmt: str, lm_head: bool) -> dict[str, LayerSpec | None]:
@@ -214,7 +223,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
         elif is_block_recipe(name):
             layers, hp_last = block_recipe(name)
-            policy = QuantPolicy(name=canonical_block_recipe(name), layers=layers, hp_last_blocks=hp_last)
+            policy = QuantPolicy(name=canonical_block_recipe(name), layers=layers, hp_last_blocks=hp_last,
+                                 attn=block_recipe_attn(name))
         elif name.lower().startswith("fmt:"):
             xw, grad = _fmt_recipe_parts(name)
             layers = _hybrid(xw, grad or "E5M2", lm_head=False)
@@ -259,6 +269,12 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
         out = copy.deepcopy(dict(recipe))
         if isinstance(out.get("recipe"), str):
             out["recipe"] = canonical_recipe(out["recipe"])
+        if "attn" in out:   # every setting explicit (a preset expanded); a spec that quantizes nothing means null
+            attn = AttnSpec.from_value(out["attn"])
+            out["attn"] = attn.to_dict() if attn is not None and attn.is_quantized else None
+            base = out.get("recipe")
+            if out["attn"] is None and (base is None or get_policy(base).attn is None):
+                del out["attn"]   # null where it changes nothing: the same run (and hash) as no `attn:` key
         for spec in (out.get("layers") or {}).values():
             if not isinstance(spec, dict):
                 continue
