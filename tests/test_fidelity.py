@@ -74,7 +74,7 @@ def test_mxfp8_report_every_gemm_axis_exact_vs_torchao_and_the_hand_loop():
     assert len(ops) == 6
     for _, _, op in ops:
         assert op["format"] == "E4M3" and op["scaling"] == "mx32f" and op["rounding"] == "nearest" and not op["rht"]
-        assert _refs(op) == {"torchao to_mx", "hand MX loop (oracles.mx_reference)"}
+        assert _refs(op) == {"torchao to_mx", "hand reference from OCP MX 1.0"}
         assert all(r["exact"] for r in op["references"]) and "sr" not in op
 
 
@@ -102,7 +102,7 @@ def test_a_wrong_reference_shows_as_mismatches(monkeypatch):
     ops = _ops(fidelity_report("mxfp8"))
     for _, _, op in ops:
         by = {r["reference"]: r for r in op["references"]}
-        assert by["hand MX loop (oracles.mx_reference)"]["exact"]
+        assert by["hand reference from OCP MX 1.0"]["exact"]
         assert not by["torchao to_mx"]["exact"] and by["torchao to_mx"]["mismatches"] > 0
 
 
@@ -169,14 +169,14 @@ def test_accumulator_and_attention_settings_are_read_not_retyped():
 JSON_KEYS = {"recipe", "backend", "policy", "operands_note", "summary", "touches", "attention", "layers"}
 OPERAND_KEYS = {"operand", "role", "format", "scaling", "rounding", "saturate", "spec", "along", "rht", "q_sqnr_db",
                 "references", "note"}
-REF_KEYS = {"reference", "exact", "sqnr_db", "max_abs_err", "mismatches", "n"}
+REF_KEYS = {"reference", "source", "exact", "sqnr_db", "max_abs_err", "mismatches", "n"}
 
 
 def test_cli_json_schema(capsys):
     assert main(["fidelity", "nvfp4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d) == JSON_KEYS
-    assert set(d["summary"]) == {"exactly_simulated", "approximately", "not_simulated"}
+    assert set(d["summary"]) == {"exactly_simulated", "exact_vs_hand_reference", "approximately", "not_simulated"}
     assert set(d["touches"]) == {"quantized", "high_precision", "modules", "always_high_precision", "hp_last_blocks"}
     for e in d["layers"]:
         assert {"layer_classes", "spec", "gemms"} <= set(e)
@@ -186,7 +186,8 @@ def test_cli_json_schema(capsys):
                 if "spec" in op:
                     assert OPERAND_KEYS <= set(op) and all(set(r) == REF_KEYS for r in op["references"])
                     if "sr" in op:
-                        assert set(op["sr"]) == {"draws", "z", "bound", "pass", "rel_bias"}
+                        assert set(op["sr"]) == {"draws", "z", "bound", "pass", "rel_bias", "saturated_frac",
+                                                 "z_unsaturated", "why"}
 
 
 def test_cli_bad_recipe_is_one_line_before_any_compute(capsys, monkeypatch):
