@@ -10,15 +10,25 @@ implementation of that format and scaling that exists here:
   each applied to x·s with the scale s of AltGrad's Scaler (the reference checks the rounding, not the scale rule)
   and saturated explicitly (clamped to +-fmax before the cast when the spec saturates; a library's own overflow
   rule is never inherited);
-- MX blocks: torchao's MXTensor.to_mx (elements E4M3, E5M2, E2M3, E3M2, E2M1) and the hand-written MX loop of
-  numerics/oracles.py (any element format); NVFP4: torchao's NVFP4Tensor.to_nvfp4 (1x16; 16x16 tiles composed from
-  it). References see the operand with the GEMM's reduction dim last (transposed here, independently of AltGrad's
-  axis handling), rotated by the same RHT when the GEMM has one.
+- block kinds (numerics/oracles.py), each row marked "library" (code someone else wrote) or "hand" (a slow reference
+  we wrote from the paper's or spec's equations, named "hand reference from <paper/spec>"; its element and scale
+  roundings are library casts or the grid's definition, never AltGrad's kernel):
+  MX: torchao MXTensor.to_mx (elements E4M3, E5M2, E2M3, E3M2, E2M1), else gfloat's quantize_block (FLOOR; MXINT8
+  with the symmetric ±127/64 element), and the hand reference from OCP MX 1.0 (any element, RCEIL, headroom);
+  NVFP4: torchao NVFP4Tensor.to_nvfp4 (E2M1, E4M3 scales, 1x16; 16x16 tiles composed from it) and the hand reference
+  from the NVFP4 report, which alone covers INT4 elements (NVINT4), UE5M3 scales (amdfp4), 4/6 and the SR headroom;
+  fp8_block: torchao's torch_blockwise_scale_act_quant_lhs (1x128) / torch_blockwise_scale_weight_quant (128x128)
+  and the hand reference from TE Float8BlockScaling, which alone covers pow2 scales. A library joins only where it
+  implements exactly the operand's kind and options. References see the operand with the GEMM's reduction dim last
+  (transposed here, independently of AltGrad's axis handling), rotated by the same RHT when the GEMM has one. The
+  summary lists "bit-exact vs a library" apart from "exact vs a reference we wrote from the paper's equations".
 
 A stochastic-rounding operand is compared through its round-to-nearest twin (same scales and grid) and gets a
 Monte-Carlo unbiasedness check: N draws by the operand's Quantizer, the sign-aligned total bias
 Z = sum_i sign(x_i)(mean_i - x_i) / sqrt(sum_i var_i / N) (var_i: each element's sample variance over the draws;
-sign-aligned so that a bias toward zero, e.g. saturation, does not cancel between signs), pass when |Z| <= 3.
+sign-aligned so that a bias toward zero, e.g. saturation, does not cancel between signs), pass when |Z| <= 3. It also
+measures the fraction of elements above the format's max after scaling (SR can only round them down) and Z without
+them: when that Z passes, saturation is the measured cause, and a headroom (the sr_headroom switch) removes it.
 
 The synthetic operands: X (64 tokens x 128 in), W (96 out x 128 in), dY (64 x 96), seeded Gaussians with 1 % of
 the elements multiplied by 30..300 (outliers). They are the same for every layer class; the report measures the
@@ -28,7 +38,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -41,6 +50,7 @@ from altgrad_lib.choices import BLOCK_SWITCHES
 from altgrad_lib.numerics.block_scaling import BlockScaling, elementwise_scale
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db
 from altgrad_lib.numerics.scaling import stateless_scale
+from altgrad_lib.quantize.fidelity_text import db_str, render_text
 from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS, ROLE_LABEL
 # _row / _col are gemm_quant's operand copies (rotation + quantization along the GEMM's reduction dim): the report
 # runs the exact code path of training, so it imports them rather than re-typing them
@@ -52,18 +62,12 @@ SHAPES = {"input": (64, 128), "weight": (96, 128), "grad_output": (64, 96)}   # 
 OPERAND_NOTE = ("synthetic operands, seed {seed}: X 64x128, W 96x128, dY 64x96, Gaussian with 1 % outliers "
                 "(x30..x300); the same for every layer class")
 N_SR_DRAWS = 128
-WIDTH = 116       # text report width (fits a notebook cell and a terminal)
 SR_Z_BOUND = 3.0
 FP32_ACCUM = "FP32 (as torch.matmul)"
 # the GEMM's reduction dim of each operand, as a name, and whether the operand tensor has it last
 _REDUCE = {("fprop", "input"): ("in", True), ("fprop", "weight"): ("in", True),
            ("dgrad", "grad_output"): ("out", True), ("dgrad", "weight"): ("out", False),
            ("wgrad", "grad_output"): ("tokens", False), ("wgrad", "input"): ("tokens", False)}
-# the summary's sections: bit-exact vs a library someone else wrote is listed apart from exact vs a hand reference
-SUMMARY_TITLES = (("exactly_simulated", "Exactly simulated"),
-                  ("exact_vs_hand_reference", "Exact only vs a reference we wrote from the paper's equations (no "
-                                              "library has the quantizer)"),
-                  ("approximately", "Approximately"), ("not_simulated", "Not simulated"))
 ALWAYS_HP = ("token and position embeddings", "LayerNorm", "softmax", "residual adds", "the loss")
 
 
@@ -450,7 +454,7 @@ def _summary(rep: FidelityReport, policy: QuantPolicy) -> dict:
                     bad = [r for r in refs if not r["exact"]]
                     worst = min(bad, key=lambda r: r["sqnr_db"] if r["sqnr_db"] is not None else math.inf)
                     loose.setdefault(f"{twin}: {worst['mismatches']} of {worst['n']} elements differ from "
-                                     f"{worst['reference']} (SQNR {_db(worst['sqnr_db'])} dB)", []).append(
+                                     f"{worst['reference']} (SQNR {db_str(worst['sqnr_db'])} dB)", []).append(
                         (cls, g["gemm"], op["operand"]))
                 else:
                     loose.setdefault(f"{label}: {op['note'].split(';')[0]}", []).append((cls, g["gemm"], op["operand"]))
@@ -483,77 +487,3 @@ def _summary(rep: FidelityReport, policy: QuantPolicy) -> dict:
                          f"report checks the simulator's numerics of the same specs")
     return {"exactly_simulated": ex, "exact_vs_hand_reference": [f"{k} ({_where(v)})" for k, v in hand.items()],
             "approximately": approx, "not_simulated": nots}
-
-
-# ----------------------------------------------------------------------------- text
-
-def _db(v: float | None) -> str:
-    return "exact" if v is None else f"{v:.1f}"
-
-
-def _ref_cells(r: dict) -> str:
-    sq = "exact" if r["exact"] else ("∞ (±0)" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f}")
-    return f"{sq:>6} {r['max_abs_err']:>8.3g} {r['mismatches']:>5}/{r['n']:<5} {r['reference']}"
-
-
-def render_text(rep: FidelityReport) -> str:
-    """The report as text: the one-screen summary first, then the tensors touched, then the operand table."""
-    t = rep.touches
-    lines = [f"AltGrad fidelity report: {rep.recipe} (backend {rep.backend})",
-             textwrap.fill(OPERAND_NOTE.format(seed=rep.seed), WIDTH, initial_indent="  ", subsequent_indent="  "),
-             ""]
-    for key, title in SUMMARY_TITLES:
-        lines.append(f"{title}:")
-        lines += [textwrap.fill(s, WIDTH, initial_indent="  - ", subsequent_indent="    ")
-                  for s in rep.summary[key]] or ["  (none)"]
-    lines += ["", "Tensors touched:",
-              f"  quantized:      {', '.join(t['quantized']) or 'none'}",
-              textwrap.fill(", ".join(t["high_precision"] + t["always_high_precision"]), WIDTH,
-                            initial_indent="  high precision: ", subsequent_indent=" " * 18),
-              f"  hp_last_blocks: {t['hp_last_blocks']}"
-              + (" (the last N transformer blocks stay high precision)" if t["hp_last_blocks"] else ""),
-              f"  attention:      {rep.attention}", ""]
-    w = max([20] + [len(op["spec"]) for e in rep.layers if e["spec"] for g in e["gemms"] for op in g["operands"]
-                    if "spec" in op])
-    head = (f"  {'GEMM':<6}{'op':<3} {'spec':<{w}} {'RHT':<8} {'along':<6} {'q SQNR':>6} {'SQNR':>6} "
-            f"{'max|err|':>8} {'mismatch':<11} reference")
-    for e in rep.layers:
-        if e["spec"] is None:
-            lines.append(f"{', '.join(e['layer_classes'])}: high precision (not quantized)")
-            continue
-        lines += [f"{', '.join(e['layer_classes'])}: {e['path']}", head]
-        for g in e["gemms"]:
-            if g["high_precision"]:
-                lines.append(f"  {g['gemm']:<6}high precision (hp_gemms)")
-                continue
-            for op in g["operands"]:
-                pre = f"  {g['gemm']:<6}{op['operand']:<3} "
-                if "spec" not in op:
-                    lines.append(pre + "high precision")
-                    continue
-                along = "last" if op["along"].startswith("last") else op["along"]
-                pre += f"{op['spec']:<{w}} {op['rht'] or '-':<8} {along:<6} {op['q_sqnr_db']:>6.1f} "
-                refs = op["references"] or [None]
-                for i, r in enumerate(refs):
-                    body = _ref_cells(r) if r else f"{'':>6} {'':>8} {'':<11} {op['note'].split(';')[0]}"
-                    lines.append((pre if i == 0 else " " * len(pre)) + body)
-            lines.append(f"  {'':<6}accumulation: {g['accumulation']}")
-    srs = [(g["gemm"], op) for e in rep.layers if e["spec"] for g in e["gemms"] for op in g["operands"] if "sr" in op]
-    if srs:
-        head = (f"Stochastic rounding, Monte-Carlo: sign-aligned total bias Z of the mean of N draws vs the exact "
-                f"value; pass when |Z| <= {SR_Z_BOUND:g}. (The table above compares an SR operand's round-to-nearest "
-                f"twin: same scales, same grid.) Saturated: the elements above the format's max after scaling, "
-                f"where SR can only round toward zero; Z without them shows whether they are the bias.")
-        lines += ["", textwrap.fill(head, WIDTH)]
-        seen = set()
-        for gemm, op in srs:
-            k = (gemm, op["operand"], op["spec"])
-            if k in seen:
-                continue
-            seen.add(k)
-            s = op["sr"]
-            lines.append(f"  {gemm:<6}{op['operand']:<3} {op['spec']:<{w}} {op['rht'] or '-':<8} N={s['draws']:<4} "
-                         f"Z={s['z']:+.2f}  rel. bias {s['rel_bias']:+.1e}  "
-                         f"saturated {100 * s['saturated_frac']:.2g} % (Z without: {s['z_unsaturated']:+.2f})  "
-                         f"{'pass' if s['pass'] else 'FAIL'}")
-    return "\n".join(lines)
