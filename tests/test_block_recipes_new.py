@@ -1,17 +1,18 @@
 """The block quantizers and named recipes of issue 30, each against an oracle someone else wrote or a hand reference
-from the paper's equations (named in each test): fp8_block (torchao's own CPU reference functions), MXINT8 (gfloat's
-OCP MX INT8 block quantizer), NVINT4 / UE5M3 / 4/6 (hand references), and every new recipe training through the CLI."""
+from the paper's equations (named in each test; one copy of each in numerics/oracles.py, which the fidelity report
+uses too): fp8_block (torchao's own CPU reference functions; pow2 by the hand reference of TE's rule), MXINT8 (gfloat's
+OCP MX INT8 block quantizer), NVINT4 / UE5M3 / 4/6 (hand references, each checked against a library where one
+overlaps), and every new recipe training through the CLI."""
 from __future__ import annotations
 
-import ast
-import math
-from pathlib import Path
+import importlib.util
 
 import numpy as np
 import pytest
 import torch
 
 from altgrad_lib.choices import BLOCK_SWITCHES
+from altgrad_lib.numerics import oracles
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.quantize.recipes import canonical_recipe, get_policy
@@ -33,20 +34,13 @@ def _blocky(*shape: int, seed: int = 0) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------ fp8_block vs torchao
 
 def _torchao_blockwise_refs() -> dict:
-    """torchao's pure-torch references torch_blockwise_scale_act_quant_lhs / _weight_quant, taken from the installed
-    torchao source and run on the CPU (their module imports triton at the top, which a CPU machine lacks)."""
-    tao = pytest.importorskip("torchao")
-    src = Path(tao.__file__).parent / "prototype" / "blockwise_fp8_training" / "kernels.py"
-    if not src.exists():
-        pytest.skip("torchao without prototype/blockwise_fp8_training")
-    tree = ast.parse(src.read_text())
-    wanted = {"torch_blockwise_scale_act_quant_lhs", "torch_blockwise_scale_weight_quant"}
-    mod = ast.Module(body=[n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted],
-                     type_ignores=[])
-    ns = {"torch": torch, "EPS": 1e-12, "e4m3_dtype": torch.float8_e4m3fn}
-    exec(compile(mod, str(src), "exec"), ns)
-    assert wanted <= set(ns)
-    return ns
+    """torchao's pure-torch references torch_blockwise_scale_act_quant_lhs / _weight_quant, compiled from the installed
+    torchao source (oracles.torchao_blockwise_functions: their module imports triton, which a CPU machine lacks)."""
+    pytest.importorskip("torchao")
+    try:
+        return oracles.torchao_blockwise_functions()
+    except ImportError as e:
+        pytest.skip(str(e))
 
 
 def test_fp8_block_matches_torchao_reference_bit_for_bit():
@@ -56,11 +50,13 @@ def test_fp8_block_matches_torchao_reference_bit_for_bit():
     want = (q.float().reshape(6, 3, 128) * s_inv.reshape(6, 3, 1)).reshape(6, 384)
     got, _, _ = block_qdq(x, E4M3, BlockScaling("fp8_block"))
     assert torch.equal(got, want)
+    assert torch.equal(oracles.torchao_fp8_blockwise(x), want)        # the wrapper the fidelity report uses
     w = _blocky(256, 384, seed=1)
     qw, sw_inv = ref["torch_blockwise_scale_weight_quant"](w.contiguous(), 128)
     want_w = (qw.float().reshape(2, 128, 3, 128) * sw_inv.reshape(2, 1, 3, 1)).reshape(256, 384)
     got_w, _, _ = block_qdq(w, E4M3, BlockScaling("fp8_block", tile_2d=True))
     assert torch.equal(got_w, want_w)
+    assert torch.equal(oracles.torchao_fp8_blockwise(w, tile_2d=True), want_w)
     # along another axis (a GEMM's column-wise copy): the same blocks on the transpose
     got_t, _, _ = block_qdq(x.t().contiguous(), E4M3, BlockScaling("fp8_block"), axis=0)
     assert torch.equal(got_t.t(), want)
@@ -74,28 +70,29 @@ def test_fp8_block_partial_blocks_of_small_dims_are_zero_padded_blocks():
     q, s_inv = ref["torch_blockwise_scale_act_quant_lhs"](pad.contiguous(), 128)
     want = (q.float() * s_inv.reshape(5, 1))[:, :80]
     got, _, _ = block_qdq(x, E4M3, BlockScaling("fp8_block"))
-    assert torch.equal(got, want)
+    assert torch.equal(got, want) and torch.equal(oracles.torchao_fp8_blockwise(x), want)
     w = _blocky(48, 200, seed=3)
     wpad = torch.nn.functional.pad(w, (0, 56, 0, 80))
     qw, sw_inv = ref["torch_blockwise_scale_weight_quant"](wpad.contiguous(), 128)
     want_w = (qw.float().reshape(1, 128, 2, 128) * sw_inv.reshape(1, 1, 2, 1)).reshape(128, 256)[:48, :200]
     got_w, _, _ = block_qdq(w, E4M3, BlockScaling("fp8_block", tile_2d=True))
-    assert torch.equal(got_w, want_w)
+    assert torch.equal(got_w, want_w) and torch.equal(oracles.torchao_fp8_blockwise(w, tile_2d=True), want_w)
 
 
-def test_fp8_block_pow2_scales_are_te_rule():
-    """TE's compute_scale_from_amax with force_pow_2_scales: s = 2^floor(log2(448 / amax)) (hand reference in
-    float64 from the rule; exact since 448 / amax is rounded to fp32 first, as TE's __fdiv_rn)."""
+def test_fp8_block_hand_reference_agrees_with_torchao_and_pow2_scales_are_te_rule():
+    """oracles.fp8_block_reference (hand reference from TE's compute_scale_from_amax) equals torchao's functions where
+    both apply (FP32 scales), which checks the hand reference; with pow2 (force_pow_2_scales: s = 2^floor(log2(448 /
+    amax)), which no library here has) it is the oracle, 1x128 and 128x128."""
     x = _blocky(3, 256, seed=4)
+    w = _blocky(200, 256, seed=9)
+    if importlib.util.find_spec("torchao") is not None:
+        assert torch.equal(oracles.fp8_block_reference(x), oracles.torchao_fp8_blockwise(x))
+        assert torch.equal(oracles.fp8_block_reference(w, tile_2d=True), oracles.torchao_fp8_blockwise(w, tile_2d=True))
     got, _, _ = block_qdq(x, E4M3, BlockScaling("fp8_block", pow2=True))
-    for r in range(3):
-        for b in range(2):
-            blk = x[r, b * 128:(b + 1) * 128]
-            s = float(np.float32(448.0) / np.float32(blk.abs().max()))
-            s2 = 2.0 ** math.floor(math.log2(s))
-            want = torch.from_numpy(np.asarray(blk.double().numpy() * s2, dtype=np.float32)).to(
-                torch.float8_e4m3fn).double() / s2
-            assert torch.equal(got[r, b * 128:(b + 1) * 128].double(), want), (r, b)
+    assert torch.equal(got, oracles.fp8_block_reference(x, pow2=True))
+    got_w, _, _ = block_qdq(w, E4M3, BlockScaling("fp8_block", pow2=True, tile_2d=True))
+    assert torch.equal(got_w, oracles.fp8_block_reference(w, tile_2d=True, pow2=True))
+    assert not torch.equal(got, oracles.fp8_block_reference(x))      # pow2 changes the answer on this input
 
 
 # ------------------------------------------------------------------------------------------ MXINT8 vs gfloat
@@ -125,83 +122,64 @@ def test_mxint8_matches_gfloat_ocp_block_quantizer():
 
 
 # ------------------------------------------------------------------------------------------ NVINT4, UE5M3: hand refs
+# oracles.nv_reference: NVFP4's two-level scale from the NVFP4 report's equations, one block at a time, elements by
+# a library's cast (ml_dtypes E2M1) or the integer grid's definition (INT4: torch.round, clamped to +-7)
 
-def _nv_reference(x: torch.Tensor, elem_max: float, scale_round, scale_lo: float, scale_hi: float,
-                  elem_round) -> torch.Tensor:
-    """NVFP4's two-level scale from the NVFP4 report's equations, one 1x16 block at a time: s_g = amax /
-    (scale_hi · fmax), s_b = Q_scale(clamp((block amax / fmax) / s_g, scale_lo, scale_hi)), y = Q(x · ((1 / s_g) /
-    s_b)) · (s_g · s_b), in fp32 (the operation order of torchao's nvfp4_quantize)."""
-    f32 = torch.float32
-    s_g = (x.abs().max().to(f32) / (scale_hi * elem_max))
-    out = torch.empty_like(x)
-    for r in range(x.shape[0]):
-        for b in range(0, x.shape[1], 16):
-            blk = x[r, b:b + 16]
-            s_b = scale_round(torch.clamp((blk.abs().max() / elem_max) / s_g, scale_lo, scale_hi))
-            out[r, b:b + 16] = elem_round(blk * ((1.0 / s_g) / s_b)) * (s_g * s_b)
-    return out
-
-
-def _e4m3(t: torch.Tensor) -> torch.Tensor:
-    return t.to(torch.float8_e4m3fn).float()        # torch's cast: the E4M3 oracle
+def test_nv_hand_reference_agrees_with_torchao_where_both_apply():
+    """The hand reference is itself checked: on plain NVFP4 (E2M1, E4M3 scales, 1x16) it equals torchao's to_nvfp4."""
+    pytest.importorskip("torchao")
+    x = _blocky(8, 64, seed=10)
+    assert torch.equal(oracles.nv_reference(x), oracles.torchao_nvfp4(x))
 
 
 def test_nvint4_matches_hand_reference_from_the_paper():
     """NVINT4 (arXiv 2510.25602; fouroversix's nvint4: max 7, E4M3 scales, static 6 rule): integers in [-7, 7],
-    round half to even (torch.round), NVFP4's two-level scale with fmax 7."""
-    x = _blocky(4, 64, seed=6)
-    want = _nv_reference(x, 7.0, _e4m3, 2.0**-6, 448.0, lambda t: torch.round(t).clamp(-7, 7))
+    round half to even (torch.round), NVFP4's two-level scale with fmax 7; 1x16 and 16x16 (the recipe's weights)."""
+    x = _blocky(32, 64, seed=6)
     got, _, _ = block_qdq(x, get_format("INT4"), BlockScaling("nvfp4"))
-    assert torch.equal(got, want)
+    assert torch.equal(got, oracles.nv_reference(x, "INT4"))
+    got2, _, _ = block_qdq(x, get_format("INT4"), BlockScaling("nvfp4", tile_2d=True))
+    assert torch.equal(got2, oracles.nv_reference(x, "INT4", tile_2d=True))
 
 
 def test_ue5m3_block_scales_match_hand_reference():
-    """amdfp4's unsigned E5M3 scales (bias 15, max 114688): the scale grid from its definition (round half to even
-    on the 3-bit mantissa of each binade, subnormal spacing 2^-17), E2M1 elements from ml_dtypes."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-
-    def ue5m3(t: torch.Tensor) -> torch.Tensor:
-        v = t.double()
-        e = torch.floor(torch.log2(v)).clamp(min=-14)
-        q = torch.round(v / torch.exp2(e - 3)) * torch.exp2(e - 3)
-        return q.clamp(max=114688.0).float()
-
-    def e2m1(t: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(t.numpy(), dtype=ml_dtypes.float4_e2m1fn).astype(np.float32))
-
+    """amdfp4's unsigned E5M3 scales (bias 15, max 114688): the scale grid from its definition (oracles.ue5m3_round,
+    itself checked here against gfloat's rounding of the same grid), E2M1 elements from ml_dtypes."""
+    pytest.importorskip("ml_dtypes")
+    gfloat = pytest.importorskip("gfloat")
+    v = torch.exp2(torch.linspace(-14.0, 16.8, 4001))                  # the grid's normal range and past its max
+    want = gfloat.round_ndarray(oracles.gfloat_format_info("UE5M3"), v.double().numpy(), sat=True)
+    assert torch.equal(oracles.ue5m3_round(v).double(), torch.from_numpy(want))
     x = _blocky(3, 48, seed=7)
-    want = _nv_reference(x, 6.0, ue5m3, 2.0**-14, 114688.0, e2m1)
     got, _, _ = block_qdq(x, get_format("E2M1"), BlockScaling("nvfp4", scale_fmt="UE5M3"))
-    assert torch.equal(got, want)
+    assert torch.equal(got, oracles.nv_reference(x, scale_fmt="UE5M3"))
+
+
+def test_ue5m3_scales_are_not_torchaos_e4m3_scales():
+    """Where a block's scale is below E4M3's range relative to the tensor amax, UE5M3 keeps it and torchao's E4M3 path
+    clamps: the reference of an amdfp4 operand must be the UE5M3 one (the fidelity report once showed torchao)."""
+    pytest.importorskip("torchao")
+    x = _blocky(2, 64, seed=11)
+    x[0, 16:32] *= 1e-5                                               # one block far below the tensor amax
+    got, _, _ = block_qdq(x, get_format("E2M1"), BlockScaling("nvfp4", scale_fmt="UE5M3"))
+    assert torch.equal(got, oracles.nv_reference(x, scale_fmt="UE5M3"))
+    assert not torch.equal(got, oracles.torchao_nvfp4(x))
 
 
 def test_four_over_six_matches_hand_reference():
     """4/6 from Cook et al. (arXiv 2512.02010) as their reference code states it: tensor scale amax / (6 · 256), per
     block the E4M3 scale for amax -> 6 and for amax -> 4, each block's elements rounded to nearest with both, the
     one with the lower sum of squared errors kept (a tie keeps 6). E2M1 rounding by ml_dtypes."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-
-    def e2m1(t: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(t.numpy(), dtype=ml_dtypes.float4_e2m1fn).astype(np.float32))
-
+    pytest.importorskip("ml_dtypes")
     x = _blocky(4, 64, seed=8)
-    s_g = x.abs().max() / (256.0 * 6.0)
-    want = torch.empty_like(x)
-    n4 = 0
-    for r in range(4):
-        for b in range(0, 64, 16):
-            blk = x[r, b:b + 16]
-            cands = []
-            for t in (6.0, 4.0):
-                s_b = _e4m3(torch.clamp((blk.abs().max() / t) / s_g, 2.0**-6, 448.0))
-                y = e2m1(blk * ((1.0 / s_g) / s_b)) * (s_g * s_b)
-                cands.append((float(((y.double() - blk.double()) ** 2).sum()), y))
-            four = cands[1][0] < cands[0][0]
-            n4 += four
-            want[r, b:b + 16] = cands[1][1] if four else cands[0][1]
+    want, chose4 = oracles.nv_reference(x, four_over_six=True, with_choice=True)
     got, _, _ = block_qdq(x, get_format("E2M1"), BlockScaling("nvfp4", four_over_six=True))
     assert torch.equal(got, want)
-    assert 0 < n4 < 16                     # both choices occur, so the selection itself is tested
+    assert 0 < sum(chose4) < 16                 # both choices occur, so the selection itself is tested
+    w = _blocky(32, 64, seed=12)
+    got_w, _, _ = block_qdq(w, get_format("E2M1"), BlockScaling("nvfp4", four_over_six=True, tile_2d=True))
+    want_w, chose4_w = oracles.nv_reference(w, four_over_six=True, tile_2d=True, with_choice=True)
+    assert torch.equal(got_w, want_w) and 0 < sum(chose4_w) < len(chose4_w)
 
 
 # ------------------------------------------------------------------------------------------ recipes

@@ -11,7 +11,8 @@ quantized linear itself, the model surgery that swaps it in, and the hardware FP
     hw_fp8.py      peer paths for E4M3/E5M2: torchao float8 training and a torch._scaled_mm linear
     layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)
     fidelity.py    `altgrad fidelity RECIPE`: each GEMM operand's quantization against torch / ml_dtypes / gfloat /
-                   torchao, the SR Monte-Carlo, what stays high precision or is not simulated
+                   torchao or a hand reference from the paper, the SR Monte-Carlo, what stays high precision or is
+                   not simulated (fidelity_text.py: its text)
 
 model.py (beside this package, the same layer) is the GPT these recipes are applied to.
 """
