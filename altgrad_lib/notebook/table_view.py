@@ -16,6 +16,7 @@ Digits, one definition each:
     pct(v)             a percentage: 1 decimal and " %"
     loss(v)            a loss or entropy in nats: 3 decimals
     number(v)          anything else: 3 significant, plain notation from 0.001 to 10^6, else "1.23e-05"
+    whole(v)           a count or rate to the unit: "1,234,568"
 
 NaN is "none" everywhere; a value that rounds to zero prints without a sign ("0.000", never "-0.000").
 """
@@ -92,15 +93,15 @@ def gap(v: Any) -> str:
 def gap_ci(g: Any, lo: Any, hi: Any) -> str:
     """"+0.0123 [+0.0081, +0.0165]": the CI's decimals follow the largest of the three at 3 significant, so the
     bounds line up with the gap; without a CI (n = 1) the gap alone."""
-    if _missing(g):
-        return NONE
-    vals = [float(x) for x in (g, lo, hi) if not _missing(x)]
+    if _missing(g) or _missing(lo) or _missing(hi):
+        return gap(g)
+    vals = [float(x) for x in (g, lo, hi)]
     d = min(_decimals(max(abs(x) for x in vals) or 1.0, 3), 6)
 
     def one(x: Any) -> str:
         return _unsigned_zero(f"{float(x):+.{d}f}")
 
-    return one(g) if _missing(lo) or _missing(hi) else f"{one(g)} [{one(lo)}, {one(hi)}]"
+    return f"{one(g)} [{one(lo)}, {one(hi)}]"
 
 
 def margin(v: Any) -> str:
@@ -136,6 +137,11 @@ def pct(v: Any) -> str:
 def loss(v: Any) -> str:
     """A loss or entropy in nats, 3 decimals."""
     return NONE if _missing(v) else _unsigned_zero(f"{float(v):.3f}")
+
+
+def whole(v: Any) -> str:
+    """A count or rate shown to the unit with thousands separators ("1,234,568" tokens/s)."""
+    return NONE if _missing(v) else _unsigned_zero(f"{float(v):,.0f}")
 
 
 def _integral(s: pd.Series) -> bool:
@@ -274,4 +280,4 @@ def table(frame: pd.DataFrame, formats: Mapping[Any, Callable[[Any], str]] | Non
 
 
 __all__ = ["NONE", "WIDTH", "Table", "table", "formatter_for", "number", "gap", "gap_ci", "margin", "db", "p_value",
-           "pct", "loss"]
+           "pct", "loss", "whole"]

@@ -91,13 +91,13 @@ def loss_table(runs: Mapping[str, Any]) -> pd.DataFrame:
 
 def run_summary(runs: Mapping[str, Any], baseline: str | None = None) -> tv.Table:
     """Final train/val loss, perplexity, median throughput and (optionally) % gap to a baseline run. A Table: the
-    numbers stay floats, the display has losses at 3 decimals, perplexity and tokens/s at 3 significant digits,
+    numbers stay floats, the display has losses at 3 decimals, perplexity at 3 significant digits, tokens/s to the unit,
     the gap at 1 decimal %, "none" for a run without a final loss."""
     df = pd.DataFrame([{"run": label, **final_metrics(run)} for label, run in runs.items()])
     if baseline is not None:
         base = df.loc[df.run == baseline, "final_val_loss"].iloc[0]
         df["val_gap_pct"] = 100 * (df.final_val_loss - base) / base
-    return tv.table(df, {"val_ppl": tv.number, "tokens_per_s": tv.number}, keys=["run"])
+    return tv.table(df, {"val_ppl": tv.number, "tokens_per_s": tv.whole}, keys=["run"])
 
 
 # ----------------------------------------------------------------------------------------------------
