@@ -45,7 +45,7 @@ def test_number_has_three_significant_and_no_long_scientific(v):
     assert ("e" in s) == (not 1e-3 <= abs(v) < 1e6)
 
 
-@pytest.mark.parametrize("v", [p for p in np.logspace(-6, 0, 40)])
+@pytest.mark.parametrize("v", [*np.logspace(-6, 0, 40), 0.9995])
 def test_p_value_two_significant_or_below_floor(v):
     s = tv.p_value(v)
     if v < 0.001:

@@ -126,7 +126,8 @@ def p_value(v: Any) -> str:
     v = float(v)
     if v < _P_FLOOR:
         return f"< {_P_FLOOR:g}"
-    return f"{v:.{_decimals(v, 2)}f}"
+    text = f"{v:.{_decimals(v, 2)}f}"
+    return "1.0" if float(text) == 1 else text   # 0.9995 rounds up: "1.0", not "1.00"
 
 
 def pct(v: Any) -> str:
