@@ -15,6 +15,7 @@ SOURCES = ("altgrad_lib", "tests", "notebooks", "tools", "bench", "params", "REA
 INTERFACE = {
     "altgrad_lib/optim/manifold.py": {"_check_point_on_manifold", "_check_vector_on_tangent", "proju", "transp",
                                       "logmap"},   # geoopt's Manifold interface: geoopt calls them
+    "altgrad_lib/notebook/table_view.py": {"_constructor"},   # pandas' subclassing interface: pandas calls it
 }
 
 

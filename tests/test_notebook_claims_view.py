@@ -3,6 +3,7 @@ same id), its words come from the claims headline, and the readable table keeps 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -53,8 +54,10 @@ def test_readable_keeps_the_numbers():
     r = claims_view.readable(t).set_index("level")
     row = t.set_index("level").loc["E2M1"]
     assert r.loc["E2M1", "verdict"] == row.verdict == "worse"
-    assert r.loc["E2M1", "gap nats [CI]"] == f"{row.gap_nats:+.4f} [{row.ci_lo:+.4f}, {row.ci_hi:+.4f}]"
-    assert r.loc["E2M1", "MDE nats"] == f"{row.mde_nats:.4f}" and r.loc["fp8", "δ nats"] == "0.0100"
+    g, lo, hi = (float(x) for x in re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", r.loc["E2M1", "gap nats [CI]"]).groups())
+    d = 2 - math.floor(math.log10(max(abs(row.gap_nats), abs(row.ci_lo), abs(row.ci_hi))))   # 3 significant
+    assert (g, lo, hi) == (round(row.gap_nats, d), round(row.ci_lo, d), round(row.ci_hi, d))
+    assert r.loc["E2M1", "MDE nats"] == f"{row.mde_nats:.3f}" and r.loc["fp8", "δ nats"] == "0.010"   # 3 decimals
     s = claims_view.verdict_sentence(t, "fp8")
     assert s.startswith(f"fp8: {t.set_index('level').loc['fp8', 'verdict']} (gap")
     assert claims_view.verdict_sentence(t, "nope") == "nope: no claim (not compared)"
@@ -94,15 +97,16 @@ def test_readable_shows_every_new_column_and_the_by_keys():
                 rows.append({"recipe": r, "lr": lr, "seed": s, "final_val_loss": v})
     t = claims.claims_table(pd.DataFrame(rows), "recipe", "hp", by=["lr"], positive_controls=["E2M1"])
     r = claims_view.readable(t)
-    assert list(r.columns[:4]) == ["lr", "value", "level", "n pairs"] and (r.value == "final_val_loss").all()
+    assert list(r.columns[:3]) == ["lr", "level", "verdict"] and (r.value == "final_val_loss").all()   # verdict first
     e2 = r[r.level == "E2M1"].iloc[0]
     assert e2.diverged == "1/3" and e2.verdict == "diverged in 1/3 seeds" and e2["baseline diverged"] == "0/3"
     fp8 = r[r.level == "fp8"].iloc[0]
     assert fp8.verdict == "equivalent within ±0.01" and fp8.CI == "90 % (TOST)" and not fp8.smoke
     row = t[t.level == "fp8"].iloc[0]
-    assert fp8["equivalent within (90 % CI)"] == f"±{row.equiv_bound:.4f}" and row.equiv_bound < 0.01
+    bound = f"{row.equiv_bound:.3f}" if row.equiv_bound >= 0.001 else f"{row.equiv_bound:.2g}"   # 3 decimals, or
+    assert fp8["equivalent within (90 % CI)"] == f"±{bound}" and row.equiv_bound < 0.01   # 2 significant below
     s = claims_view.verdict_sentence(t, "fp8")
-    assert f"data support ±{row.equiv_bound:.4f} nats" in s and "90 % (TOST) CI" in s and "diverged 0/3" in s
+    assert f"data support ±{bound} nats" in s and "90 % (TOST) CI" in s and "diverged 0/3" in s
     # a diverged known-harmful recipe agrees with a paper's "worse"
     assert claims_view.expectation_lines(t, {"E2M1": ("worse", "paper A")})[0].startswith(
         "E2M1: agrees with paper A (worse vs hp")

@@ -45,3 +45,15 @@ def test_tool_writes_the_installed_spec_and_leaves_the_rest(tmp_path):
     assert out["metadata"]["kernelspec"] == _installed()
     assert out["cells"] == nb["cells"]                       # only the metadata changes
     assert tool.fix(dst, _installed()) is False              # already right: not rewritten
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_kernelspec_is_what_ipykernel_writes(path):
+    """Independent of this machine's installed kernelspecs (a user-installed "python3" spec named "Python 3" would
+    make the test above agree with a notebook JupyterLab rewrites): ipykernel's own spec, the one `ipykernel install`
+    writes and JupyterLab shows, is the oracle."""
+    ipk = pytest.importorskip("ipykernel.kernelspec")
+    spec = ipk.get_kernel_dict()
+    want = {"display_name": spec["display_name"], "language": spec["language"], "name": ipk.KERNEL_NAME}
+    assert want == {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    assert json.loads(path.read_text())["metadata"]["kernelspec"] == want

@@ -177,7 +177,7 @@ def test_fixed_point_format_has_no_normal_numbers():
     assert not f.has_normals and f.min_normal > f.max       # 2^emin is only the subnormal threshold here
     assert f.convention_table().loc["min_normal", "value"] == "none"
     s = format_summary_table(["E0M7", "E4M3"])
-    assert math.isnan(s.loc["E0M7", "min_normal"]) and s.loc["E0M7", "binades"] == 0
+    assert math.isnan(s.loc["E0M7", "min_normal"]) and s.loc["E0M7", "normal_binades"] == 0
     assert s.loc["E4M3", "min_normal"] == 2.0**-6
     assert all(get_format(n).has_normals for n in ALL if get_format(n).ebits > 0)
 

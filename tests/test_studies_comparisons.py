@@ -47,5 +47,5 @@ def test_control_above_the_unigram_entropy_is_not_clear():
     t = control_table(_summary([6.8, 6.85, 6.9], [7.4, 7.45, 7.5]), "hp", "hp control")
     assert control_verdict(t)[0]                                     # a clear margin of 0.6 nats ...
     clear, sentence = control_verdict(t, entropy=6.11)               # ... above the unigram entropy of the val tokens
-    assert not clear and "NOT below the unigram entropy 6.110" in sentence
+    assert not clear and "NOT below the unigram entropy of the val split (6.110 nats)" in sentence
     assert control_verdict(t, entropy=7.0)[0]

@@ -3,6 +3,8 @@
 No logic lives here. Every name is imported from the module that owns it, so there is one copy of each:
 
   - notebook/tables     : provenance banner, loss / summary / model tables, trained-model loading
+  - notebook/table_view : `table(frame)`: any frame displayed with publishable digits, narrow, verdict first
+  - notebook/names      : one name per term (term, unigram_entropy_name) and runs named by what they are (run_label)
   - studies/results     : tidy run frames (one row per run), final metrics, metric-name lookup
   - studies/variant_runs : train_variants (a notebook's variants x seeds through the study layer)
   - studies/until_resolved : train_until_resolved (train_variants with seeds until resolved), all_seeds
@@ -21,6 +23,8 @@ from __future__ import annotations
 from altgrad_lib.notebook.tables import (corpus_summary, git_sha, load_trained_model, loss_table, model_summary,
                                          params_hash, provenance_banner, quantization_table, run_summary,
                                          throughput, train_config_from)
+from altgrad_lib.notebook.table_view import Table, table
+from altgrad_lib.notebook.names import run_label, term, unigram_entropy_name
 from altgrad_lib.numerics.anatomy import (binade_counts, format_overview, log_uniform, positive_values,
                                           rounding_error, sr_bias_variance, sr_probe_points, ulp_at_grid)
 from altgrad_lib.numerics.oracles import (REFERENCES, Reference, all_bf16_values, count_mismatches,

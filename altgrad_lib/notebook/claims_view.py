@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from altgrad_lib.notebook import table_view as tv
 from altgrad_lib.studies import claims
 
 PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
@@ -44,14 +45,6 @@ class StatusBanner:
         return self.text
 
 
-def _p(v: float) -> str:
-    return "" if not np.isfinite(v) else f"{v:.2g}" if v < 0.001 else f"{v:.3f}"
-
-
-def _f4(v: float) -> str:
-    return f"{v:.4f}" if np.isfinite(v) else ""
-
-
 def ci_label(verdict: str, level: float, sequential: bool = False) -> str:
     """"90 % (TOST)" beside an equivalence verdict, "99.4 % (Holm)" beside the others, "95 %" in a smoke test: the
     level of the CI printed with a row (claims ci_level). In a sequential table (studies/sequential.py) the level is
@@ -66,52 +59,66 @@ def ci_label(verdict: str, level: float, sequential: bool = False) -> str:
     return f"{100 * level:.3g} % ({'sequential bound' if sequential else 'Holm'})"
 
 
-def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFrame:
-    """One display row per claim: the `keys` columns and the table's other `by` keys (claims.by_columns), the value
-    compared, the level, seeds (pairs, diverged variant / baseline seeds), gap with the CI at the level its verdict
-    uses (labelled), gap / window, the p-values, δ, TOST p, equiv_bound, MDE, the control check, smoke and the
-    verdict (the numbers of claims.claims_table, formatted)."""
+def _signed_pct(v: float) -> str:
+    return tv.NONE if not np.isfinite(v) else tv.pct(100 * v) if round(100 * v, 1) == 0 else f"{100 * v:+.1f} %"
+
+
+def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> tv.Table:
+    """One display row per claim, the verdict first: the `keys` columns and the table's other `by` keys
+    (claims.by_columns), the level, the verdict, the gap with the CI at the level its verdict uses (labelled), seeds
+    (pairs, diverged variant / baseline seeds), gap / window, the p-values, δ, TOST p, equiv_bound, MDE, the control
+    check, smoke and the value compared (the numbers of claims.claims_table with table_view's digits: gaps 3
+    significant, margins 3 decimals, p 2 significant or "< 0.001", "none" where there is no number). A Table:
+    displayed as HTML in JupyterLab, in blocks of at most table_view.WIDTH characters by print / to_string, columns
+    with no value in any row (the p-values of one seed) named under it instead of shown empty."""
     if table.empty:
-        return pd.DataFrame(columns=["level", "verdict"])
+        return tv.table(pd.DataFrame(columns=["level", "verdict"]))
     keys = list(dict.fromkeys([*keys, *[c for c in claims.by_columns(table) if table[c].notna().any()]]))
     seeds = table.n_seeds if "n_seeds" in table else table.n
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         **{k: table[k] for k in keys},
-        "value": table["value"] if "value" in table else "", "level": table.level, "n pairs": table.n,
+        "level": table.level, "verdict": table.verdict,
+        "gap nats [CI]": [tv.gap_ci(g, lo, hi) for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
+        "CI": [ci_label(v, lv, "p_bound" in table) or tv.NONE for v, lv in zip(table.verdict, table.ci_level)],
+        "n pairs": table.n,
         "diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged, seeds)],
         "baseline diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged_baseline, seeds)],
-        "gap nats [CI]": [f"{g:+.4f} [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else f"{g:+.4f}"
-                          for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
-        "CI": [ci_label(v, lv, "p_bound" in table) for v, lv in zip(table.verdict, table.ci_level)],
-        "gap / window": [f"{v:+.1%}" if np.isfinite(v) else "" for v in table.gap_window],
-        "p paired": table.p_paired.map(_p), "p Holm": table.p_holm.map(_p), "p sign-flip": table.p_perm.map(_p),
-        "signs": table.signs, "p Welch": table.p_welch.map(_p),
-        "δ nats": table.delta_nats.map(_f4), "p TOST": table.p_tost.map(_p),
-        "equivalent within (90 % CI)": table.equiv_bound.map(lambda v: f"±{v:.4f}" if np.isfinite(v) else ""),
-        "MDE nats": table.mde_nats.map(_f4),
-        "control": table.control, "smoke": table.smoke.astype(bool), "verdict": table.verdict,
+        "gap / window": table.gap_window.map(_signed_pct),
+        "p paired": table.p_paired.map(tv.p_value), "p Holm": table.p_holm.map(tv.p_value),
+        "p sign-flip": table.p_perm.map(tv.p_value), "signs": table.signs, "p Welch": table.p_welch.map(tv.p_value),
+        "δ nats": table.delta_nats.map(tv.margin), "p TOST": table.p_tost.map(tv.p_value),
+        "equivalent within (90 % CI)": table.equiv_bound.map(lambda v: "±" + tv.margin(v) if np.isfinite(v)
+                                                             else tv.NONE),
+        "MDE nats": table.mde_nats.map(tv.margin),
+        "control": table.control, "smoke": table.smoke.astype(bool),
+        "value": table["value"] if "value" in table else "",
     }).reset_index(drop=True)
+    return tv.table(frame, keys=[*keys, "level"])
 
 
 def _nats(v: float) -> str:
-    return f"{v:.4f} nats" if np.isfinite(v) else "n/a"
+    return f"{tv.margin(v)} nats" if np.isfinite(v) else "n/a"
+
+
+def _holm(v: float) -> str:
+    return tv.p_value(v) if np.isfinite(v) else "n/a"
 
 
 def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
-    """"<level>: <verdict> (gap +0.0123 nats [99.4 % (Holm) CI ...], Holm p 0.01, worse in 3/3; MDE 0.0040 nats, δ
-    0.0100 nats, data support ±0.0150; diverged 0/3, baseline 0/3)": prose from one claims row; a smoke-test row has
-    its gap and no verdict."""
+    """"<level>: <verdict> (gap +0.0123 nats [+0.0081, +0.0165] 99.4 % (Holm) CI, Holm p 0.012, worse in 3/3; MDE
+    0.004 nats, δ 0.010 nats, data support ±0.015 nats; diverged 0/3, baseline 0/3)": prose from one claims row, with
+    table_view's digits; a smoke-test row has its gap and no verdict."""
     r = table[table.level == level]
     if r.empty:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
-    ci = (f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {ci_label(r.verdict, r.ci_level, 'p_bound' in r)} CI"
-          if np.isfinite(r.ci_lo) else "")
+    gap, _, bounds = tv.gap_ci(r.gap_nats, r.ci_lo, r.ci_hi).partition(" ")   # the CI with the gap's decimals
+    ci = f" {bounds} {ci_label(r.verdict, r.ci_level, 'p_bound' in r)} CI" if bounds else ""
     if bool(r.smoke):   # the gap and the seeds without a result, no verdict word
-        return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}; seeds with no result: {r.n_diverged}/"
+        return (f"{level}: {r.verdict} (gap {gap} nats{ci}; seeds with no result: {r.n_diverged}/"
                 f"{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds})")
     seeds = f"diverged {r.n_diverged}/{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds}"
-    return (f"{level}: {r.verdict} (gap {r.gap_nats:+.4f} nats{ci}, Holm p {_p(r.p_holm) or 'n/a'}, {r.signs}; "
+    return (f"{level}: {r.verdict} (gap {gap} nats{ci}, Holm p {_holm(r.p_holm)}, {r.signs}; "
             f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
 
 
@@ -131,7 +138,7 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
             continue
         r = r.iloc[0]
         got = str(r.verdict)
-        nums = f"gap {r.gap_nats:+.4f} nats, Holm p {_p(r.p_holm) or 'n/a'}, MDE {_nats(r.mde_nats)}"
+        nums = f"gap {tv.gap(r.gap_nats)} nats, Holm p {_holm(r.p_holm)}, MDE {_nats(r.mde_nats)}"
         if got.startswith(want) or (want == "worse" and claims.is_harm(got)):   # a diverged run is a harm too
             out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
         elif got.startswith("equivalent") and want in ("worse", "better"):

@@ -6,10 +6,11 @@ matplotlib Figure, so the same code draws in JupyterLab, under papermill and in 
 
 `Dashboard` wires dropdowns (metric, colour-by axis, and one filter per axis) to a redraw; `redraw()` is
 what the widgets call, so tests drive it by setting `.value` on the dropdowns. Under papermill (no widget
-frontend) `show()` still displays the current figure as a static image, so the executed notebook is complete.
+frontend) `show()` still carries the current figure as a static image, so the executed notebook is complete.
 `DrillDown` does the same from one configuration (a format) to its weight histograms (the weights monitor's
 `hist.log2w:<k>` rows) and its gradient flow (the gradients monitor's per-layer `grad_norm`); statically it draws
-every configuration.
+every configuration. `show_live` puts a widget and its static figure in one output, so a live kernel shows the
+widget and a saved or untrusted notebook the figure (tests/test_notebook_dashboard_kernel.py runs a real kernel).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from altgrad_lib.notebook import table_view as tv
 from altgrad_lib.notebook.names import (
     FRACTIONS,
     column_label,
@@ -188,7 +190,7 @@ def warning_events(events: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
     return ev[~ev.kind.astype(str).str.startswith("unavailable")]
 
 
-def next_gpu_hour(index: pd.DataFrame, label: Sequence[str], events: pd.DataFrame | None = None) -> pd.DataFrame:
+def next_gpu_hour(index: pd.DataFrame, label: Sequence[str], events: pd.DataFrame | None = None) -> tv.Table:
     """Per configuration (the `label` columns, seeds pooled): how many runs completed / diverged / failed,
     the earliest divergence step and, when early-warning events exist, the earliest warning step.
 
@@ -210,7 +212,8 @@ def next_gpu_hour(index: pd.DataFrame, label: Sequence[str], events: pd.DataFram
     out["verdict"] = np.where(out.failed > 0, "failed (see error)", np.where(out.diverged > 0, "diverges",
                                                                              np.where(out.completed == out.runs,
                                                                                       "stable", "incomplete")))
-    return out.reset_index().sort_values(["verdict", "mean_final_val_loss"])
+    out = out.reset_index().sort_values(["verdict", "mean_final_val_loss"])
+    return tv.table(out, first=[*label, "verdict"], keys=label)   # the verdict beside the configuration
 
 
 def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
@@ -227,7 +230,9 @@ def export_figures(figs: dict[str, Figure], out_dir: str | Path) -> list[Path]:
 
 
 
-LIVE_NOTE = "interactive view: run this cell in a live kernel to use it (a saved notebook shows its static figure)"
+# at most 110 characters: ipywidgets cuts a widget's text/plain there
+LIVE_NOTE = ("interactive dashboard: run this cell in a live kernel with ipywidgets "
+             "(saved or untrusted: a static figure)")
 
 
 def live_box(w: Any, children: list) -> Any:
@@ -235,6 +240,31 @@ def live_box(w: Any, children: list) -> Any:
     saying how to get the interactive view, not the repr of every child widget."""
     box = type("LiveBox", (w.VBox,), {"__repr__": lambda self: LIVE_NOTE})
     return box(children)
+
+
+def _png(fig: Figure) -> str:
+    """The figure as the inline backend sends it (base64 PNG, tight bounding box)."""
+    import base64
+
+    from IPython.core.pylabtools import print_figure
+
+    return base64.b64encode(print_figure(fig, "png", bbox_inches="tight")).decode("ascii")
+
+
+def show_live(box: Any, fig: Figure | None) -> None:
+    """One output for a dashboard: the widget view and, in the same bundle, the current figure as a PNG.
+
+    A frontend draws one mimetype per output, the richest it may: JupyterLab with a live kernel draws the widget
+    (whose Output holds the figure: shown once); a saved or untrusted notebook may not run widget code, so it draws
+    the PNG. The line LIVE_NOTE (printed first, and the bundle's text/plain) says how to get the interactive view.
+    Without `fig` the bundle is the widget alone."""
+    from IPython.display import display
+
+    print(LIVE_NOTE)
+    bundle = {**box._repr_mimebundle_(), "text/plain": LIVE_NOTE}
+    if fig is not None:
+        bundle["image/png"] = _png(fig)
+    display(bundle, raw=True)
 
 
 class Dashboard:
@@ -279,13 +309,9 @@ class Dashboard:
         return live_box(w, [w.HBox([self.metric, self.hue]), w.HBox(list(self.filters.values())), self.out])
 
     def show(self, static: bool = True) -> None:
-        """Display the widget box (JupyterLab redraws it) and, if `static`, the current figure as a plain image
-        too (papermill has no widget frontend, so only that image lands in the executed notebook)."""
-        from IPython.display import display
-
-        display(self.widget())
-        if static:
-            display(self.fig)
+        """Display the widget with, if `static`, the current figure as its static form (show_live: a live kernel
+        shows the widget, a saved or untrusted notebook the figure, never both)."""
+        show_live(self.widget(), self.fig if static else None)
 
 
 
@@ -402,15 +428,17 @@ class DrillDown:
         return live_box(w, [w.HBox([self.config, self.layer]), self.out])
 
     def show(self, static: bool = True) -> dict[str, Figure]:
-        """Display the widgets and, if `static`, one figure per configuration (all layers), which is what lands in
-        a notebook executed without a widget frontend; returns those figures (label -> Figure)."""
+        """Display the widgets and, if `static`, one figure per configuration (all layers): the first as the widget's
+        static form (show_live), the others after it; returns those figures (label -> Figure)."""
         from IPython.display import display
 
-        display(self.widget())
-        figs = {}
+        first = self.config.value
+        figs = {first: self.fig} if static and self.layer.value == ALL else {}
+        show_live(self.widget(), figs.get(first))   # the widget's current view is the first figure's static form
         if static:
             for label in self.diags:
-                figs[label] = self.figure_for(label)
-                plt.close(figs[label])
-                display(figs[label])
-        return figs
+                if label not in figs:
+                    figs[label] = self.figure_for(label)
+                    plt.close(figs[label])
+                    display(figs[label])
+        return {label: figs[label] for label in self.diags} if static else figs

@@ -6,6 +6,8 @@
     metric_label(key)   "saturated fraction (fraction of elements)": an axis or colour-bar label
     column_label(col)   the same for a table column ("dynamic_range_log2") or a metric key
     layer_name(fqn)     "block 0 attn QKV"
+    term(key)           one name per term printed with a number (TERMS: unigram entropy per split, the two binade
+                        counts, the two stall rates); unigram_entropy_name(split), run_label(...) for runs
 
 Every plotting function of notebook/ labels its axes, titles and legends through these, and
 notebook/figure_check.py rejects a figure that shows a key of METRICS or a layer shorthand as text.
@@ -13,6 +15,7 @@ notebook/figure_check.py rejects a figure that shows a key of METRICS or a layer
 from __future__ import annotations
 
 import re
+from typing import Any, Sequence
 
 # key -> (name, unit); unit "" = a pure number whose name says what it counts (an axis label then carries no
 # bracket). Keys of the monitors (monitors/__init__.py lists them), of the trainer (metrics.jsonl) and of the
@@ -28,7 +31,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "ctr.scale": ("scale s", "multiplier"),
     "ctr.amax": ("max |x|", "tensor units"),
     "sat_frac": ("saturated fraction", "fraction of elements"),
-    "stall_rate": ("stalled updates", "fraction of weights"),
+    "stall_rate": ("predicted stall: |Δw| under half an ULP", "fraction of weights"),   # TERMS["stall_rate"]
     "moved_frac": ("weights that changed code", "fraction of weights"),
     "staleness": ("stale weights", "fraction of weights"),
     "grad_snr_db": ("gradient SNR vs FP32 shadow", "dB"),
@@ -66,7 +69,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "train/grad_norm": ("gradient norm before clipping", "L2 norm"),
     "perf/tokens_per_s": ("throughput", "tokens/s"),
     "throughput/tokens_per_s": ("throughput", "tokens/s"),
-    "optim/stall_rate": ("stalled updates", "fraction of weights"),
+    "optim/stall_rate": ("realized stall: update rounded away", "fraction of updated weights"),   # TERMS
     "optim/update_visibility": ("weights moved per step", "fraction of weights"),
     "optim/mean_abs_dcode": ("mean |Δcode| per weight and step", "codes"),
     "optim/frac_moved": ("weights moved per step", "fraction of weights"),
@@ -77,7 +80,8 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 # Table columns that figures plot (numerics.formats.format_summary_table, quantize.layer_sqnr): name, unit.
 COLUMNS: dict[str, tuple[str, str]] = {
-    "dynamic_range_log2": ("dynamic range max/min subnormal", "binades"),
+    "dynamic_range_log2": ("dynamic range incl. subnormals, log2(max/min subnormal)", "binades"),   # TERMS
+    "normal_binades": ("binades of the normal range", "binades"),                                  # TERMS
     "values_per_binade": ("values per binade", "count"),
     "n_finite": ("finite values", "count"),
     "out_sqnr_db": ("Y (output)", "dB"),
@@ -86,6 +90,41 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "overflow_rate": ("overflow", "fraction of elements"),
     "stiffness_var": ("stiffness variance over layers", "log2 ULP²"),
 }
+# One definition per name: the terms the notebooks print next to a number, each named by what it is computed from,
+# so two different numbers never share a name. key -> (name, definition).
+TERMS: dict[str, tuple[str, str]] = {
+    "unigram_entropy_train": ("unigram entropy of the train split",
+                              "-Σ p log p of the train split's token frequencies, nats/token "
+                              "(TokenCorpus.unigram_entropy('train')): the no-context line drawn on loss plots"),
+    "unigram_entropy_val": ("unigram entropy of the val split",
+                            "the same over the val split (TokenCorpus.unigram_entropy('val'), Study.eval_entropy): "
+                            "the bound of the control check (claims.control_check) and of the banners"),
+    "normal_binades": ("binades of the normal range",
+                       "emax - emin + 1: the exponents that hold normal values (formats.format_summary_table)"),
+    "dynamic_range_log2": ("dynamic range incl. subnormals",
+                           "log2(max / min_subnormal) in binades (format_summary_table dynamic_range_log2, "
+                           "anatomy.format_overview 'binades (max/min_subnormal)')"),
+    "stall_rate": ("predicted stall",
+                   "share of a layer's weights whose update |Δw·s| is under half an ULP of w·s, from the master "
+                   "weights (monitors grid group, numerics.grid_metrics.stall_rate; notebooks 04 and 06)"),
+    "optim/stall_rate": ("realized stall",
+                         "among the weights the optimizer asked to move (non-zero update), the share whose stored "
+                         "grid value stayed the same (optim.stats; notebook 05)"),
+}
+
+
+def term(key: str) -> str:
+    """The one name of a term of TERMS ("unigram_entropy_val" -> "unigram entropy of the val split")."""
+    if key not in TERMS:
+        raise KeyError(f"unknown term {key!r}; terms: {sorted(TERMS)}")
+    return TERMS[key][0]
+
+
+def unigram_entropy_name(split: str) -> str:
+    """"unigram entropy of the train split" / "... val split": the entropy is always named with its split."""
+    return term(f"unigram_entropy_{split}")
+
+
 # Metrics whose values are shares of something: never negative, so their colour scales start at 0.
 FRACTIONS = frozenset(k for k, (_, unit) in METRICS.items() if unit.startswith("fraction"))
 
@@ -133,3 +172,32 @@ def layer_name(layer: str) -> str:
     if lin is None:
         return f"block {block} {part if part == 'attn' else 'MLP'}"
     return f"block {block} {_LINEAR.get((part, lin), f'{part} {lin}')}"
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    s = sorted({int(x) for x in seeds})
+    if len(s) == 1:
+        return f"seed {s[0]}"
+    if s == list(range(s[0], s[-1] + 1)):
+        return f"seeds {s[0]}–{s[-1]}"
+    return "seeds " + ", ".join(map(str, s))
+
+
+def run_label(label: str, config: Any = None, seeds: Sequence[int] = (), profile: str | None = None) -> str:
+    """A run named by what it is, not only by its variant label: "hp: recipe hp, 2L × 64d, 50 steps, seeds 0–2, cpu
+    profile". Three notebooks' "hp" are three different runs (different steps, sizes, seeds); a legend, title or
+    banner that shows a number of one of them names it with this. `config` is a TrainConfig (or anything with
+    recipe, n_layer, n_embd, max_steps); parts that are not given are left out."""
+    parts = []
+    if config is not None:
+        recipe = getattr(config, "recipe", None)
+        parts.append(f"recipe {recipe if isinstance(recipe, str) else 'custom'}")
+        if getattr(config, "n_layer", None) is not None and getattr(config, "n_embd", None) is not None:
+            parts.append(f"{config.n_layer}L × {config.n_embd}d")
+        if getattr(config, "max_steps", None) is not None:
+            parts.append(f"{config.max_steps} steps")
+    if len(seeds):
+        parts.append(_seeds_text(seeds))
+    if profile:
+        parts.append(f"{profile} profile")
+    return f"{label}: {', '.join(parts)}" if parts else str(label)

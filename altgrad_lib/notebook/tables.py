@@ -18,6 +18,7 @@ import torch
 
 import altgrad_lib
 from altgrad_lib.model import GPT
+from altgrad_lib.notebook import table_view as tv
 from altgrad_lib.quantize.convert import COLUMNS
 from altgrad_lib.studies.results import THROUGHPUT, TRAIN_LOSS, VAL_LOSS, final_metrics, find_metric, metrics_wide
 from altgrad_lib.training.build import gpt_config
@@ -59,18 +60,20 @@ def provenance_banner(params: Mapping[str, Any], run: Any | None = None) -> str:
 # runs and corpora
 
 
-def corpus_summary(tc: Any) -> pd.DataFrame:
-    """TokenCorpus.summary() as a readable table (statistic x split); entropy in nats/token."""
+def corpus_summary(tc: Any) -> tv.Table:
+    """TokenCorpus.summary() as a readable table (statistic x split); entropy in nats/token, named with its split's
+    column (names.TERMS: the train split's entropy is the plots' line, the val split's the control check's)."""
     s = tc.summary()
     rows = {}
-    for k in ("docs", "chars", "tokens"):
-        rows[k] = {sp: f"{int(s[f'{sp}_{k}']):,}" for sp in ("train", "val")}
-    for k in ("bytes_per_token", "unigram_entropy"):
-        rows[k] = {sp: f"{s[f'{sp}_{k}']:.3f}" for sp in ("train", "val")}
-    rows["unigram_perplexity"] = {sp: f"{math.exp(s[f'{sp}_unigram_entropy']):.1f}" for sp in ("train", "val")}
-    df = pd.DataFrame(rows).T
-    df.attrs["title"] = f"{s['corpus']} / {s['tokenizer']} (vocab {s['vocab_size']})"
-    return df
+    for k, name in (("docs", "documents"), ("chars", "characters"), ("tokens", "tokens")):
+        rows[name] = {sp: f"{int(s[f'{sp}_{k}']):,}" for sp in ("train", "val")}
+    rows["bytes per token"] = {sp: f"{s[f'{sp}_bytes_per_token']:.3f}" for sp in ("train", "val")}
+    rows["unigram entropy (nats/token)"] = {sp: tv.loss(s[f"{sp}_unigram_entropy"]) for sp in ("train", "val")}
+    rows["unigram perplexity"] = {sp: f"{math.exp(s[f'{sp}_unigram_entropy']):.1f}" for sp in ("train", "val")}
+    df = pd.DataFrame(rows).T.rename_axis("statistic")
+    title = f"{s['corpus']} / {s['tokenizer']} (vocab {s['vocab_size']})"
+    df.attrs["title"] = title
+    return tv.table(df, caption=title)
 
 
 def loss_table(runs: Mapping[str, Any]) -> pd.DataFrame:
@@ -86,13 +89,15 @@ def loss_table(runs: Mapping[str, Any]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[["label", "step", "split", "loss"]]
 
 
-def run_summary(runs: Mapping[str, Any], baseline: str | None = None) -> pd.DataFrame:
-    """Final train/val loss, perplexity, median throughput and (optionally) % gap to a baseline run."""
+def run_summary(runs: Mapping[str, Any], baseline: str | None = None) -> tv.Table:
+    """Final train/val loss, perplexity, median throughput and (optionally) % gap to a baseline run. A Table: the
+    numbers stay floats, the display has losses at 3 decimals, perplexity at 3 significant digits, tokens/s to the unit,
+    the gap at 1 decimal %, "none" for a run without a final loss."""
     df = pd.DataFrame([{"run": label, **final_metrics(run)} for label, run in runs.items()])
     if baseline is not None:
         base = df.loc[df.run == baseline, "final_val_loss"].iloc[0]
         df["val_gap_pct"] = 100 * (df.final_val_loss - base) / base
-    return df
+    return tv.table(df, {"val_ppl": tv.number, "tokens_per_s": tv.whole}, keys=["run"])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -114,23 +119,24 @@ def train_config_from(params: Mapping[str, Any], *, extra: Iterable[str] = (), *
     return TrainConfig.from_dict({**{k: v for k, v in params.items() if k not in extra}, **overrides})
 
 
-def quantization_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """quantize_model's rows as a DataFrame (one row per Linear: module, class, shape, input, weight,
-    grad_output, backend)."""
-    return pd.DataFrame(list(rows), columns=list(COLUMNS))
+def quantization_table(rows: Iterable[Mapping[str, Any]]) -> tv.Table:
+    """quantize_model's rows as a Table (one row per Linear: module, class, shape, input, weight, grad_output,
+    backend); printed in blocks that fit a notebook column, the module repeated in each."""
+    return tv.table(pd.DataFrame(list(rows), columns=list(COLUMNS)), keys=["module"])
 
 
-def model_summary(cfg: Any, vocab_size: int) -> pd.DataFrame:
+def model_summary(cfg: Any, vocab_size: int) -> tv.Table:
     """Shape and parameter counts of the model a TrainConfig trains (built on CPU, not trained)."""
     model = GPT(gpt_config(cfg, vocab_size))
     total, non_emb = model.num_params(), model.num_params(non_embedding=True)
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
-    return pd.DataFrame({"value": {
+    df = pd.DataFrame({"value": {
         "layers x heads x width": f"{cfg.n_layer} x {cfg.n_head} x {cfg.n_embd}", "context": cfg.block_size,
         "vocab": vocab_size, "wte / lm_head rows (padded)": model.config.padded_vocab_size, "mlp": cfg.mlp,
         "params": total, "params (non-embedding)": non_emb,
         "Linear layers": n_linear, "tokens / step": cfg.batch_size * cfg.block_size,
-        "tokens seen": cfg.batch_size * cfg.block_size * cfg.max_steps}})
+        "tokens seen": cfg.batch_size * cfg.block_size * cfg.max_steps}}).rename_axis("model")
+    return tv.table(df)
 
 
 def load_trained_model(run: Any, vocab_size: int):

@@ -511,7 +511,7 @@ _GENERIC_CACHE: dict[tuple[int, int], FloatFormat] = {}
 
 
 def format_summary_table(names=None):
-    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, binades...
+    """pandas DataFrame, one row per format: bits, bias, specials, max, min normal/subnormal, normal_binades...
     min_normal is NaN for a format without normal numbers (E0M7: no exponent bits)."""
     import pandas as pd
 
@@ -521,7 +521,10 @@ def format_summary_table(names=None):
         rows.append({"format": f.name, "short": f.short_str(), "bits": f.bits, "ebits": f.ebits, "mbits": f.mbits,
                      "bias": f.bias, "specials": f.specials, "max": f.max,
                      "min_normal": f.min_normal if f.has_normals else math.nan,
-                     "min_subnormal": f.min_subnormal, "binades": f.emax - f.emin + 1 if f.has_normals else 0,
+                     "min_subnormal": f.min_subnormal,
+                     # two binade counts, two names (notebook/names.py TERMS): the normal range's exponents here,
+                     # the dynamic range incl. subnormals, log2(max / min_subnormal), in dynamic_range_log2
+                     "normal_binades": f.emax - f.emin + 1 if f.has_normals else 0,
                      "values_per_binade": 2**f.mbits, "n_finite": f.n_finite,
                      "dynamic_range_log2": math.log2(f.max / f.min_subnormal)})
     return pd.DataFrame(rows).set_index("format")

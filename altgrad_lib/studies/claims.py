@@ -453,7 +453,7 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
         above = float(b.max()) >= entropy
         return table, (False if above else None), (
             f"{why}; the baseline's loss {float(b.max()):.3f} (worst of {len(b)} seed(s)) is "
-            f"{'NOT ' if above else ''}below the unigram entropy {entropy:.3f} of the evaluation tokens"
+            f"{'NOT ' if above else ''}below the unigram entropy of the val split ({entropy:.3f} nats)"
             + (": it has not learned even the token frequencies" if above else ""))
     b, c = _by_seed(frame[~is_ctl & (frame[axis] == baseline)], seed, value), _by_seed(ctl, seed, value)
     table = pd.concat({"baseline": b, "control": c}, axis=1, join="inner").rename_axis(seed)

@@ -106,8 +106,9 @@ def control_verdict(table: pd.DataFrame, min_margin: float = MIN_MARGIN_NATS,
     worst = float(table.margin.min())
     above = entropy is not None and math.isfinite(entropy) and float(table.baseline.max()) >= entropy
     clear = math.isfinite(worst) and worst >= need and not above
+    # "unigram entropy of the val split": the one name of this number (notebook/names.py TERMS), never "the entropy"
     unigram = (f"; its loss {float(table.baseline.max()):.3f} is {'NOT ' if above else ''}below the unigram entropy "
-               f"{entropy:.3f} of the evaluation tokens" if entropy is not None and math.isfinite(entropy) else "")
+               f"of the val split ({entropy:.3f} nats)" if entropy is not None and math.isfinite(entropy) else "")
     return clear, (f"baseline beats the frozen-blocks control by {worst:.3f} nats in the worst of {len(table)} "
                    f"seed(s) (needed >= {need:.3f} = max({min_margin}, 3 x seed sd {sd:.3f}){unigram}: "
                    f"{'clear' if clear else 'NOT clear — lengthen or resize the profile before reading gaps'}")
