@@ -18,11 +18,11 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 
 def test_gpt_config_carries_every_model_field_of_the_train_config():
     cfg = TrainConfig(**{**TINY, "mlp": "swiglu", "bias": True, "tie_weights": False, "dropout": 0.1, "n_layer": 3})
-    g = gpt_config(cfg, 513)
+    g = gpt_config(cfg.model_config, 513)
     assert (g.block_size, g.vocab_size, g.n_layer, g.n_head, g.n_embd, g.dropout, g.bias, g.mlp, g.tie_weights) == \
         (32, 513, 3, 2, 32, 0.1, True, "swiglu", False)
     torch.manual_seed(0)
-    model, table = build_model(cfg, 513, recipes.get_policy("fp8_hybrid"))
+    model, table = build_model(cfg.model_config, 513, recipes.get_policy("fp8_hybrid"))
     assert model.config == g and len(table) == 3 * 5 + 1   # swiglu: qkv, attn out, up, gate, down; + lm_head
 
 

@@ -20,7 +20,7 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
     """Bytes of the distinct storages autograd saves in one training forward (parameters excluded)."""
     torch.manual_seed(0)
-    model, _ = build_model(cfg, vocab, pf.check_policy(cfg))
+    model, _ = build_model(cfg.model_config, vocab, pf.check_policy(cfg))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -40,7 +40,7 @@ def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
                                 dict(n_embd=96, n_head=3, block_size=80)])
 def test_param_count_is_exact(kw):
     cfg = TrainConfig(**{**TINY, **kw})
-    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(gpt_config(cfg, 513)).parameters())
+    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(gpt_config(cfg.model_config, 513)).parameters())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_layer=4, n_embd=128, n_head=4), dict(mlp="swiglu"),

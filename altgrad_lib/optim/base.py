@@ -42,7 +42,8 @@ from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
 from altgrad_lib.optim.osc_reset import OscReset
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
-from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
+from altgrad_lib.optim.config import on_grid
+from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, write
 from altgrad_lib.numerics.rounding import default_sr_bits
 from altgrad_lib.numerics.scaling import _choice_error
 

@@ -28,11 +28,6 @@ from altgrad_lib.numerics.grid import to_grid
 KAHAN_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def on_grid(mode: str) -> bool:
-    """True when param.data itself must stay on the grid (grid_rne, grid_sr, kahan)."""
-    return mode != "fp32"
-
-
 @torch.no_grad()
 def write(p: torch.Tensor, w_new: torch.Tensor, mode: str, fmt: FloatFormat | None, s: torch.Tensor | None,
           comp: torch.Tensor | None = None, rbits: torch.Tensor | None = None, sr_bits: int | None = None) -> None:

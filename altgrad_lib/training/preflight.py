@@ -96,7 +96,7 @@ def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dic
     """The run's modules (every block: which weights the recipe quantizes, hp_last, what the factory puts on a grid)
     at a tiny width, quantized by `policy` and frozen as the run's; returns (model, quantize_model's rows). Widths
     are multiples of 16, as the FP8 GEMMs of the hardware backends need. The global RNG is left as it was."""
-    gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
+    gcfg = dataclasses.replace(gpt_config(cfg.model_config, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
     with torch.random.fork_rng(devices=[]):
         model = GPT(gcfg)
         with as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
@@ -122,13 +122,13 @@ def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module
     `model` (default: tiny_model's), then drop it: whatever the factory or an optimizer refuses (a grid storage
     with no weight format, block-scaled weights on a grid, a bad or unsigned format) fails here in one line, before
     any data or run directory. torch AdamW (the default) has no settings to check."""
-    if cfg.optimizer == "adamw" and not cfg.optim:
+    if cfg.optim_config.is_torch_adamw:
         return
     if model is None:
         model, _ = tiny_model(cfg, policy if policy is not None else check_policy(cfg))
     with torch.random.fork_rng(devices=[]), \
             as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
-        factory.build_optimizer(model, cfg, torch.device("cpu"))
+        factory.build_optimizer(model, cfg.optim_config, torch.device("cpu"))
 
 
 def check_settings(cfg: TrainConfig) -> Any:
@@ -157,7 +157,7 @@ def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
 def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The GPT on the meta device: exact shapes, no memory, any size."""
     with torch.device("meta"):
-        return GPT(gpt_config(cfg, vocab_size))
+        return GPT(gpt_config(cfg.model_config, vocab_size))
 
 
 def count_params(cfg: TrainConfig, vocab_size: int, model: torch.nn.Module | None = None) -> int:
@@ -252,7 +252,7 @@ def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> None:
     """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
     global RNG is restored so the real build draws the same initial weights."""
     with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
-        build_model(cfg, vocab_size, policy if policy is not None else check_policy(cfg))
+        build_model(cfg.model_config, vocab_size, policy if policy is not None else check_policy(cfg))
 
 
 def check_out_dir(out_dir: str | Path) -> None:
