@@ -30,11 +30,10 @@ from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weig
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.build import build_model
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
-from altgrad_lib.training.preflight import check_device, preflight
+from altgrad_lib.training.preflight import BuiltModel, check_device, preflight
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
@@ -162,14 +161,16 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     """
     cfg = config.resolved()
     with InterruptScope() as stop:
-        corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity): nothing written
+        # recipe, device, sizes, corpus (its hash is identity), the model: nothing written
+        corpus, _, policy, built = preflight(cfg)
         if stop:
             raise Interrupted(f"interrupted by {stop.name} before the first step; {RESUME_HINT}")
         with hold_run_lock(cfg.run_dir, wait_if_locked, stop, _log):   # one process per run dir, released when
-            return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step, stop)
+            return _train_locked(cfg, corpus, policy, built, resume, progress, verbose, on_model, on_step, stop)
 
 
-def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, progress: bool | None, verbose: bool,
+def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel, resume: bool,
+                  progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
                   on_step: Callable[[int, dict[str, float]], None] | None, stop: InterruptScope) -> Run:
     h = cfg.config_hash()
@@ -222,7 +223,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        model, rows = build_model(cfg.model_config, corpus.vocab_size, policy)
+        model, rows, rng_after = built     # preflight built it from this seed: continue where its build left off
+        torch.set_rng_state(rng_after)
         model.to(device)
         if cfg.freeze_blocks:
             freeze_blocks(model)

@@ -1,8 +1,9 @@
 """Everything about a TrainConfig that can be checked before a run directory exists.
 
 `train()` calls `preflight(cfg)` first: recipe and backend, tokenizer, device, memory and time, the corpus (built
-here: its content hash is part of the run's identity), the model with its quantization (built once and thrown
-away), and a writable out_dir. Every failure is a one-line `ConfigError`, so a mistake never leaves a run
+here: its content hash is part of the run's identity), the model with its quantization (built here, from the run's
+seed, and handed to train(): one full-size model per run; sizes are estimated on the meta device), and a writable
+out_dir. Every failure is a one-line `ConfigError`, so a mistake never leaves a run
 directory behind and the CLI can print it without a traceback.
 
 `estimate_memory` is deliberately simple: fp32 weights + grads + two AdamW moments (16 bytes per parameter,
@@ -19,7 +20,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
 
@@ -248,11 +249,21 @@ def build_corpus(cfg: TrainConfig) -> Any:
     return corpus
 
 
-def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> None:
-    """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
-    global RNG is restored so the real build draws the same initial weights."""
+class BuiltModel(NamedTuple):
+    """The run's quantized model as train() trains it, built by check_model."""
+    model: torch.nn.Module
+    rows: list[dict[str, Any]]      # quantize_model's table
+    rng_after: torch.Tensor         # the CPU RNG state right after the build from seed_everything(cfg.seed)
+
+
+def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> BuiltModel:
+    """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), drawing the initial weights
+    from torch.manual_seed(cfg.seed) as train()'s seed_everything does; returns it with the RNG state the build
+    left, so train() continues from exactly there. The caller's global RNG is restored."""
     with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
-        build_model(cfg.model_config, vocab_size, policy if policy is not None else check_policy(cfg))
+        torch.manual_seed(cfg.seed)
+        model, rows = build_model(cfg.model_config, vocab_size, policy if policy is not None else check_policy(cfg))
+        return BuiltModel(model, rows, torch.get_rng_state())
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -267,14 +278,21 @@ def check_out_dir(out_dir: str | Path) -> None:
                           f"writable directory") from e
 
 
-def preflight(cfg: TrainConfig) -> tuple[Any, torch.device, Any]:
-    """All checks, cheapest first; returns the built corpus, the device and the recipe as a QuantPolicy (resolved
-    once, here, for every check and for train()). Writes nothing but out_dir."""
+class Preflight(NamedTuple):
+    corpus: Any
+    device: torch.device
+    policy: Any                     # the recipe as a QuantPolicy, resolved once for every check and for train()
+    built: BuiltModel               # the model train() trains (check_model)
+
+
+def preflight(cfg: TrainConfig) -> Preflight:
+    """All checks, cheapest first; returns what they built for train(): the corpus, the device, the resolved recipe
+    and the quantized model. Writes nothing but out_dir."""
     cfg = cfg.resolved()
     policy, device = check_config(cfg)
     vocab = vocab_size_of(cfg.tokenizer)
     check_size(cfg, vocab, device, policy=policy)
     corpus = build_corpus(cfg)
-    check_model(cfg, corpus.vocab_size, policy)
+    built = check_model(cfg, corpus.vocab_size, policy)
     check_out_dir(cfg.out_dir)
-    return corpus, device, policy
+    return Preflight(corpus, device, policy, built)
