@@ -7,9 +7,10 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, StepContext
-from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
+from altgrad_lib.numerics.grid_metrics import (bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
                                               delta_code_from_codes, delta_code_hist, grad_stiffness_corr,
-                                              hist_entropy_bits, log2_hist, misalignment, stall_rate, weight_ulp)
+                                              hist_entropy_bits, log2_hist, misalignment, scaled_weight, stall_rate,
+                                              weight_ulp)
 
 
 def weight_points(att: Any) -> list[tuple[str, Any, torch.nn.Parameter]]:
@@ -34,7 +35,7 @@ class GridMonitor(Monitor):
             w0, s0 = ctx.cache["w_pre"][fqn]
             w1, s1 = w.detach(), q.scale_of(w)
             lo, hi = fmt.emin - fmt.mbits, max(fmt.emax, fmt.emin) - fmt.mbits
-            hs = log2_hist(fmt.ulp(_ws(w1, s1)), lo, hi)
+            hs = log2_hist(fmt.ulp(scaled_weight(w1, s1)), lo, hi)
             ctx.emit_hist(fqn, "W", "hist.log2ulp", hs, list(range(lo, hi + 1)))
             ctx.emit(fqn, "W", "stiffness_entropy_bits", hist_entropy_bits(hs))
             ctx.emit(fqn, "W", "log2S_mean", torch.log2(weight_ulp(w1, fmt, s1).double()).mean())

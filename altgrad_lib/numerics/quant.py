@@ -23,12 +23,11 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from altgrad_lib.choices import did_you_mean
-from altgrad_lib.errors import check_keys
+from altgrad_lib.errors import check_choice, check_keys, did_you_mean
 from altgrad_lib.numerics.block_scaling import BLOCK_KINDS, BlockScaling, block_qdq, elementwise_scale, is_block_kind
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.numerics.rounding import random_bits
-from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, _choice_error, stateless_scale
+from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, stateless_scale
 
 STE_MODES = ("identity", "clipped")
 # every kind a QuantSpec's `scaling` takes (a string or a dict's "kind"): the per-tensor / per-row kinds of
@@ -77,10 +76,8 @@ class QuantSpec:
                                  f"(got ste={self.ste!r}, saturate={self.saturate!r}): block formats saturate")
         else:
             object.__setattr__(self, "scaling", ScalingConfig.from_dict(self.scaling))
-        if self.rounding not in ROUNDING_MODES:
-            raise _choice_error("rounding", self.rounding, ROUNDING_MODES)
-        if self.ste not in STE_MODES:
-            raise _choice_error("ste", self.ste, STE_MODES)
+        check_choice("rounding", self.rounding, ROUNDING_MODES)
+        check_choice("ste", self.ste, STE_MODES)
         if not isinstance(self.saturate, bool):
             raise ValueError(f"saturate={self.saturate!r} is invalid; valid choices: True, False")
         if self.sr_bits is not None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from altgrad_lib.errors import check_choice
 from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, SR_BITS_MAX, SR_MODES, STATE_SCALES,
                                  STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES)
 
@@ -124,8 +125,7 @@ class OptimConfig:
                                      ("optim.state_m_transform", self.state_m_transform, STATE_TRANSFORMS),
                                      ("optim.state_v_transform", self.state_v_transform, STATE_TRANSFORMS),
                                      ("optim.state_scale", self.state_scale, STATE_SCALES)):
-            if value not in choices:
-                raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
+            check_choice(name, value, choices)
         for name in ("lr", "clip_ulp"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
@@ -185,8 +185,7 @@ class OptimConfig:
         if bad_run:
             raise TypeError(f"OptimConfig.from_dict: {bad_run} are no run fields; valid: {RUN_FIELDS}")
         optim = dict(optim or {})
-        if name not in OPTIMIZERS:
-            raise ValueError(f"optimizer={name!r} is invalid; valid choices: {OPTIMIZERS}")
+        check_choice("optimizer", name, OPTIMIZERS)
         valid = SHARED_KEYS + OWN_KEYS[name]
         bad = sorted(set(optim) - set(valid))
         if bad:

@@ -26,9 +26,9 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS,
-                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
+                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
-from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
+from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
@@ -187,12 +187,10 @@ class TrainConfig:
                               f"osc_reset_window = {oc.osc_reset_start} + {oc.osc_reset_window} > max_steps="
                               f"{self.max_steps}, so the run would train with no reset; lower osc_reset_window / "
                               f"osc_reset_start or raise max_steps")
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("backend", self.backend, BACKENDS)
-        _check_choice("mlp", self.mlp, MLPS)
-        _check_choice("logger", self.logger, LOGGERS)
+        for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("mlp", MLPS), ("logger", LOGGERS)):
+            check_choice(f"TrainConfig.{name}", getattr(self, name), choices, ConfigError)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
-            raise ConfigError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
+            raise invalid("TrainConfig.device", self.device, (*DEVICES, "cuda:<i>"), ConfigError)
         for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "eval_iters",
                      "log_interval"):
             if getattr(self, name) < 1:
@@ -394,12 +392,6 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
         cur[path[-1]] = out.pop(key)
         out[head] = base
     return out
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"TrainConfig.{name}={value!r} invalid{did_you_mean(value, choices)}; valid choices: "
-                          f"{choices}")
 
 
 def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:
