@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from altgrad_lib.choices import STORAGE_MODES
+from altgrad_lib.errors import invalid
 from altgrad_lib.numerics.formats import FloatFormat
 from altgrad_lib.numerics.grid import to_grid
 
@@ -46,4 +47,4 @@ def write(p: torch.Tensor, w_new: torch.Tensor, mode: str, fmt: FloatFormat | No
         comp.copy_(target - q)
         p.copy_(q)
     else:
-        raise ValueError(f"storage={mode!r} is invalid; valid choices: {STORAGE_MODES}")
+        raise invalid("storage", mode, STORAGE_MODES)
