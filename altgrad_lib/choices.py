@@ -1,6 +1,6 @@
 """The valid values of the enumerated settings, one copy each (torch-free, so configs and the CLI import it
-cheaply); the modules that implement them validate against these tuples, and `did_you_mean` suggests one."""
-import difflib
+cheaply); the modules that implement them validate against these tuples (errors.check_choice, which suggests a
+near one)."""
 
 BACKENDS = ("sim", "torchao", "scaled_mm")   # "sim" = our fake quantization; the others cast to real FP8 dtypes
 HW_BACKENDS = BACKENDS[1:]
@@ -48,11 +48,5 @@ SR_BITS_MAX = 62                           # optim.sr_bits in [1, 62]: optim/cou
 MASTER_MODES = ("fp32", "kahan")           # a latent weight below the grid: what osc_reset moves (optim/osc_reset.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | plain 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (numerics/grid.py)
-
-
-def did_you_mean(value: object, choices: "tuple[str, ...] | list[str]") -> str:
-    """'; did you mean 'x'?' when one of `choices` is close to `value` (difflib's default cutoff), else ''."""
-    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    return f"; did you mean {near[0]!r}?" if near else ""
 STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
 STATE_SCALES = ("pow2", "amax")                 # their block scale (optim/lowp_state.py)

@@ -8,7 +8,8 @@ code keeps working.
 """
 from __future__ import annotations
 
-from typing import Mapping
+import difflib
+from typing import Any, Mapping
 
 
 class UserError(Exception):
@@ -38,6 +39,27 @@ def check_keys(cls: type, d: "Mapping[str, object]", what: str | None = None) ->
     if unknown:
         raise ValueError(f"unknown {what or cls.__name__} key(s) {unknown}; valid keys: {', '.join(valid)}")
     return valid
+
+
+def did_you_mean(value: object, choices: "tuple[str, ...] | list[str]") -> str:
+    """'; did you mean 'x'?' when one of `choices` is close to `value` (difflib's default cutoff), else ''."""
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def invalid(name: str, value: Any, valid: Any, cls: type[Exception] = ValueError) -> Exception:
+    """The one "bad value" error, one line: `<name>=<value> is invalid[; did you mean 'x'?]; valid choices: (...)`
+    for a tuple / list of choices, `...; valid: <valid>` for a description ("an int >= 1"). `cls`: ConfigError
+    where the value is a config key's."""
+    if isinstance(valid, (tuple, list)):
+        return cls(f"{name}={value!r} is invalid{did_you_mean(value, valid)}; valid choices: {tuple(valid)}")
+    return cls(f"{name}={value!r} is invalid; valid: {valid}")
+
+
+def check_choice(name: str, value: Any, choices: tuple | list, cls: type[Exception] = ValueError) -> None:
+    """Raise invalid(...) unless `value` is one of `choices`."""
+    if value not in choices:
+        raise invalid(name, value, choices, cls)
 
 
 def one_line(msg: object) -> str:

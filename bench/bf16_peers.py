@@ -110,7 +110,7 @@ def _peer_maker(kind: str):
             return _peer_optimizer("_AdamW", bf16_stochastic_round=True)(model, cfg, device)
         import optimi
 
-        from altgrad_lib.training.loop import adamw_param_groups
+        from altgrad_lib.optim.factory import adamw_param_groups
         return optimi.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                             eps=1e-8, kahan_sum=True, foreach=False)
     return make

@@ -87,8 +87,8 @@ def _state_memory(model_fn, base_cfg) -> dict[str, float]:
     out = {}
     for tag, optim in (("fp32", {}), ("lowp", {"state_m": "E4M3", "state_v": "E5M2", "state_block": 256,
                                                "state_min_numel": 4096})):
-        opt = build_optimizer(model_fn(),
-                              base_cfg.replace(optimizer="grid_adamw", optim={"storage": "grid_sr", **optim}))
+        cfg = base_cfg.replace(optimizer="grid_adamw", optim={"storage": "grid_sr", **optim})
+        opt = build_optimizer(model_fn(), cfg.optim_config)
         out[tag] = state_bytes(opt)["bytes_per_param"]
     return out
 
@@ -115,7 +115,8 @@ def run(size: str, modes: list[str], steps: int, only: list[str] | None = None) 
                 continue
             m = make_model(size)                        # fresh weights: grid storage projects them
             ps = [p for p in m.parameters() if p.requires_grad]
-            opt = build_optimizer(m, base_cfg.replace(optimizer=name, optim={**optim, "compile": mode == "compiled"}))
+            cfg = base_cfg.replace(optimizer=name, optim={**optim, "compile": mode == "compiled"})
+            opt = build_optimizer(m, cfg.optim_config)
             g0 = counters["stats"]["unique_graphs"]
             t0 = time.perf_counter()
             for _ in range(2):                          # warm-up (compiles: a graph per param group + the step consts)

@@ -149,7 +149,7 @@ def val_losses(cfg: TrainConfig, n: int) -> np.ndarray:
     from altgrad_lib.training.loop import VAL_SEED
 
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
-    model, _ = build_model(cfg, corpus.vocab_size, get_policy(cfg.recipe), verbose=False)
+    model, _ = build_model(cfg.model_config, corpus.vocab_size, get_policy(cfg.recipe), verbose=False)
     model.load_state_dict(torch.load(cfg.run_dir / "checkpoints" / "last.pt", map_location="cpu",
                                      weights_only=False)["model"])
     model.eval()

@@ -93,7 +93,7 @@ def _peer_optimizer(cls_name: str, **kwargs):
             return sd
 
     def make(model, cfg, device):
-        from altgrad_lib.training.loop import adamw_param_groups
+        from altgrad_lib.optim.factory import adamw_param_groups
 
         opt = cls(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), **kwargs)
         opt._lr_tensors = [g["lr"] for g in opt.param_groups]          # tensors since torchao's __init__

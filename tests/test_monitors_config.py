@@ -60,4 +60,4 @@ def test_cli_accepts_dotted_diagnostics(capsys):
     assert json.loads(capsys.readouterr().out)["diagnostics"]["hessian_interval"] == 50
     assert TrainConfig.from_yaml(None, ["diagnostics.hessian_interval=50"]).config_hash() == TrainConfig().config_hash()
     assert main(["train", "-p", "diagnostics=sometimes", "--print-config"]) == 2
-    assert "valid: ('off', 'cheap', 'full')" in capsys.readouterr().err
+    assert "valid choices: ('off', 'cheap', 'full')" in capsys.readouterr().err

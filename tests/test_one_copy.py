@@ -12,7 +12,6 @@ PKG = Path(__file__).resolve().parent.parent / "altgrad_lib"
 
 KNOWN = {
     "__getattr__": "module protocol: lazy re-exports of each package",
-    "_check": "private, unrelated one-line checks (optim.base, monitors.curvature)",
     "kurtosis": "notebook.plots_diagnostics draws the monitors' metric of that name (a notebook name)",
     "attention_entropy": "as kurtosis",
     "rounding_error": "notebook.plots draws numerics.anatomy's table of that name (a notebook name)",

@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers import Crash, assert_same_state, crash_at
 
+from altgrad_lib.errors import ConfigError
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.factory import build_optimizer
 from altgrad_lib.quantize.linear import QuantizedLinear
@@ -22,14 +23,14 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 
 def _model(cfg):
     torch.manual_seed(0)
-    model, _ = build_model(cfg, 512, check_policy(cfg))
+    model, _ = build_model(cfg.model_config, 512, check_policy(cfg))
     return model
 
 
 def test_groups_follow_the_recipe_and_grid_storage_drops_weight_quantizers():
     cfg = TrainConfig.from_dict({**TINY, "optimizer": "grid_adamw", "optim": {"storage": "grid_sr", "lr": 0.5}})
     model = _model(cfg)
-    opt = build_optimizer(model, cfg)
+    opt = build_optimizer(model, cfg.optim_config)
     fmt_groups = [g for g in opt.param_groups if g["fmt"] is not None]
     qlin = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
     assert {id(p) for g in fmt_groups for p in g["params"]} == {id(m.weight) for m in qlin}
@@ -47,14 +48,13 @@ def test_groups_follow_the_recipe_and_grid_storage_drops_weight_quantizers():
 def test_weight_fmt_under_bf16_and_errors():
     cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optimizer": "adamw", "optim": {"storage": "kahan",
                                                                                            "weight_fmt": "E5M2"}})
-    opt = build_optimizer(_model(cfg), cfg)
+    opt = build_optimizer(_model(cfg), cfg.optim_config)
     assert {g["fmt"] for g in opt.param_groups} == {"E5M2", None}
     bad = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"storage": "grid_sr"}})
     with pytest.raises(ValueError, match="weight_fmt"):
-        build_optimizer(_model(bad), bad)
-    hw = TrainConfig.from_dict({**TINY, "backend": "torchao", "optim": {"storage": "grid_sr"}})
-    with pytest.raises(ValueError, match="needs backend 'sim'"):
-        build_optimizer(_model(hw), hw)
+        build_optimizer(_model(bad), bad.optim_config)
+    with pytest.raises(ConfigError, match="needs backend 'sim'"):   # with the config, before any model
+        TrainConfig.from_dict({**TINY, "backend": "torchao", "optim": {"storage": "grid_sr"}})
 
 
 def _lines(d: Path) -> list[str]:
@@ -92,7 +92,7 @@ def test_an_unsigned_weight_grid_is_refused():
     cfg = TrainConfig.from_dict({**TINY, "optimizer": "grid_adamw", "optim": {"weight_fmt": "E8M0FNU"}})
     with pytest.raises(ValueError, match=r"optim.weight_fmt='E8M0FNU': E8M0FNU has no sign bit, so it cannot be a "
                                          r"weight grid; use a signed format"):
-        build_optimizer(_model(cfg), cfg)
+        build_optimizer(_model(cfg), cfg.optim_config)
 
 
 @pytest.mark.parametrize("recipe, storage, optimizer", [("nvfp4", "grid_sr", "grid_adamw"),
@@ -107,12 +107,13 @@ def test_grid_storage_refuses_block_scaled_weights(recipe, storage, optimizer, w
     cfg = TrainConfig.from_dict({**TINY, "recipe": recipe, "optimizer": optimizer, "optim": optim})
     model = _model(cfg)
     with pytest.raises(ValueError) as ei:
-        build_optimizer(model, cfg)
+        build_optimizer(model, cfg.optim_config)
     msg = str(ei.value)
     assert "\n" not in msg and f"optim.storage={storage!r} on recipe {recipe!r}" in msg and "block-scaled" in msg
     assert "'fp32'" in msg and "fp8_hybrid" in msg
     assert all(m.w_quant is not None for m in model.modules() if isinstance(m, QuantizedLinear))   # untouched
-    build_optimizer(_model(cfg.replace(optim={})), cfg.replace(optim={}))   # fp32 master: the recipe's own QDQ
+    fp32 = cfg.replace(optim={})
+    build_optimizer(_model(fp32), fp32.optim_config)   # fp32 master: the recipe's own QDQ
 
 
 def test_stored_weight_grids_name_the_grid_the_forward_uses():
@@ -123,8 +124,8 @@ def test_stored_weight_grids_name_the_grid_the_forward_uses():
     cfg = TrainConfig.from_dict({**TINY, "recipe": "fmt:E4M3",
                                  "optim": {"storage": "error_feedback_sr", "weight_fmt": "E2M1"}})
     model = _model(cfg)
-    grids = stored_weight_grids(model, cfg)
-    opt = build_optimizer(model, cfg)
+    grids = stored_weight_grids(model, cfg.optim_config)
+    opt = build_optimizer(model, cfg.optim_config)
     qlin = {fqn: m for fqn, m in model.named_modules() if isinstance(m, QuantizedLinear)}
     assert set(grids) == set(qlin)
     assert set(grids.values()) == {f"{get_format('E2M1').short_str()}/pow2/error_feedback_sr"}
@@ -132,4 +133,5 @@ def test_stored_weight_grids_name_the_grid_the_forward_uses():
     for m in qlin.values():                        # what the label says is what the forward gets
         s = opt.state[m.weight]["grid_scale"]
         assert m.w_quant is None and torch.equal(f.quantize(m.weight.detach() * s), m.weight.detach() * s)
-    assert stored_weight_grids(model, cfg.replace(optim={"weight_fmt": "E2M1"})) == {}    # fp32: the recipe's QDQ
+    fp32 = cfg.replace(optim={"weight_fmt": "E2M1"}).optim_config
+    assert stored_weight_grids(model, fp32) == {}    # fp32: the recipe's QDQ

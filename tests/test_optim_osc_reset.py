@@ -177,12 +177,12 @@ def test_the_factory_passes_the_settings_and_refuses_a_run_without_grid_weights(
     optim = {"storage": "kahan", "osc_reset": True, "osc_reset_period": 7, "osc_reset_window": 3,
              "osc_reset_threshold": 2.5, "osc_reset_start": 3}      # the reset after step 6 = max_steps
     cfg = TrainConfig.from_dict({**TINY, "optim": optim})
-    opt = build_optimizer(_model(cfg), cfg)
+    opt = build_optimizer(_model(cfg), cfg.optim_config)
     o = opt.osc_reset
     assert (o.period, o.window, o.threshold, o.start) == (7, 3, 2.5, 3) and step_metrics(opt) == {}
     cfg = TrainConfig.from_dict({**TINY, "recipe": "bf16", "optim": {"osc_reset": True, "osc_reset_window": 3}})
     with pytest.raises(ValueError, match="optim.osc_reset=True but no trainable weight has a format"):
-        build_optimizer(_model(cfg), cfg)
+        build_optimizer(_model(cfg), cfg.optim_config)
 
 
 def test_training_resumes_bit_exactly_from_a_checkpoint_inside_a_round(tmp_path):

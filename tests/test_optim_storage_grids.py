@@ -44,16 +44,15 @@ def test_every_storage_mode_stays_on_the_grid(cls, lr, fmt, storage, track):
 
 
 def test_factory_builds_bf16_and_e2m1_storage():
-    from types import SimpleNamespace
-
+    from altgrad_lib.optim.config import OptimConfig
     from altgrad_lib.optim.factory import build_optimizer
 
     for wf in ("bf16", "E5M10", "E2M1"):
         from altgrad_lib.model import GPT, GPTConfig    # a real model: weight_fmt puts the block Linears on the grid
         m = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=32))
-        cfg = SimpleNamespace(optimizer="adamw", optim={"storage": "error_feedback", "weight_fmt": wf}, backend="sim",
-                              recipe_name="hp", lr=1e-3, weight_decay=0.1, seed=0, beta1=0.9, beta2=0.95)
-        opt = build_optimizer(m, cfg)
+        oc = OptimConfig.from_dict("adamw", {"storage": "error_feedback", "weight_fmt": wf}, train_lr=1e-3,
+                                   weight_decay=0.1, betas=(0.9, 0.95), seed=0, recipe="hp")
+        opt = build_optimizer(m, oc)
         fmts = {g["fmt"] for g in opt.param_groups} - {None}
         assert fmts == {get_format(wf).name}
 

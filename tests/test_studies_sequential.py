@@ -370,3 +370,28 @@ def test_sequential_study_judged_as_a_smoke_test_prints_no_verdict_words(tmp_pat
     rep = study_replay(s, _seq_index(s, noisy))
     assert rep.done and set(rep.looks.look) == {1} and not rep.looks.adds_seeds.any()
     assert (rep.table.verdict == claims.SMOKE).all()
+
+
+def test_one_until_resolved_loop_runs_what_each_look_needs_and_refuses_to_spin():
+    """studies.sequential.until_resolved serves both the study loop and the notebooks' train_until_resolved."""
+    from altgrad_lib.studies.sequential import Candidate, Replay, until_resolved
+
+    cands = [Candidate(f"r{i}", ("a",), i) for i in range(3)]
+
+    def replay_at(frame):   # one more run per look; done when all three exist
+        have = set(frame.run)
+        need = cands[:len(have) + 1]
+        missing = [c for c in need if c.name not in have]
+        return Replay(table=pd.DataFrame(), need=need, missing=missing, done=not missing)
+
+    asked, looks = [], []
+
+    def run(need):
+        asked.append([c.name for c in need])
+        return pd.DataFrame({"run": [c.name for c in need], "status": "completed"})
+
+    rep, frame = until_resolved(replay_at, run, on_look=lambda r, n: looks.append(n))
+    assert rep.done and list(frame.run) == ["r0", "r1", "r2"]
+    assert asked == [["r0"], ["r0", "r1"], ["r0", "r1", "r2"]] and looks == [1, 1, 1]
+    with pytest.raises(RuntimeError, match=r"^s: runs \['r0'\] are still missing after they were run"):
+        until_resolved(replay_at, lambda need: pd.DataFrame(columns=["run", "status"]), name="s")

@@ -1,5 +1,5 @@
 """Tests for altgrad_lib.training.build: the one GPTConfig-from-TrainConfig, and how often one train() builds a
-model and resolves its recipe (preflight and the loop share both)."""
+model and resolves its recipe (preflight builds both once; the loop trains what it built)."""
 from __future__ import annotations
 
 import sys
@@ -18,11 +18,11 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 
 def test_gpt_config_carries_every_model_field_of_the_train_config():
     cfg = TrainConfig(**{**TINY, "mlp": "swiglu", "bias": True, "tie_weights": False, "dropout": 0.1, "n_layer": 3})
-    g = gpt_config(cfg, 513)
+    g = gpt_config(cfg.model_config, 513)
     assert (g.block_size, g.vocab_size, g.n_layer, g.n_head, g.n_embd, g.dropout, g.bias, g.mlp, g.tie_weights) == \
         (32, 513, 3, 2, 32, 0.1, True, "swiglu", False)
     torch.manual_seed(0)
-    model, table = build_model(cfg, 513, recipes.get_policy("fp8_hybrid"))
+    model, table = build_model(cfg.model_config, 513, recipes.get_policy("fp8_hybrid"))
     assert model.config == g and len(table) == 3 * 5 + 1   # swiglu: qkv, attn out, up, gate, down; + lm_head
 
 
@@ -46,7 +46,7 @@ def test_one_train_builds_its_models_and_resolves_its_recipe_once(tmp_path, monk
     run = train(TrainConfig(**{**TINY, "out_dir": str(tmp_path)}), progress=False, verbose=False)
     assert run.status == "completed"
     # preflight's tiny-width model (check_settings: what the recipe quantizes in every block, the optimizer's grids),
-    # the size estimate (meta device), preflight's throw-away quantized build, the model that trains
+    # the size estimate (meta device), and one full-size model: preflight's check_model builds it, train() trains it
     width = TINY["n_embd"]
-    assert builds == [("cpu", 16), ("meta", width), ("cpu", width), ("cpu", width)] and width > 16
+    assert builds == [("cpu", 16), ("meta", width), ("cpu", width)] and width > 16
     assert resolved == ["fp8_hybrid"]

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from altgrad_lib.errors import ConfigError, ConfigTypeError
+from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.training.config import KEY_ALIASES, TrainConfig, key_docs, lr_at
 
 
@@ -227,11 +228,10 @@ def test_diagnostics_off_with_a_sub_key_is_a_contradiction():
     msg = str(ei.value)
     assert "\n" not in msg and "diagnostics=off contradicts diagnostics.fisher_interval=5" in msg
     assert "diagnostics.preset=off" in msg
-    from altgrad_lib.monitors.config import DiagnosticsConfig
     only = TrainConfig.from_yaml(None, ["diagnostics.preset=off", "diagnostics.fisher_interval=5"])
-    assert DiagnosticsConfig.from_value(only.diagnostics).active_groups == ("fisher",)
+    assert only.diagnostics_config.active_groups == ("fisher",)
     full = TrainConfig.from_yaml(None, ["diagnostics.fisher_interval=5"])      # documented: no preset means full
-    assert DiagnosticsConfig.from_value(full.diagnostics).preset == "full"
+    assert full.diagnostics_config.preset == "full"
 
 
 def test_an_oscillation_reset_that_never_comes_is_refused():
@@ -244,3 +244,34 @@ def test_an_oscillation_reset_that_never_comes_is_refused():
             TrainConfig(**base, optim=optim)
         assert "\n" not in str(ei.value) and "max_steps=20" in str(ei.value) and "no reset" in str(ei.value)
     TrainConfig(**base, optim={"osc_reset": True, "osc_reset_window": 10, "osc_reset_start": 10})   # resets at 20
+
+
+def test_sub_configs_are_typed_frozen_and_built_with_the_config():
+    """build_optimizer / Diagnostics / build_model take TrainConfig's typed parts, built once in __post_init__ (no
+    re-parsing of `optim` / `diagnostics` in each room); the fields, config.yaml and the hash are untouched."""
+    import dataclasses
+
+    from altgrad_lib.optim.config import OptimConfig
+    from altgrad_lib.training.config import ModelConfig
+
+    cfg = TrainConfig(optimizer="grid_adamw", optim={"storage": "grid_sr", "weight_fmt": "e4m3fn"}, lr=2e-3,
+                      beta2=0.99, seed=3, recipe="fmt:E4M3", diagnostics="cheap", n_embd=32)
+    oc = cfg.optim_config
+    assert isinstance(oc, OptimConfig) and not oc.is_torch_adamw and oc.on_grid
+    assert (oc.name, oc.storage, oc.weight_fmt) == ("grid_adamw", "grid_sr", "E4M3")     # canonical format name
+    assert (oc.train_lr, oc.weight_decay, oc.betas, oc.seed, oc.recipe) == (2e-3, 0.1, (0.9, 0.99), 3, "fmt:E4M3")
+    assert cfg.optim == {"storage": "grid_sr", "weight_fmt": "E4M3"}                   # the record stays a dict
+    assert cfg.diagnostics_config == DiagnosticsConfig(preset="cheap") and cfg.diagnostics == "cheap"
+    assert cfg.model_config == ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=64, mlp="gelu",
+                                           tie_weights=True, dropout=0.0, bias=False)
+    for part in (oc, cfg.diagnostics_config, cfg.model_config):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            part.seed = 1
+    assert TrainConfig().optim_config.is_torch_adamw
+    assert cfg.replace(lr=1e-3).optim_config.train_lr == 1e-3             # rebuilt with every new config
+    assert "_optim_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
+
+
+def test_grid_storage_on_a_hardware_backend_is_refused_with_the_config():
+    with pytest.raises(ConfigError, match=r"optim.storage='grid_sr' needs backend 'sim' \(got 'torchao'\)"):
+        TrainConfig(backend="torchao", recipe="fp8_hybrid", optim={"storage": "grid_sr"})

@@ -12,6 +12,7 @@ from altgrad_lib.errors import ConfigError, SizeWarning
 from altgrad_lib.model import GPT
 from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.loop import seed_everything
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=30, tokenizer="gpt2-512",
             max_steps=2, eval_iters=1)
@@ -20,7 +21,7 @@ TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_doc
 def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
     """Bytes of the distinct storages autograd saves in one training forward (parameters excluded)."""
     torch.manual_seed(0)
-    model, _ = build_model(cfg, vocab, pf.check_policy(cfg))
+    model, _ = build_model(cfg.model_config, vocab, pf.check_policy(cfg))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 
@@ -40,7 +41,7 @@ def _saved_for_backward_bytes(cfg: TrainConfig, vocab: int) -> int:
                                 dict(n_embd=96, n_head=3, block_size=80)])
 def test_param_count_is_exact(kw):
     cfg = TrainConfig(**{**TINY, **kw})
-    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(gpt_config(cfg, 513)).parameters())
+    assert pf.count_params(cfg, 513) == sum(p.numel() for p in GPT(gpt_config(cfg.model_config, 513)).parameters())
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_layer=4, n_embd=128, n_head=4), dict(mlp="swiglu"),
@@ -200,3 +201,15 @@ def test_a_recipe_that_quantizes_nothing_on_the_model_is_refused(tmp_path, recip
         assert "\n" not in msg and "quantizes no Linear of this model" in msg and f"n_layer={n_layer}" in msg, msg
     assert not (tmp_path / "runs").exists()
     pf.check_config(TrainConfig(**{**TINY, "n_layer": n_layer}, recipe="hp"))       # hp quantizes nothing by design
+
+
+def test_check_model_builds_what_seed_everything_and_build_model_would():
+    """train() trains preflight's model (one full-size build per run): the same weights and quantizers as
+    seed_everything(cfg.seed) + build_model, and the RNG state that build leaves (dropout continues from there)."""
+    cfg = TrainConfig(**{**TINY, "seed": 7, "dropout": 0.1})
+    built = pf.check_model(cfg, 513)
+    seed_everything(7)
+    model, rows = build_model(cfg.model_config, 513, pf.check_policy(cfg))
+    assert rows == built.rows and torch.equal(built.rng_after, torch.get_rng_state())
+    sa, sb = model.state_dict(), built.model.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa if torch.is_tensor(sa[k]))

@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from altgrad_lib.errors import invalid
+
 # the groups (presets run them in this order); their classes: diagnostics.MONITOR_CLASSES (this file stays torch-free)
 MONITORS: tuple[str, ...] = (
     "counters",
@@ -54,10 +56,6 @@ PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, defau
     "full": (tuple(g for g in MONITORS if g not in INTERVAL_GROUPS), 100),
 }
 OUTPUT_FORMATS = ("csv",)
-
-
-def _err(name: str, value: Any, valid: Any) -> ValueError:
-    return ValueError(f"DiagnosticsConfig.{name}={value!r} is invalid; valid: {valid}")
 
 
 @dataclass(frozen=True)
@@ -87,42 +85,44 @@ class DiagnosticsConfig:
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
-            raise _err("preset", self.preset, tuple(PRESETS))
+            raise invalid("DiagnosticsConfig.preset", self.preset, tuple(PRESETS))
         if isinstance(self.interval, bool) or not isinstance(self.interval, int) or self.interval < 0:
-            raise _err("interval", self.interval, "an int >= 0 (0 = the preset's default)")
+            raise invalid("DiagnosticsConfig.interval", self.interval, "an int >= 0 (0 = the preset's default)")
         if self.groups is not None:
             groups = (self.groups,) if isinstance(self.groups, str) else tuple(self.groups)
             valid = tuple(g for g in MONITORS if g not in INTERVAL_GROUPS)
             bad = [g for g in groups if g not in valid]
             if bad:
-                raise _err("groups", bad[0] if len(bad) == 1 else bad,
+                raise invalid("DiagnosticsConfig.groups", bad[0] if len(bad) == 1 else bad,
                            f"{valid} (curvature: set hessian_interval; fisher: set fisher_interval)")
             object.__setattr__(self, "groups", groups)
         gi = dict(self.group_intervals or {})
         for g, n in gi.items():
             if g not in MONITORS or g in INTERVAL_GROUPS:
-                raise _err("group_intervals", g, f"{tuple(x for x in MONITORS if x not in INTERVAL_GROUPS)} "
-                                                 f"(curvature: set hessian_interval; fisher: set fisher_interval)")
+                raise invalid("DiagnosticsConfig.group_intervals", g,
+                              f"{tuple(x for x in MONITORS if x not in INTERVAL_GROUPS)} "
+                              f"(curvature: set hessian_interval; fisher: set fisher_interval)")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise _err(f"group_intervals[{g!r}]", n, "an int >= 1")
+                raise invalid(f"DiagnosticsConfig.group_intervals[{g!r}]", n, "an int >= 1")
         object.__setattr__(self, "group_intervals", gi)
         for name in INTERVAL_FIELDS.values():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise _err(name, v, "an int >= 0 (0 = off)")
+                raise invalid(f"DiagnosticsConfig.{name}", v, "an int >= 0 (0 = off)")
         for name in ("window", "dcode_max", "hessian_iters", "fisher_samples", "fisher_iters"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise _err(name, v, "an int >= 1")
+                raise invalid(f"DiagnosticsConfig.{name}", v, "an int >= 1")
         if not self.hist_min_log2 < self.hist_max_log2:
-            raise _err("hist_min_log2", self.hist_min_log2, f"an int < hist_max_log2={self.hist_max_log2}")
+            raise invalid("DiagnosticsConfig.hist_min_log2", self.hist_min_log2,
+                          f"an int < hist_max_log2={self.hist_max_log2}")
         for name in ("spike_sigma", "kurtosis_alarm", "kurtosis_trend"):
             if not float(getattr(self, name)) > 0:
-                raise _err(name, getattr(self, name), "a number > 0")
+                raise invalid(f"DiagnosticsConfig.{name}", getattr(self, name), "a number > 0")
         if not 0 < float(self.entropy_drop) < 1:
-            raise _err("entropy_drop", self.entropy_drop, "a number in (0, 1)")
+            raise invalid("DiagnosticsConfig.entropy_drop", self.entropy_drop, "a number in (0, 1)")
         if self.output_format not in OUTPUT_FORMATS:
-            raise _err("output_format", self.output_format, OUTPUT_FORMATS)
+            raise invalid("DiagnosticsConfig.output_format", self.output_format, OUTPUT_FORMATS)
 
     # -- construction
     @classmethod
@@ -134,7 +134,7 @@ class DiagnosticsConfig:
             value = "off"
         if isinstance(value, str):
             if value not in PRESETS:
-                raise _err("preset", value, tuple(PRESETS))
+                raise invalid("DiagnosticsConfig.preset", value, tuple(PRESETS))
             return cls(preset=value)
         if not isinstance(value, Mapping):
             raise TypeError(f"diagnostics={value!r} must be a preset name {tuple(PRESETS)} or a dict of "

@@ -226,7 +226,7 @@ def _power_iteration(op: Callable[[list[Tensor]], list[Tensor]], params: list[Te
     return lam, iters
 
 
-def _top_eig(op: Callable, params: list[Tensor], iters: int, tol: float, which: str, seed: int) -> tuple[float, int]:
+def top_eig(op: Callable, params: list[Tensor], iters: int, tol: float, which: str, seed: int) -> tuple[float, int]:
     gen = torch.Generator().manual_seed(seed)
     lam, n = _power_iteration(op, params, iters, tol, gen)
     if which == "largest" and lam < 0:
@@ -279,7 +279,7 @@ def top_eigenvalue(model: nn.Module, loss_fn: LossFn, batch: Any,
             if op.grads is not None and not op.finite:
                 return math.nan, 0
             d = None if precond is None else [t.to(p) for t, p in zip(precond, ps)]
-            lam, n = _top_eig(_preconditioned(op, d), ps, iters, tol, which, seed)
+            lam, n = top_eig(_preconditioned(op, d), ps, iters, tol, which, seed)
             return (lam if op.finite else math.nan), n
         finally:
             op.close()
@@ -373,7 +373,7 @@ def curvature_rows(model: nn.Module, batch: Any, *, step: int, lr: float, loss_f
                 idx = [i for i, p in enumerate(ps) if any(p is q for q in sub)]
                 sub_op = _restrict(op, idx)
                 sub_ps = [ps[i] for i in idx]
-                lam, n = _top_eig(sub_op, sub_ps, iters, tol, "largest", seed)
+                lam, n = top_eig(sub_op, sub_ps, iters, tol, "largest", seed)
                 if not op.finite:
                     lam = math.nan
                 vals = {"lambda_max": lam, "lr_lambda_max": lr_sharpness(lr, lam), "power_iters": float(n)}

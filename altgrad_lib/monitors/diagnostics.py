@@ -1,6 +1,6 @@
 """Diagnostics: the one object train() creates; it runs the configured monitor groups and writes their files.
 
-    diag = Diagnostics.for_run(cfg, run_dir, model, device, autocast)   # after the model is built
+    diag = Diagnostics.for_run(cfg.diagnostics_config, run_dir, model, autocast, backend=..., grad_clip=...)
     diag.start(start_step, saved_state)      # fresh start: stale files removed; resume: rows after the
                                              # checkpoint dropped, monitor state restored
     ... loss.backward(); diag.after_backward(step, x, y, snap)      # before clipping / optimizer.step
@@ -72,11 +72,11 @@ class Diagnostics:
         self.monitors = {g: MONITOR_CLASSES[g](self.att) for g in cfg.active_groups}
 
     @classmethod
-    def for_run(cls, cfg: Any, run_dir: str | Path, model: nn.Module,
-                autocast: Callable[[], contextlib.AbstractContextManager]) -> "Diagnostics":
-        """From a TrainConfig (its `diagnostics` field)."""
-        return cls(DiagnosticsConfig.from_value(cfg.diagnostics), run_dir, model, backend=cfg.backend,
-                   compiled=cfg.compile, grad_clip=cfg.grad_clip, autocast=autocast)
+    def for_run(cls, cfg: DiagnosticsConfig, run_dir: str | Path, model: nn.Module,
+                autocast: Callable[[], contextlib.AbstractContextManager], *, backend: str = "sim",
+                compiled: bool = False, grad_clip: float = 0.0) -> "Diagnostics":
+        """train()'s one call (TrainConfig.diagnostics_config and the run's backend, compile, grad_clip)."""
+        return cls(cfg, run_dir, model, backend=backend, compiled=compiled, grad_clip=grad_clip, autocast=autocast)
 
     @property
     def enabled(self) -> bool:

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from altgrad_lib.monitors.base import Monitor
-from altgrad_lib.monitors.curvature import _top_eig, hessian_mode, is_quantized
+from altgrad_lib.monitors.curvature import top_eig, hessian_mode, is_quantized
 from altgrad_lib.quantize.linear import QuantizedLinear
 
 METRICS = ("fisher_trace", "diag_max", "fisher_lambda_max", "fisher_power_iters", "kfac_trace", "kfac_lambda_max")
@@ -238,7 +238,7 @@ def fisher_rows(model: nn.Module, idx: Tensor, *, step: int, seed: int = 0, iter
         for b, ids in blocks.items():
             Gb = G[:, torch.isin(cols, torch.tensor(sel[b]))]
             diag = (Gb * Gb).sum(0) / idx.shape[0]
-            lam, n = _top_eig(lambda v, s=sel[b]: fvp(v, s), [params[k] for k in sel[b]], iters, tol, "largest",
+            lam, n = top_eig(lambda v, s=sel[b]: fvp(v, s), [params[k] for k in sel[b]], iters, tol, "largest",
                               seed)
             kt = sum(float(torch.trace(a) * torch.trace(g)) for a, g in (kfac[lid] for lid in ids))
             kl = max(float(torch.linalg.eigvalsh(a.double())[-1] * torch.linalg.eigvalsh(g.double())[-1])

@@ -7,22 +7,10 @@ from typing import Any
 import torch
 
 from altgrad_lib.monitors.base import Monitor, StepContext
-from altgrad_lib.numerics.block_scaling import elementwise_scale
-from altgrad_lib.numerics.scaling import stateless_scale
-from altgrad_lib.numerics.grid_metrics import (_ws, bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
+from altgrad_lib.numerics.grid_metrics import (bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
                                               delta_code_from_codes, delta_code_hist, grad_stiffness_corr,
-                                              hist_entropy_bits, log2_hist, misalignment, stall_rate, weight_ulp)
-
-
-
-
-def weight_scale(q: Any, w: torch.Tensor) -> torch.Tensor:
-    """The scale the weight quantizer q applies to w this step (delayed: its scale buffer)."""
-    if q.is_block:    # nvfp4 / mx: the per-element block scale
-        return elementwise_scale(w.detach(), q.spec.fmt, q.spec.scaling)
-    if q.spec.scaling.kind == "delayed":
-        return q.scaler.scale.detach().clone()
-    return stateless_scale(w.detach(), q.spec.fmt, q.spec.scaling)[0]
+                                              hist_entropy_bits, log2_hist, misalignment, scaled_weight, stall_rate,
+                                              weight_ulp)
 
 
 def weight_points(att: Any) -> list[tuple[str, Any, torch.nn.Parameter]]:
@@ -36,7 +24,7 @@ class GridMonitor(Monitor):
     def on_backward(self, ctx: StepContext) -> None:
         pre = ctx.cache.setdefault("w_pre", {})
         for fqn, q, w in weight_points(self.att):
-            s = weight_scale(q, w)
+            s = q.scale_of(w)
             pre[fqn] = (w.detach().clone(), s)
             if w.grad is not None:
                 ctx.emit(fqn, "W", "grad_stiffness_corr", grad_stiffness_corr(w.grad, w, q.spec.fmt, s))
@@ -45,9 +33,9 @@ class GridMonitor(Monitor):
         for fqn, q, w in weight_points(self.att):
             fmt = q.spec.fmt
             w0, s0 = ctx.cache["w_pre"][fqn]
-            w1, s1 = w.detach(), weight_scale(q, w)
+            w1, s1 = w.detach(), q.scale_of(w)
             lo, hi = fmt.emin - fmt.mbits, max(fmt.emax, fmt.emin) - fmt.mbits
-            hs = log2_hist(fmt.ulp(_ws(w1, s1)), lo, hi)
+            hs = log2_hist(fmt.ulp(scaled_weight(w1, s1)), lo, hi)
             ctx.emit_hist(fqn, "W", "hist.log2ulp", hs, list(range(lo, hi + 1)))
             ctx.emit(fqn, "W", "stiffness_entropy_bits", hist_entropy_bits(hs))
             ctx.emit(fqn, "W", "log2S_mean", torch.log2(weight_ulp(w1, fmt, s1).double()).mean())

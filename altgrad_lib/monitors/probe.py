@@ -23,7 +23,8 @@ from torch import nn
 from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.model import MLP, CausalSelfAttention
-from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
+from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats
+from altgrad_lib.numerics.quant import QuantEvent
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
@@ -74,23 +75,12 @@ class Probe:
         out: dict[str, Any] = {"health": {}, "kurtosis": {}, "attn_entropy": {}, "fired": {}}
         self._load(snap)
         handles: list[Any] = []
-        patched: list[nn.Module] = []
         if numerics:
             for fqn, mod in _quantized_sim(self.copy).items():
-                # the GEMM-faithful path (mod.gemm set) calls quantize(), never forward(): no forward hooks there
                 points = [("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)]
                 points += [(override_label(g, r), q) for g, r, q in override_quantizers(mod)]   # per-GEMM overrides
-                for role, q in points:
-                    if q is None:
-                        continue
-                    if q.is_block:                          # nvfp4 / mx: always the GEMM-faithful path
-                        _patch_block_quantizer(q, fqn, role, out["health"])
-                    elif role in ("X", "W") and mod.gemm is None:
-                        handles += _health_hooks(q, fqn, role, out["health"])
-                        continue
-                    else:
-                        _patch_quantizer(q, fqn, role, out["health"])
-                    patched.append(q)
+                handles += [q.observe(_health_observer(q, fqn, role, out["health"])) for role, q in points
+                            if q is not None]
         if activations:
             for fqn, mod in self.copy.named_modules():
                 if isinstance(mod, nn.Linear):
@@ -115,8 +105,6 @@ class Probe:
         finally:
             for h in handles:
                 h.remove()
-            for q in patched:
-                del q.quantize
         return out
 
     # -- FP32 shadow -------------------------------------------------------------------------------------
@@ -151,48 +139,20 @@ def _qk(c_attn_out: torch.Tensor, n_head: int) -> tuple[torch.Tensor, torch.Tens
     return q, k
 
 
-def _health_hooks(q: nn.Module, fqn: str, role: str, sink: dict) -> list[Any]:
-    pending: dict[str, Any] = {}
+def _health_observer(q: nn.Module, fqn: str, role: str, sink: dict) -> Callable[[QuantEvent], None]:
+    """Quantizer.observe callback: the health of the operand's last quantization in the step; of a block-scaled
+    operand (nvfp4 / mx) its first (row-wise) copy, with the per-element block scale as tensor_health's s, plus
+    the spread of the block scales (log2) and the per-block flush fractions."""
+    fmt = q.spec.fmt
 
-    def pre(m, inp):
-        pending["s"] = m.scaler.scale_peek(inp[0])   # the scale this call will use (no state change)
-        pending["eps"] = m.scaler.eps_hits.clone()
-
-    def post(m, inp, out):
-        sink[(fqn, role)] = tensor_health(inp[0].detach(), out.detach(), pending["s"], m.spec.fmt,
-                                          m.scaler.eps_hits - pending["eps"])
-    return [q.register_forward_pre_hook(pre), q.register_forward_hook(post)]
-
-
-def _patch_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
-    """Health of a per-tensor quantizer called through quantize() (dY; X, W and overrides on the GEMM-faithful
-    path), from its last call in the step."""
-    orig = q.quantize   # the bound method; the instance attribute below shadows it until deleted
-
-    def quantize(g: torch.Tensor, axis: int = -1) -> torch.Tensor:
-        gm = g.movedim(axis, -1)            # per_row scales along `axis` (a GEMM's reduction dim)
-        s = q.scaler.scale_peek(gm)
-        eps0 = q.scaler.eps_hits.clone()
-        out = orig(g, axis=axis)
-        sink[(fqn, role)] = tensor_health(gm.detach(), out.movedim(axis, -1).detach(), s, q.spec.fmt,
-                                          q.scaler.eps_hits - eps0)
-        return out
-    q.quantize = quantize
-
-
-def _patch_block_quantizer(q: nn.Module, fqn: str, role: str, sink: dict) -> None:
-    """Health of the first (row-wise) copy of a block-scaled operand in the step, with the per-element block
-    scale as tensor_health's s, plus the spread of the block scales (log2) and the per-block flush fractions."""
-    orig = q.quantize
-
-    def quantize(t: torch.Tensor, axis: int = -1) -> torch.Tensor:
-        out = orig(t, axis=axis)
-        if (fqn, role) not in sink:
-            fmt, cfg = q.spec.fmt, q.spec.scaling
-            tm, om = t.detach().movedim(axis, -1), out.detach().movedim(axis, -1)   # blocks along the last dim
-            h = tensor_health(tm, om, elementwise_scale(tm, fmt, cfg), fmt)
-            h.update(block_scale_stats(tm, fmt, cfg))
-            h.update(block_flush_stats(tm, om, cfg))
-            sink[(fqn, role)] = h
-        return out
-    q.quantize = quantize
+    def seen(ev: QuantEvent) -> None:
+        if q.is_block:
+            if (fqn, role) in sink:
+                return
+            h = tensor_health(ev.x, ev.y, ev.scale, fmt)
+            h.update(block_scale_stats(ev.x, fmt, q.spec.scaling))
+            h.update(block_flush_stats(ev.x, ev.y, q.spec.scaling))
+        else:
+            h = tensor_health(ev.x, ev.y, ev.scale, fmt, ev.eps_hits)
+        sink[(fqn, role)] = h
+    return seen

@@ -21,7 +21,7 @@ import torch
 
 from altgrad_lib.monitors.base import Monitor, Row, StepContext
 from altgrad_lib.numerics.grid_metrics import codes, log2_hist
-from altgrad_lib.monitors.geometry import weight_points, weight_scale
+from altgrad_lib.monitors.geometry import weight_points
 from altgrad_lib.monitors.writer import read_diagnostics
 
 KL_EPS = 1e-6
@@ -68,7 +68,7 @@ class WeightsMonitor(Monitor):
             ctx.emit(layer, "W", "zero_frac", (w == 0).double().mean())
         done = ctx.cache.get("codes_post", {})
         for fqn, q, w in weight_points(self.att):
-            s = weight_scale(q, w)
+            s = q.scale_of(w)
             ctx.emit(fqn, "W", "frac_at_max", (q.spec.fmt.quantize(w.detach().float() * s).abs() == q.spec.fmt.max)
                      .double().mean())
             c = done[fqn] if fqn in done else codes(w, q.spec.fmt, s)

@@ -127,7 +127,7 @@ def quantization_table(rows: Iterable[Mapping[str, Any]]) -> tv.Table:
 
 def model_summary(cfg: Any, vocab_size: int) -> tv.Table:
     """Shape and parameter counts of the model a TrainConfig trains (built on CPU, not trained)."""
-    model = GPT(gpt_config(cfg, vocab_size))
+    model = GPT(gpt_config(cfg.model_config, vocab_size))
     total, non_emb = model.num_params(), model.num_params(non_embedding=True)
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     df = pd.DataFrame({"value": {
@@ -141,7 +141,7 @@ def model_summary(cfg: Any, vocab_size: int) -> tv.Table:
 
 def load_trained_model(run: Any, vocab_size: int):
     """The GPT of a finished high-precision run with its final weights (checkpoints/last.pt), in eval mode."""
-    model = GPT(gpt_config(run.config, vocab_size))
+    model = GPT(gpt_config(run.config.model_config, vocab_size))
     model.load_state_dict(load_checkpoint(Path(run.dir) / "checkpoints" / "last.pt")["model"])
     return model.eval()
 

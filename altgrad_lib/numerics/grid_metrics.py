@@ -38,12 +38,13 @@ import torch
 
 _RANKS: dict[tuple[Any, str], torch.Tensor] = {}
 
-def _ws(w: torch.Tensor, s: Any) -> torch.Tensor:
+def scaled_weight(w: torch.Tensor, s: Any) -> torch.Tensor:
+    """w·s in fp32 (s broadcastable to w): the weight in its format's units."""
     return w.detach().float() * torch.as_tensor(s, dtype=torch.float32, device=w.device)
 
 
 def codes(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
-    return fmt.encode(_ws(w, s))
+    return fmt.encode(scaled_weight(w, s))
 
 
 def rank_of_code(fmt: Any, device: Any = "cpu") -> torch.Tensor:
@@ -65,16 +66,16 @@ def grid_rank(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
 def weight_ulp(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
     """The stiffness S of w: the grid spacing away from zero at w·s, in weight units (numerics/grid.stiffness is the
     optimizer's preconditioner built on the same spacing)."""
-    return fmt.ulp(_ws(w, s)) / torch.as_tensor(s, dtype=torch.float32, device=w.device)
+    return fmt.ulp(scaled_weight(w, s)) / torch.as_tensor(s, dtype=torch.float32, device=w.device)
 
 
 def misalignment(w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
-    ws = _ws(w, s)
+    ws = scaled_weight(w, s)
     return (ws - fmt.quantize(ws)).abs() / fmt.ulp(ws)
 
 
 def stall_mask(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
-    return (_ws(w1, s) - _ws(w0, s)).abs() < fmt.ulp(_ws(w0, s)) / 2
+    return (scaled_weight(w1, s) - scaled_weight(w0, s)).abs() < fmt.ulp(scaled_weight(w0, s)) / 2
 
 
 def stall_rate(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:

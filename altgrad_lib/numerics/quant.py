@@ -13,20 +13,21 @@ from __future__ import annotations
 
 
 import itertools
+from collections import OrderedDict
 import math
 import weakref
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
-from altgrad_lib.choices import did_you_mean
-from altgrad_lib.errors import check_keys
-from altgrad_lib.numerics.block_scaling import BLOCK_KINDS, BlockScaling, block_qdq, is_block_kind
+from altgrad_lib.errors import check_choice, check_keys, did_you_mean
+from altgrad_lib.numerics.block_scaling import BLOCK_KINDS, BlockScaling, block_qdq, elementwise_scale, is_block_kind
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
 from altgrad_lib.numerics.rounding import random_bits
-from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, _choice_error, stateless_scale
+from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, stateless_scale
 
 STE_MODES = ("identity", "clipped")
 # every kind a QuantSpec's `scaling` takes (a string or a dict's "kind"): the per-tensor / per-row kinds of
@@ -75,10 +76,8 @@ class QuantSpec:
                                  f"(got ste={self.ste!r}, saturate={self.saturate!r}): block formats saturate")
         else:
             object.__setattr__(self, "scaling", ScalingConfig.from_dict(self.scaling))
-        if self.rounding not in ROUNDING_MODES:
-            raise _choice_error("rounding", self.rounding, ROUNDING_MODES)
-        if self.ste not in STE_MODES:
-            raise _choice_error("ste", self.ste, STE_MODES)
+        check_choice("rounding", self.rounding, ROUNDING_MODES)
+        check_choice("ste", self.ste, STE_MODES)
         if not isinstance(self.saturate, bool):
             raise ValueError(f"saturate={self.saturate!r} is invalid; valid choices: True, False")
         if self.sr_bits is not None:
@@ -258,6 +257,19 @@ def _(x: Tensor, token: Tensor, dtype: torch.dtype) -> Tensor:
     return x.new_empty(x.shape, dtype=dtype)
 
 
+@dataclass(frozen=True)
+class QuantEvent:
+    """What one call of a Quantizer did (Quantizer.observe), in the call's layout with its scaling axis last (a
+    GEMM's reduction dim). Detached tensors; nothing here is part of the autograd graph."""
+
+    x: Tensor                # the input
+    y: Tensor                # the fake-quantized output
+    scale: Tensor            # the multiplier used (y = Q(x·s)/s): () per tensor, (..., 1) per row, x's shape for
+                             # block kinds (each element's block scale)
+    eps_hits: Tensor | None  # amax-floor hits of this call (the Scaler's; None for block kinds, which have none)
+    training: bool           # a training call (state updated) or eval (state read only)
+
+
 def _moved(x: Tensor, axis: int) -> bool:
     """Is `axis` another dim than x's last? (per_row then scales along it: the same rule on x with it moved)"""
     return x.dim() > 1 and axis % x.dim() != x.dim() - 1
@@ -293,6 +305,8 @@ class Quantizer(nn.Module):
         self.register_buffer("_rng_token", torch.zeros(2, dtype=torch.int64), persistent=False)
         self._register_handle()
         self._rbits_dtype: dict[torch.dtype, torch.dtype] = {}  # work float dtype -> random-bits int dtype
+        # observe(): empty in training (no cost); an OrderedDict, as torch's RemovableHandle holds a weakref to it
+        self._observers: OrderedDict[int, Callable[[QuantEvent], None]] = OrderedDict()
         if self.spec.rounding == "stochastic":
             self._gen = self._seeded_generator(torch.device("cpu"))
             for wdt in (torch.float32, torch.float64):
@@ -302,6 +316,53 @@ class Quantizer(nn.Module):
                     ).dtype
                 except ValueError:
                     pass  # sr_bits too large for this work precision: random_bits() raises at use
+
+    # -- observers ---------------------------------------------------------------------------------------
+    def observe(self, fn: Callable[[QuantEvent], None]) -> RemovableHandle:
+        """Call fn(QuantEvent) after every quantization (forward, quantize) from now on, until the returned
+        handle's remove(): how monitors learn the scale a call used (per block where blocked) without
+        re-deriving it or patching the quantizer."""
+        handle = RemovableHandle(self._observers)
+        self._observers[handle.id] = fn
+        return handle
+
+    def _notify(self, x: Tensor, y: Tensor, s: Tensor | None, eps0: Tensor | None, training: bool) -> None:
+        """x, y with the scaling axis last; s None for block kinds (their per-element scale is computed here,
+        only when someone observes)."""
+        x, y = x.detach(), y.detach()
+        if s is None:
+            s = elementwise_scale(x, self.spec.fmt, self.spec.scaling)
+        ev = QuantEvent(x=x, y=y, scale=s.detach(), training=training,
+                        eps_hits=None if eps0 is None else self.scaler.eps_hits - eps0)
+        for fn in list(self._observers.values()):
+            fn(ev)
+
+    def _eps0(self) -> Tensor | None:
+        return self.scaler.eps_hits.clone() if self._observers and not self._block else None
+
+    def scale_of(self, x: Tensor, axis: int = -1) -> Tensor:
+        """The multiplier this quantizer applies to x in the current step, changing no state: delayed scaling's
+        scale of its last training call (one per step), the stateless kinds' scale of x, broadcastable to x with
+        `axis` last (block kinds: x's shape). For monitors that need the grid of a tensor outside a call (the
+        weight before and after an optimizer step)."""
+        if self.stateful:
+            return self.scaler.scale.detach().clone()
+        x = x.detach().movedim(axis, -1) if _moved(x, axis) else x.detach()
+        with torch.no_grad():
+            if self._block:
+                return elementwise_scale(x, self.spec.fmt, self.spec.scaling)
+            return stateless_scale(x, self.spec.fmt, self.spec.scaling)[0]
+
+    @property
+    def per_tensor(self) -> bool:
+        """One scale for the whole tensor (none / current / delayed): the quantized copy does not depend on the
+        layout, so one copy serves every GEMM."""
+        return not self._block and self.spec.scaling.kind in ("none", "current", "delayed")
+
+    @property
+    def stateful(self) -> bool:
+        """The scale depends on earlier calls (delayed: an amax history), not on the tensor alone."""
+        return not self._block and self.spec.scaling.kind == "delayed"
 
     def _register_handle(self) -> None:
         self._handle = next(_HANDLES)
@@ -396,14 +457,17 @@ class Quantizer(nn.Module):
             return _StraightThrough.apply(x, self._block_qdq(x, self.training, axis=axis))
         if _moved(x, axis):
             return self.forward(x.movedim(axis, -1)).movedim(-1, axis)
+        eps0 = self._eps0()
         if not self.training:
             s = self.scaler.scale_peek(x)
             y, _, _ = _FakeQuantFn.apply(x, s, self._eval_spec, None, False, None)
-            return y
-        s = self.scaler.scale_for(x)
-        y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.draw_bits(x))
-        if self.count:
-            self._count(x, n_sat, n_under)
+        else:
+            s = self.scaler.scale_for(x)
+            y, n_sat, n_under = _FakeQuantFn.apply(x, s, self.spec, None, self.count, self.draw_bits(x))
+            if self.count:
+                self._count(x, n_sat, n_under)
+        if self._observers:
+            self._notify(x, y, s, eps0, self.training)
         return y
 
     @torch.no_grad()
@@ -413,10 +477,13 @@ class Quantizer(nn.Module):
             return self._block_qdq(x, True, axis=axis)
         if _moved(x, axis):
             return self.quantize(x.movedim(axis, -1)).movedim(-1, axis)
+        eps0 = self._eps0()
         s = self.scaler.scale_for(x)
         y, _, n_sat, n_under = _qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
+        if self._observers:
+            self._notify(x, y, s, eps0, True)
         return y
 
     @torch.no_grad()
@@ -448,6 +515,8 @@ class Quantizer(nn.Module):
                                       axis=axis)
         if count:
             self._count(x, n_sat, n_under)
+        if self._observers:
+            self._notify(x.movedim(axis, -1), y.movedim(axis, -1), None, None, train)
         return y
 
     # -- bookkeeping -------------------------------------------------------------------------------------

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from altgrad_lib.errors import check_keys
+from altgrad_lib.errors import check_choice, check_keys
 
 SCALING_KINDS = ("none", "current", "delayed", "per_row")
 DELAYED_REDUCE = ("max", "most_recent")
@@ -41,10 +40,6 @@ DELAYED_INIT = ("current", "one")
 # amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats).
 _S_MIN = 2.0**-126
 _S_MAX = 2.0**126
-
-
-def _choice_error(field: str, value: Any, choices: tuple) -> ValueError:
-    return ValueError(f"{field}={value!r} is invalid; valid choices: {', '.join(map(repr, choices))}")
 
 
 @dataclass(frozen=True)
@@ -71,10 +66,8 @@ class ScalingConfig:
             raise ValueError(f"kind={self.kind!r} is invalid; valid choices: {', '.join(map(repr, SCALING_KINDS))}; "
                              f"block scaling ('mx', alias 'per_block', and 'nvfp4') is a QuantSpec scaling of "
                              f"numerics/block_scaling.py{hint}")
-        if self.reduce not in DELAYED_REDUCE:
-            raise _choice_error("reduce", self.reduce, DELAYED_REDUCE)
-        if self.delayed_init not in DELAYED_INIT:
-            raise _choice_error("delayed_init", self.delayed_init, DELAYED_INIT)
+        check_choice("reduce", self.reduce, DELAYED_REDUCE)
+        check_choice("delayed_init", self.delayed_init, DELAYED_INIT)
         if not isinstance(self.history_len, int) or isinstance(self.history_len, bool) or self.history_len < 1:
             raise ValueError(f"history_len={self.history_len!r} is invalid; valid: an int >= 1")
         if not isinstance(self.block_size, int) or isinstance(self.block_size, bool) or self.block_size < 1:

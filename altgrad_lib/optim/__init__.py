@@ -21,7 +21,7 @@ numerics/grid.py):
   stats.py        the optimizer's step statistics: stall rate, update visibility, oscillation ratio, Δcode
                   histogram, code usage / entropy, StepStats
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
-  factory.py      build_optimizer(model, cfg): what training/loop.py calls
+  factory.py      build_optimizer(model, oc): what training/loop.py calls (oc: TrainConfig.optim_config)
 
 Import each name from the module that defines it (`from altgrad_lib.optim.adamw import AdamW`): this package
 re-exports nothing, so importing `optim.config` (TrainConfig does) stays torch-free.

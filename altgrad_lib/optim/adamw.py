@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from altgrad_lib.choices import EF_MODES
-from altgrad_lib.optim.base import GridOptimizer, _check
+from altgrad_lib.errors import check_choice
+from altgrad_lib.optim.base import GridOptimizer
 from altgrad_lib.numerics.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
 from altgrad_lib.optim.error_feedback import inject
 from altgrad_lib.optim.lowp_state import StateFormat
@@ -72,11 +73,11 @@ class AdamW(GridOptimizer):
             raise ValueError(f"storage={group['storage']!r} needs betas[0] > 0 (got {b1!r}) and an fp32 first moment "
                              f"(state_m=None, got {group['state_m']!r}): the residual is kept in m (error_feedback.py)")
         if "stiffness" in group:
-            _check("stiffness", group["stiffness"], STIFFNESS_KINDS)
+            check_choice("stiffness", group["stiffness"], STIFFNESS_KINDS)
             if group["damping"] < 0:
                 raise ValueError(f"damping={group['damping']!r} must be >= 0")
         if "ulp_mode" in group:
-            _check("ulp_mode", group["ulp_mode"], ULP_MODES)
+            check_choice("ulp_mode", group["ulp_mode"], ULP_MODES)
             if group["clip_ulp"] is not None and group["clip_ulp"] <= 0:
                 raise ValueError(f"clip_ulp={group['clip_ulp']!r} must be None or > 0")
 

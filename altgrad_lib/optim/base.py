@@ -42,18 +42,14 @@ from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
 from altgrad_lib.optim.osc_reset import OscReset
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid
-from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, on_grid, write
+from altgrad_lib.optim.config import on_grid
+from altgrad_lib.optim.storage import KAHAN_DTYPES, STORAGE_MODES, write
 from altgrad_lib.numerics.rounding import default_sr_bits
-from altgrad_lib.numerics.scaling import _choice_error
+from altgrad_lib.errors import check_choice
 
 CHUNK = 1 << 18          # elements per eager flat update (1 MiB of fp32)
 _SR_MODES = SR_MODES     # stored with stochastic rounding (counter_rng bits)
 _COMMON = dict(fmt=None, storage="fp32", grid_headroom=1, grid_exp=None, kahan_dtype="bf16", sr_bits=None)
-
-
-def _check(name: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        raise _choice_error(name, value, choices)
 
 
 class GridOptimizer(torch.optim.Optimizer):
@@ -96,8 +92,8 @@ class GridOptimizer(torch.optim.Optimizer):
     def add_param_group(self, group: dict[str, Any]) -> None:
         super().add_param_group(group)
         g = self.param_groups[-1]
-        _check("storage", g["storage"], STORAGE_MODES)
-        _check("kahan_dtype", g["kahan_dtype"], tuple(KAHAN_DTYPES))
+        check_choice("storage", g["storage"], STORAGE_MODES)
+        check_choice("kahan_dtype", g["kahan_dtype"], tuple(KAHAN_DTYPES))
         if g["fmt"] is not None:
             g["fmt"] = get_format(g["fmt"]).name      # a name, so state_dict()["param_groups"] stays plain data
         elif on_grid(g["storage"]):

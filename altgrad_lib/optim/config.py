@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from altgrad_lib.errors import check_choice
 from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, SR_BITS_MAX, SR_MODES, STATE_SCALES,
                                  STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES)
 
@@ -49,7 +50,13 @@ OWN_KEYS = {
     "grid_sgd": ("momentum", "stiffness", "damping", "ulp_mode"),
 }
 DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01}
+RUN_FIELDS = ("train_lr", "weight_decay", "betas", "seed", "recipe")   # OptimConfig fields TrainConfig fills in
 _EF_OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw")     # those with a first moment to hold the residual
+
+
+def on_grid(storage: str) -> bool:
+    """The stored weight itself stays on its format's grid (every storage mode but fp32; optim/storage.py)."""
+    return storage != "fp32"
 
 
 def check_schedule(period: Any, window: Any, threshold: Any, start: Any,
@@ -101,6 +108,12 @@ class OptimConfig:
     g_bound: float = 10.0
     momentum: float = 0.0
     explicit: tuple = field(default=(), compare=False)     # the keys the user set
+    # what the run supplies (TrainConfig's lr, weight_decay, beta1/beta2, seed, recipe): no `optim:` key sets them
+    train_lr: float = 1e-3            # the schedule's peak LR; each group's lr_mult is relative to it
+    weight_decay: float = 0.1         # on matrices (converted for optimizers whose lr is not in weight units)
+    betas: tuple[float, float] = (0.9, 0.95)
+    seed: int = 0                     # the SR generator's seed is this + factory.SR_SEED_OFFSET
+    recipe: str = field(default="", compare=False)          # the recipe's name, for messages
 
     def __post_init__(self) -> None:
         for name, value, choices in (("optimizer", self.name, OPTIMIZERS),
@@ -112,8 +125,7 @@ class OptimConfig:
                                      ("optim.state_m_transform", self.state_m_transform, STATE_TRANSFORMS),
                                      ("optim.state_v_transform", self.state_v_transform, STATE_TRANSFORMS),
                                      ("optim.state_scale", self.state_scale, STATE_SCALES)):
-            if value not in choices:
-                raise ValueError(f"{name}={value!r} is invalid; valid choices: {choices}")
+            check_choice(name, value, choices)
         for name in ("lr", "clip_ulp"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
@@ -166,22 +178,32 @@ class OptimConfig:
                              f"remove them")
 
     @classmethod
-    def from_dict(cls, name: str, optim: Mapping[str, Any] | None) -> "OptimConfig":
+    def from_dict(cls, name: str, optim: Mapping[str, Any] | None, **run: Any) -> "OptimConfig":
+        """`optimizer` + `optim:` as written (only the keys OWN_KEYS / SHARED_KEYS allow), with `run`'s fields
+        (RUN_FIELDS: what TrainConfig supplies)."""
+        bad_run = sorted(set(run) - set(RUN_FIELDS))
+        if bad_run:
+            raise TypeError(f"OptimConfig.from_dict: {bad_run} are no run fields; valid: {RUN_FIELDS}")
         optim = dict(optim or {})
-        if name not in OPTIMIZERS:
-            raise ValueError(f"optimizer={name!r} is invalid; valid choices: {OPTIMIZERS}")
+        check_choice("optimizer", name, OPTIMIZERS)
         valid = SHARED_KEYS + OWN_KEYS[name]
         bad = sorted(set(optim) - set(valid))
         if bad:
             raise ValueError(f"optim key(s) {bad} do not apply to optimizer {name!r}; valid keys: {valid}")
-        return cls(name=name, explicit=tuple(sorted(optim)), **optim)
+        return cls(name=name, explicit=tuple(sorted(optim)), **optim, **run)
 
     @property
     def is_torch_adamw(self) -> bool:
         """The default path: torch.optim.AdamW, nothing of this package."""
         return self.name == "adamw" and not self.explicit
 
-    def peak_lr(self, train_lr: float) -> float:
+    @property
+    def on_grid(self) -> bool:
+        return on_grid(self.storage)
+
+    def peak_lr(self, train_lr: float | None = None) -> float:
+        """The peak LR in the optimizer's own units (None: the run's train_lr)."""
+        train_lr = self.train_lr if train_lr is None else train_lr
         return self.lr if self.lr is not None else DEFAULT_LR.get(self.name, train_lr)
 
     def short_str(self) -> str:

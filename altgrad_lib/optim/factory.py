@@ -1,7 +1,9 @@
-"""`build_optimizer(model, cfg, device)`: the optimizer a TrainConfig asks for (training/loop.py's only entry point
-here).
+"""`build_optimizer(model, oc, device)`: the optimizer an `OptimConfig` asks for (TrainConfig.optim_config, built
+once with the config; training/loop.py's only entry point here).
 
-Parameter groups: (weight format, decay) — matrices get TrainConfig.weight_decay, vectors none.  Which weights
+`oc.is_torch_adamw` (optimizer adamw, no `optim:` key): torch.optim.AdamW on `adamw_param_groups`, nothing of this
+package. Otherwise:
+Parameter groups: (weight format, decay) — matrices get oc.weight_decay (TrainConfig's), vectors none.  Which weights
 have a format (and so a grid, a stiffness, grid storage): by default the weights the recipe fake-quantizes
 (`QuantizedLinear.w_quant`, backend "sim"), each with the recipe's weight format; `optim.weight_fmt` instead
 puts every transformer-block Linear weight on that format's grid (also under a bf16 recipe).  Everything else
@@ -13,7 +15,8 @@ recipe's weight quantizer of those layers is removed (it would round the on-grid
 per-tensor scale).  Needs backend "sim", and a recipe whose weights are per-tensor scaled: a block-scaled weight
 (NVFP4, MX) is refused (`_check_no_block_weights` says why).
 
-Each group carries `lr_mult` = the group's peak LR / TrainConfig.lr; the training loop sets lr = schedule(it) * lr_mult.
+Each group carries `lr_mult` = the group's peak LR / oc.train_lr (TrainConfig.lr); the training loop sets
+lr = schedule(it) * lr_mult.
 """
 from __future__ import annotations
 
@@ -25,10 +28,9 @@ from altgrad_lib.choices import STORAGE_MODES
 from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
-from altgrad_lib.optim.config import OptimConfig
+from altgrad_lib.optim.config import OptimConfig, on_grid
 from altgrad_lib.optim.madam import Madam
 from altgrad_lib.optim.sgd import GridSGD
-from altgrad_lib.optim.storage import on_grid
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
 
@@ -53,59 +55,69 @@ def weight_formats(model: torch.nn.Module, weight_fmt: str | None) -> dict[int, 
     return out
 
 
-def stored_weight_grids(model: torch.nn.Module, cfg: Any) -> dict[str, str]:
+def adamw_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """torch AdamW's parameter groups: weight decay only on matrices (Linear/Embedding weights), never on
+    LayerNorm gains or biases; frozen parameters left out."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def stored_weight_grids(model: torch.nn.Module, oc: OptimConfig) -> dict[str, str]:
     """fqn -> the weight grid the forward uses, "<format>/pow2/<storage>", for the Linears whose weight grid storage
     keeps on its format's grid (replacing the recipe's weight quantizer, see the module docstring); {} for storage
     fp32. Call it on the quantized model before build_optimizer (which removes those quantizers)."""
-    oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
-    if not on_grid(oc.storage):
+    if not oc.on_grid:
         return {}
     return {fqn: f"{get_format(fmt).short_str()}/pow2/{oc.storage}"
             for fmt, fqn in weight_formats(model, oc.weight_fmt).values()}
 
 
-def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
-    """The optimizer of TrainConfig `cfg` (optimizer + optim); see the module docstring."""
-    oc = OptimConfig.from_dict(cfg.optimizer, cfg.optim)
-    if on_grid(oc.storage) and cfg.backend != "sim":
-        raise ValueError(f"optim.storage={oc.storage!r} needs backend 'sim' (got {cfg.backend!r}); valid storage "
-                         f"for hardware backends: 'fp32'")
+def build_optimizer(model: torch.nn.Module, oc: OptimConfig, device: torch.device | None = None
+                    ) -> torch.optim.Optimizer:
+    """The optimizer of `oc` (TrainConfig.optim_config) on `model`'s trainable parameters; see the module
+    docstring. Grid storage's backend (sim only) is checked with the config (TrainConfig)."""
+    if oc.is_torch_adamw:
+        return torch.optim.AdamW(adamw_param_groups(model, oc.weight_decay), lr=oc.train_lr, betas=oc.betas,
+                                 fused=(device is not None and device.type == "cuda") or None)
+    recipe = oc.recipe or "this recipe"
     fmts = weight_formats(model, oc.weight_fmt)
-    if on_grid(oc.storage) and not fmts:
-        why = ("freeze_blocks=True freezes every block weight" if getattr(cfg, "freeze_blocks", False) else
-               f"recipe {cfg.recipe_name!r} quantizes no weight")
+    if oc.on_grid and not fmts:
+        why = ("freeze_blocks=True freezes every block weight" if _blocks_frozen(model) else
+               f"recipe {recipe!r} quantizes no weight")
         raise ValueError(f"optim.storage={oc.storage!r} but no trainable weight has a format ({why}): set "
                          f"optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
-    if on_grid(oc.storage):
-        _check_no_block_weights(model, fmts, oc.storage, cfg.recipe_name)
+    if oc.on_grid:
+        _check_no_block_weights(model, fmts, oc.storage, recipe)
     if oc.osc_reset and not fmts:
-        raise ValueError(f"optim.osc_reset=True but no trainable weight has a format (recipe {cfg.recipe_name!r}): "
+        raise ValueError(f"optim.osc_reset=True but no trainable weight has a format (recipe {recipe!r}): "
                          f"set optim.weight_fmt, e.g. 'E4M3'")
-    peak = oc.peak_lr(cfg.lr)
+    train_lr = oc.train_lr
+    peak = oc.peak_lr()
     own_units = oc.name in ("grid_adamw", "madam")       # lr not in weight units: convert the decay
     groups: dict[tuple, dict[str, Any]] = {}
     for p in (p for p in model.parameters() if p.requires_grad):
         fmt = fmts.get(id(p), (None, ""))[0]
         decays = p.dim() >= 2
         lr = peak if (fmt is not None or oc.name in ("madam", "grid_sgd")) else (
-            cfg.lr if oc.name == "grid_adamw" else peak)
-        wd = cfg.weight_decay if decays else 0.0
-        if own_units and lr != cfg.lr:
-            wd = wd * cfg.lr / lr
+            train_lr if oc.name == "grid_adamw" else peak)
+        wd = oc.weight_decay if decays else 0.0
+        if own_units and lr != train_lr:
+            wd = wd * train_lr / lr
         key = (fmt, wd, lr)
         if key not in groups:
-            groups[key] = {"params": [], "fmt": fmt, "weight_decay": wd, "lr": lr, "lr_mult": lr / cfg.lr,
+            groups[key] = {"params": [], "fmt": fmt, "weight_decay": wd, "lr": lr, "lr_mult": lr / train_lr,
                            "storage": oc.storage if fmt is not None else "fp32"}
         groups[key]["params"].append(p)
-    common = dict(seed=cfg.seed + SR_SEED_OFFSET, track_stats=oc.track_stats, compile=oc.compile,
+    common = dict(seed=oc.seed + SR_SEED_OFFSET, track_stats=oc.track_stats, compile=oc.compile,
                   grid_headroom=oc.grid_headroom, kahan_dtype=oc.kahan_dtype, sr_bits=oc.sr_bits)
-    adam = dict(betas=(cfg.beta1, cfg.beta2), eps=oc.eps, **_state_formats(oc))
+    adam = dict(betas=tuple(oc.betas), eps=oc.eps, **_state_formats(oc))
     stiff = dict(stiffness=oc.stiffness, damping=oc.damping)
     glist = list(groups.values())
     if oc.name == "adamw":
-        opt = AdamW(glist, lr=cfg.lr, **adam, **common)
+        opt = AdamW(glist, lr=train_lr, **adam, **common)
     elif oc.name == "stiffness_adamw":
-        opt = StiffnessAdamW(glist, lr=cfg.lr, **adam, **stiff, **common)
+        opt = StiffnessAdamW(glist, lr=train_lr, **adam, **stiff, **common)
     elif oc.name == "grid_adamw":
         opt = GridAdamW(glist, lr=peak, **adam, **stiff, ulp_mode=oc.ulp_mode, clip_ulp=oc.clip_ulp, **common)
     elif oc.name == "madam":
@@ -115,9 +127,16 @@ def build_optimizer(model: torch.nn.Module, cfg: Any, device: torch.device | Non
     opt.stats.osc_window = oc.osc_window
     if oc.osc_reset:
         opt.set_osc_reset(oc.osc_reset_period, oc.osc_reset_window, oc.osc_reset_threshold, oc.osc_reset_start)
-    if on_grid(oc.storage):
+    if oc.on_grid:
         _drop_weight_quantizers(model, fmts)
     return opt
+
+
+def _blocks_frozen(model: torch.nn.Module) -> bool:
+    """No transformer-block Linear weight trains (TrainConfig.freeze_blocks)."""
+    block = [m for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+             and layer_class_of(fqn) in LAYER_CLASSES and layer_class_of(fqn) != "lm_head"]
+    return bool(block) and not any(m.weight.requires_grad for m in block)
 
 
 def _state_formats(oc: OptimConfig) -> dict[str, Any]:

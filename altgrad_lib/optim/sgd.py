@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from altgrad_lib.optim.base import GridOptimizer, _check
+from altgrad_lib.errors import check_choice
+from altgrad_lib.optim.base import GridOptimizer
 from altgrad_lib.numerics.grid import STIFFNESS_KINDS, ULP_MODES, stiffness
 
 
@@ -27,8 +28,8 @@ class GridSGD(GridOptimizer):
         super().__init__(params, defaults, seed=seed, track_stats=track_stats, compile=compile)
 
     def _check_group(self, group: dict[str, Any]) -> None:
-        _check("stiffness", group["stiffness"], STIFFNESS_KINDS)
-        _check("ulp_mode", group["ulp_mode"], ULP_MODES)
+        check_choice("stiffness", group["stiffness"], STIFFNESS_KINDS)
+        check_choice("ulp_mode", group["ulp_mode"], ULP_MODES)
         if not 0 <= group["momentum"] < 1:
             raise ValueError(f"momentum={group['momentum']!r} must be in [0, 1)")
 

@@ -22,15 +22,11 @@ from __future__ import annotations
 import torch
 
 from altgrad_lib.choices import STORAGE_MODES
+from altgrad_lib.errors import invalid
 from altgrad_lib.numerics.formats import FloatFormat
 from altgrad_lib.numerics.grid import to_grid
 
 KAHAN_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def on_grid(mode: str) -> bool:
-    """True when param.data itself must stay on the grid (grid_rne, grid_sr, kahan)."""
-    return mode != "fp32"
 
 
 @torch.no_grad()
@@ -51,4 +47,4 @@ def write(p: torch.Tensor, w_new: torch.Tensor, mode: str, fmt: FloatFormat | No
         comp.copy_(target - q)
         p.copy_(q)
     else:
-        raise ValueError(f"storage={mode!r} is invalid; valid choices: {STORAGE_MODES}")
+        raise invalid("storage", mode, STORAGE_MODES)

@@ -14,7 +14,7 @@ import torch.nn as nn
 from altgrad_lib.quantize.attention import QuantizedAttention
 from altgrad_lib.quantize.hw_fp8 import ScaledMMLinear, convert_torchao, is_float8_linear
 from altgrad_lib.quantize.linear import QuantizedLinear, module_seed
-from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, _s, get_policy, layer_class_of
+from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, get_policy, layer_class_of, spec_str
 
 COLUMNS = ("module", "class", "shape", "input", "weight", "grad_output", "gemm", "backend")
 
@@ -42,8 +42,8 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         if spec is not None:
             chosen[fqn] = spec
         rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
-                     "input": _s(spec.input) if spec else "hp", "weight": _s(spec.weight) if spec else "hp",
-                     "grad_output": _s(spec.grad_output) if spec else "hp",
+                     "input": spec_str(spec.input) if spec else "hp", "weight": spec_str(spec.weight) if spec else "hp",
+                     "grad_output": spec_str(spec.grad_output) if spec else "hp",
                      "gemm": spec.gemm_options.short_str() if spec and spec.gemm_options else "-",
                      "backend": policy.backend if spec else "-"})
 

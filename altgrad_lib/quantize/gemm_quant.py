@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from altgrad_lib.errors import check_keys
-from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
                                                  overrides_short_str, overrides_to_dict)
 
@@ -141,8 +140,7 @@ def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
 
 def _per_tensor(q) -> bool:
     """Scaling independent of the layout: one quantized copy serves every GEMM."""
-    return q is None or (not isinstance(q.spec.scaling, BlockScaling)
-                         and q.spec.scaling.kind in ("none", "current", "delayed"))
+    return q is None or q.per_tensor
 
 
 def _rowwise(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:

@@ -29,7 +29,7 @@ class _QuantizeGradOutput(torch.autograd.Function):
 def grad_counters_live(quantizer: Quantizer, compiled: bool) -> bool:
     """Does the dY quantizer update its counters / scale buffer? Not in compiled runs with stateless scaling
     (see _quantize_grad): monitors must report those as unavailable, never as zero."""
-    return not compiled or quantizer.spec.scaling.kind == "delayed"
+    return not compiled or quantizer.stateful
 
 
 def _quantize_grad(quantizer: Quantizer, grad_y: torch.Tensor) -> torch.Tensor:

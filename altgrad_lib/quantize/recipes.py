@@ -17,7 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES, did_you_mean
+from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES
+from altgrad_lib.errors import did_you_mean
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
@@ -105,11 +106,12 @@ class LayerSpec:
         return out
 
     def short_str(self) -> str:
-        s = " ".join(f"{r[0]}:{_s(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
+        s = " ".join(f"{r[0]}:{spec_str(getattr(self, r))}" for r in ("input", "weight", "grad_output"))
         return s + (f" gemm:{self.gemm_options.short_str()}" if self.gemm_options is not None else "")
 
 
-def _s(spec: QuantSpec | None) -> str:
+def spec_str(spec: QuantSpec | None) -> str:
+    """A role's spec as the layer table shows it ("hp" for high precision)."""
     return "hp" if spec is None else spec.short_str()
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from altgrad_lib.errors import exc_line
-from altgrad_lib.monitors.config import INTERVAL_FIELDS, DiagnosticsConfig
+from altgrad_lib.monitors.config import INTERVAL_FIELDS
 from altgrad_lib.studies.claims import verdict_mde
 from altgrad_lib.training.config import NON_RESULT_FIELDS
 from altgrad_lib.training.loop import train
@@ -66,7 +66,7 @@ class RunCost:
                                                                        or n % cfg.eval_interval else 0)
         ckpts = (n // cfg.ckpt_interval if cfg.ckpt_interval else 0) + (1 if not cfg.ckpt_interval
                                                                        or n % cfg.ckpt_interval else 0)
-        diag = DiagnosticsConfig.from_value(cfg.diagnostics)
+        diag = cfg.diagnostics_config
         diags = n // diag.every if diag.enabled else 0            # step 1's is part of the setup
         batches = 2 * cfg.eval_iters
         return (self.setup + self.eval_batch * 2 * (cfg.eval_iters - PROBE_EVAL_ITERS) + (n - 1) * self.step
@@ -77,12 +77,12 @@ def cost_key(cfg: Any) -> str:
     """Runs that cost the same: the config without its seed and the fields that change no number or name."""
     d = {k: v for k, v in cfg.to_dict().items() if k not in (*NON_RESULT_FIELDS, "seed", "max_steps",
                                                                "eval_interval", "eval_iters")}
-    d["diagnostics"] = DiagnosticsConfig.from_value(cfg.diagnostics).to_dict()   # diagnostics do cost time
+    d["diagnostics"] = cfg.diagnostics_config.to_dict()   # diagnostics do cost time
     return json.dumps(d, sort_keys=True, default=str)
 
 
 def _probe_config(cfg: Any, out_dir: str) -> Any:
-    diag = DiagnosticsConfig.from_value(cfg.diagnostics)
+    diag = cfg.diagnostics_config
     d = "off"
     if diag.enabled:   # every group due on the same steps: its cost is paid at the main interval (an upper bound)
         d = {**diag.to_dict(), "interval": PROBE_EVERY["diag"], "group_intervals": {}}

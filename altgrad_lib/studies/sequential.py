@@ -384,25 +384,43 @@ def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None, 
     return rep
 
 
-def run_until_resolved(study: Any, run: Callable[[list], pd.DataFrame], log: Callable[[str], None] = print,
-                       frame: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Run `study` (with a seed_plan) until every row is resolved or its maximum: replay the looks on the runs
-    that exist (`frame`, e.g. the index of an interrupted run), run what the next look needs (`run(points)` trains
-    or reuses them and returns the index), repeat. Writes sequential.csv; returns the index."""
-    plan = study.seed_plan
+def until_resolved(replay_at: Callable[[pd.DataFrame], Replay], run: Callable[[list[Candidate]], pd.DataFrame],
+                   frame: pd.DataFrame | None = None, *, name: str = "",
+                   on_look: Callable[[Replay, int], None] | None = None) -> tuple[Replay, pd.DataFrame]:
+    """The seeds-until-resolved loop of a study (run_until_resolved) and of a notebook's variants
+    (until_resolved.train_until_resolved): replay the looks on the runs that exist (`frame`: run, status, ...; none
+    yet by default), run what the current state needs (`run(candidates)` trains or reuses them and returns the new
+    frame), repeat until the replay is done. on_look(replay, n missing) before each round (a log line). Returns the
+    final replay and frame; runs that are still missing after they were run are an error, never a loop."""
     frame = pd.DataFrame(columns=["run", "status"]) if frame is None else frame
     seen: set = set()
     while True:
-        rep = study_replay(study, frame, plan)
+        rep = replay_at(frame)
         if rep.done:
-            break
+            return rep, frame
         names = frozenset(c.name for c in rep.missing)
         if names in seen:
-            raise RuntimeError(f"{study.name}: runs {sorted(names)[:3]} are still missing after they were run")
+            raise RuntimeError(f"{name + ': ' if name else ''}runs {sorted(names)[:3]} are still missing after they "
+                               f"were run")
         seen.add(names)
+        if on_look is not None:
+            on_look(rep, len(names))
+        frame = run(rep.need)
+
+
+def run_until_resolved(study: Any, run: Callable[[list], pd.DataFrame], log: Callable[[str], None] = print,
+                       frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Run `study` (with a seed_plan) until every row is resolved or its maximum (until_resolved; `frame`: e.g. the
+    index of an interrupted run; `run(points)` trains or reuses them and returns the index). Writes sequential.csv;
+    returns the index."""
+    plan = study.seed_plan
+
+    def on_look(rep: Replay, n: int) -> None:
         look = int(rep.looks.look.max()) + 1 if len(rep.looks) else 1
-        log(f"{study.name}: look {look} of {len(plan.looks)}: {len(names)} run(s) to add")
-        frame = run([c.point for c in rep.need])
+        log(f"{study.name}: look {look} of {len(plan.looks)}: {n} run(s) to add")
+
+    rep, frame = until_resolved(lambda f: study_replay(study, f, plan), lambda need: run([c.point for c in need]),
+                                frame, name=study.name, on_look=on_look)
     write_csv(study.dir / SEQUENTIAL_FILE, rep.looks)
     worst = len(study_candidates(study, plan)[0])
     log(f"{study.name}: resolved at {len(rep.need)} of {worst} runs (worst case); "
@@ -421,4 +439,4 @@ def dry_run_lines(study: Any, plan: SeedPlan) -> tuple[list[str], list]:
 
 __all__ = ["SEED_PLAN_KEYS", "SEQUENTIAL_FILE", "SeedPlan", "per_seed_points", "plan_for", "with_seeds",
            "is_open", "sequential_verdicts", "mark_smoke", "describe_sequential", "Candidate", "Replay", "replay",
-           "study_candidates", "study_replay", "run_until_resolved", "dry_run_lines"]
+           "study_candidates", "study_replay", "until_resolved", "run_until_resolved", "dry_run_lines"]

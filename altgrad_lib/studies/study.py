@@ -51,7 +51,8 @@ from typing import Any, Mapping
 import pandas as pd
 import yaml
 
-from altgrad_lib.choices import RECIPE_ALIASES, did_you_mean
+from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.errors import did_you_mean
 from altgrad_lib.errors import one_line
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import owner

@@ -23,7 +23,8 @@ import pandas as pd
 from altgrad_lib.io import write_csv
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import claims as claims_lib
-from altgrad_lib.studies.sequential import SEQUENTIAL_FILE, Candidate, Replay, SeedPlan, describe_sequential, replay
+from altgrad_lib.studies.sequential import (SEQUENTIAL_FILE, Candidate, Replay, SeedPlan, describe_sequential, replay,
+                                           until_resolved)
 from altgrad_lib.studies.variant_runs import train_variants
 
 
@@ -101,22 +102,19 @@ def train_until_resolved(cfg: Any, variants: Mapping[str, Mapping[str, Any]], se
         return Resolved(runs, frame, claims(frame, bool(smoke(frame)) if smoke is not None else False))
     seed_list = plan.seeds(plan.max)
     controls = [lb for lb, o in variants.items() if o.get("freeze_blocks")]
-    runs, frame, index, seen = None, pd.DataFrame(), pd.DataFrame(columns=["run", "status"]), set()
-    while True:
-        rep = label_replay(index, plan, list(variants), controls, claims, smoke, family)
-        if rep.done:
-            break
-        names = frozenset(c.name for c in rep.missing)
-        if names in seen:
-            raise RuntimeError(f"runs {sorted(names)[:3]} are still missing after they were trained")
-        seen.add(names)
-        runs = train_variants(cfg, variants, seed_list, study=study,
-                              only=[(c.key[0], seed_list[c.index]) for c in rep.need], **train_kwargs)
-        frame = runs.frame()
-        index = frame.assign(run=frame.key)   # the replay knows a run by its key "<label> s<seed>"
+    last: dict[str, Any] = {"runs": None, "frame": pd.DataFrame()}
+
+    def run(need: list[Candidate]) -> pd.DataFrame:
+        last["runs"] = train_variants(cfg, variants, seed_list, study=study,
+                                      only=[(c.key[0], seed_list[c.index]) for c in need], **train_kwargs)
+        last["frame"] = frame = last["runs"].frame()
+        return frame.assign(run=frame.key)   # the replay knows a run by its key "<label> s<seed>"
+
+    rep, _ = until_resolved(lambda index: label_replay(index, plan, list(variants), controls, claims, smoke, family),
+                            run, name=study or "")
     if study:
         write_csv(outputs_dir() / "studies" / study / SEQUENTIAL_FILE, rep.looks)
-    return Resolved(runs, frame, rep.table, rep.looks, plan)
+    return Resolved(last["runs"], last["frame"], rep.table, rep.looks, plan)
 
 
 __all__ = ["Resolved", "seed_plan", "all_seeds", "label_replay", "train_until_resolved"]

@@ -1,5 +1,10 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
+Its parts are built and validated once, in `__post_init__`, as typed frozen sub-configs that the code below the
+training layer takes instead of the whole config: `model_config` (ModelConfig: training/build.py), `optim_config`
+(optim/config.OptimConfig: optim/factory.build_optimizer) and `diagnostics_config` (monitors/config.DiagnosticsConfig:
+monitors/diagnostics.Diagnostics). They are views: the fields (and so config.yaml and the config hash) are unchanged.
+
 Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
 format, is checked by the torch-based parsers, imported only then); `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
@@ -21,9 +26,9 @@ from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS,
-                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS, did_you_mean)
+                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
-from altgrad_lib.errors import ConfigError, ConfigTypeError, one_line
+from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
@@ -60,6 +65,20 @@ def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
     """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
     return [(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory(), f.metadata["help"],
              f.metadata["choices"]) for f in fields(TrainConfig)]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The GPT's shape (training/build.gpt_config adds the tokenizer's vocab size): TrainConfig's model keys."""
+
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    mlp: str
+    tie_weights: bool
+    dropout: float
+    bias: bool
 
 
 @dataclass(frozen=True)
@@ -151,22 +170,27 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.recipe={self.recipe!r}: {one_line(e)}") from e
         object.__setattr__(self, "optim", copy.deepcopy(self.optim))
         try:
-            oc = OptimConfig.from_dict(self.optimizer, self.optim)  # one-line errors naming the valid choices / keys
+            # one-line errors naming the valid choices / keys; the run's part (lr, betas, ...) is checked below
+            oc = OptimConfig.from_dict(self.optimizer, self.optim, train_lr=self.lr, weight_decay=self.weight_decay,
+                                       betas=(self.beta1, self.beta2), seed=self.seed, recipe=self.recipe_name)
             object.__setattr__(self, "optim", canonical_optim(self.optim))
+            oc = dataclasses.replace(oc, weight_fmt=self.optim.get("weight_fmt"))   # under its canonical name
         except (ValueError, TypeError) as e:
             raise ConfigError(f"TrainConfig.optimizer/optim: {one_line(e)}") from e
+        if oc.on_grid and self.backend != "sim":
+            raise ConfigError(f"TrainConfig: optim.storage={oc.storage!r} needs backend 'sim' (got "
+                              f"{self.backend!r}); valid storage for hardware backends: 'fp32'")
+        object.__setattr__(self, "_optim_config", oc)
         if oc.osc_reset and oc.osc_reset_start + oc.osc_reset_window > self.max_steps:
             # the first round resets after step start + window (optim/osc_reset.py), whatever the period
             raise ConfigError(f"TrainConfig: optim.osc_reset's first reset comes after step osc_reset_start + "
                               f"osc_reset_window = {oc.osc_reset_start} + {oc.osc_reset_window} > max_steps="
                               f"{self.max_steps}, so the run would train with no reset; lower osc_reset_window / "
                               f"osc_reset_start or raise max_steps")
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("backend", self.backend, BACKENDS)
-        _check_choice("mlp", self.mlp, MLPS)
-        _check_choice("logger", self.logger, LOGGERS)
+        for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("mlp", MLPS), ("logger", LOGGERS)):
+            check_choice(f"TrainConfig.{name}", getattr(self, name), choices, ConfigError)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
-            raise ConfigError(f"TrainConfig.device={self.device!r} invalid; valid choices: {DEVICES} or 'cuda:<i>'")
+            raise invalid("TrainConfig.device", self.device, (*DEVICES, "cuda:<i>"), ConfigError)
         for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_steps", "eval_iters",
                      "log_interval"):
             if getattr(self, name) < 1:
@@ -198,6 +222,24 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.diagnostics: {one_line(e)}") from e
         if isinstance(self.diagnostics, dict):
             object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
+        object.__setattr__(self, "_diagnostics_config", diag)
+        object.__setattr__(self, "_model_config", ModelConfig(
+            n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size, mlp=self.mlp,
+            tie_weights=self.tie_weights, dropout=self.dropout, bias=self.bias))
+
+    # -- the typed parts (built once above; the fields stay the record)
+    @property
+    def optim_config(self) -> OptimConfig:
+        """`optimizer` + `optim` with the run's lr, weight_decay, betas, seed and recipe name."""
+        return self._optim_config
+
+    @property
+    def diagnostics_config(self) -> DiagnosticsConfig:
+        return self._diagnostics_config
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self._model_config
 
     # -- construction
     @classmethod
@@ -261,13 +303,13 @@ class TrainConfig:
         sim): readable, unique by hash.
         Every notebook and study that trains this config lands in this one directory (and reuses it)."""
         parts = [self.recipe_name] + ([self.backend] if self.backend != "sim" else [])
-        if self.optimizer != "adamw" or self.optim:
-            o = self.optim or {}
-            parts.append(self.optimizer)
-            if o.get("storage", "fp32") != "fp32":
-                parts.append(str(o["storage"]))
-            if o.get("state_m") or o.get("state_v"):
-                parts.append(f"m{o.get('state_m') or 'fp32'}v{o.get('state_v') or 'fp32'}")
+        oc = self.optim_config
+        if not oc.is_torch_adamw:
+            parts.append(oc.name)
+            if oc.on_grid:
+                parts.append(oc.storage)
+            if oc.state_m or oc.state_v:
+                parts.append(f"m{oc.state_m or 'fp32'}v{oc.state_v or 'fp32'}")
         if self.freeze_blocks:
             parts.append("frozen")
         slug = "-".join(re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(x)).strip("_") or "custom" for x in parts)
@@ -350,12 +392,6 @@ def _fold_dotted(d: Mapping[str, Any]) -> dict[str, Any]:
         cur[path[-1]] = out.pop(key)
         out[head] = base
     return out
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"TrainConfig.{name}={value!r} invalid{did_you_mean(value, choices)}; valid choices: "
-                          f"{choices}")
 
 
 def parse_overrides(overrides: Mapping[str, Any] | list[str] | tuple[str, ...] | None) -> dict[str, Any]:

@@ -30,11 +30,10 @@ from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weig
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.build import build_model
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
-from altgrad_lib.training.preflight import check_device, preflight
+from altgrad_lib.training.preflight import BuiltModel, check_device, preflight
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
@@ -63,30 +62,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
-def adamw_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """torch AdamW's parameter groups: weight decay only on matrices (Linear/Embedding weights), never on
-    LayerNorm gains or biases; frozen parameters left out."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-
-
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    if cfg.optimizer != "adamw" or cfg.optim:   # the format-aware optimizers (altgrad_lib/optim/factory.py)
-        return build_optimizer(model, cfg, device)
-    return torch.optim.AdamW(adamw_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                             fused=(device.type == "cuda") or None)
+    """The run's optimizer (optim/factory.py; torch AdamW by default). A name of its own so benches can swap it."""
+    return build_optimizer(model, cfg.optim_config, device)
 
 
 def _print_layer_table(model: torch.nn.Module, cfg: TrainConfig, rows: list[dict[str, Any]], policy: Any) -> None:
     """quantize_model's table, with the weight grid the forward actually uses where grid storage replaces the
     recipe's weight quantizer (optim.factory.stored_weight_grids)."""
-    grids = {}
-    if cfg.optimizer != "adamw" or cfg.optim:
-        grids = stored_weight_grids(model, cfg)
+    grids = stored_weight_grids(model, cfg.optim_config)
     print(format_conversion([{**r, "weight": grids.get(r["module"], r["weight"])} for r in rows], policy))
     if grids:
-        print(f"optim.storage={cfg.optim.get('storage')!r}: the weights of {len(grids)} Linear are stored on their "
+        print(f"optim.storage={cfg.optim_config.storage!r}: the weights of {len(grids)} Linear are stored on their "
               f"format's grid (one power-of-two scale per tensor) and used as they are, in place of the recipe's "
               f"weight quantizer (the weight column)")
 
@@ -174,14 +161,16 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     """
     cfg = config.resolved()
     with InterruptScope() as stop:
-        corpus, _, policy = preflight(cfg)   # recipe, device, sizes, corpus (its hash is identity): nothing written
+        # recipe, device, sizes, corpus (its hash is identity), the model: nothing written
+        corpus, _, policy, built = preflight(cfg)
         if stop:
             raise Interrupted(f"interrupted by {stop.name} before the first step; {RESUME_HINT}")
         with hold_run_lock(cfg.run_dir, wait_if_locked, stop, _log):   # one process per run dir, released when
-            return _train_locked(cfg, corpus, policy, resume, progress, verbose, on_model, on_step, stop)
+            return _train_locked(cfg, corpus, policy, built, resume, progress, verbose, on_model, on_step, stop)
 
 
-def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, progress: bool | None, verbose: bool,
+def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel, resume: bool,
+                  progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
                   on_step: Callable[[int, dict[str, float]], None] | None, stop: InterruptScope) -> Run:
     h = cfg.config_hash()
@@ -199,8 +188,9 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         if verbose:
             _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
         # diagnostics are no part of the hash: say which of the asked-for groups the reused run never recorded
-        had = run.config.diagnostics if (run_dir / "diagnostics.csv").exists() else "off"
-        missing = DiagnosticsConfig.from_value(cfg.diagnostics).not_covered_by(DiagnosticsConfig.from_value(had))
+        recorded = (run_dir / "diagnostics.csv").exists()
+        had = run.config.diagnostics_config if recorded else DiagnosticsConfig(preset="off")
+        missing = cfg.diagnostics_config.not_covered_by(had)
         if missing:
             _log(f"note: {run_dir.name} was trained without diagnostics {missing} (they do not change its numbers, "
                  f"so it is reused); retrain with resume=False (CLI: --no-resume) to record them")
@@ -233,7 +223,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         seed_everything(cfg.seed)
-        model, rows = build_model(cfg, corpus.vocab_size, policy)
+        model, rows, rng_after = built     # preflight built it from this seed: continue where its build left off
+        torch.set_rng_state(rng_after)
         model.to(device)
         if cfg.freeze_blocks:
             freeze_blocks(model)
@@ -243,7 +234,8 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, resume: bool, prog
             on_model(model)
         optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
         # after the optimizer: the probe's copy must carry the quantizers training actually uses
-        diag = Diagnostics.for_run(cfg, run_dir, model, lambda: _autocast(cfg, device))   # off: does nothing
+        diag = Diagnostics.for_run(cfg.diagnostics_config, run_dir, model, lambda: _autocast(cfg, device),
+                                   backend=cfg.backend, compiled=cfg.compile, grad_clip=cfg.grad_clip)   # off: no-op
         start = 0
         if state is not None:
             start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)

@@ -1,8 +1,9 @@
 """Everything about a TrainConfig that can be checked before a run directory exists.
 
 `train()` calls `preflight(cfg)` first: recipe and backend, tokenizer, device, memory and time, the corpus (built
-here: its content hash is part of the run's identity), the model with its quantization (built once and thrown
-away), and a writable out_dir. Every failure is a one-line `ConfigError`, so a mistake never leaves a run
+here: its content hash is part of the run's identity), the model with its quantization (built here, from the run's
+seed, and handed to train(): one full-size model per run; sizes are estimated on the meta device), and a writable
+out_dir. Every failure is a one-line `ConfigError`, so a mistake never leaves a run
 directory behind and the CLI can print it without a traceback.
 
 `estimate_memory` is deliberately simple: fp32 weights + grads + two AdamW moments (16 bytes per parameter,
@@ -19,7 +20,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import torch
 
@@ -96,7 +97,7 @@ def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dic
     """The run's modules (every block: which weights the recipe quantizes, hp_last, what the factory puts on a grid)
     at a tiny width, quantized by `policy` and frozen as the run's; returns (model, quantize_model's rows). Widths
     are multiples of 16, as the FP8 GEMMs of the hardware backends need. The global RNG is left as it was."""
-    gcfg = dataclasses.replace(gpt_config(cfg, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
+    gcfg = dataclasses.replace(gpt_config(cfg.model_config, TINY_VOCAB), n_head=1, n_embd=16, block_size=8)
     with torch.random.fork_rng(devices=[]):
         model = GPT(gcfg)
         with as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
@@ -122,13 +123,13 @@ def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module
     `model` (default: tiny_model's), then drop it: whatever the factory or an optimizer refuses (a grid storage
     with no weight format, block-scaled weights on a grid, a bad or unsigned format) fails here in one line, before
     any data or run directory. torch AdamW (the default) has no settings to check."""
-    if cfg.optimizer == "adamw" and not cfg.optim:
+    if cfg.optim_config.is_torch_adamw:
         return
     if model is None:
         model, _ = tiny_model(cfg, policy if policy is not None else check_policy(cfg))
     with torch.random.fork_rng(devices=[]), \
             as_config_error(f"TrainConfig.optimizer={cfg.optimizer!r} with optim={cfg.optim}"):
-        factory.build_optimizer(model, cfg, torch.device("cpu"))
+        factory.build_optimizer(model, cfg.optim_config, torch.device("cpu"))
 
 
 def check_settings(cfg: TrainConfig) -> Any:
@@ -157,7 +158,7 @@ def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
 def _meta_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     """The GPT on the meta device: exact shapes, no memory, any size."""
     with torch.device("meta"):
-        return GPT(gpt_config(cfg, vocab_size))
+        return GPT(gpt_config(cfg.model_config, vocab_size))
 
 
 def count_params(cfg: TrainConfig, vocab_size: int, model: torch.nn.Module | None = None) -> int:
@@ -248,11 +249,21 @@ def build_corpus(cfg: TrainConfig) -> Any:
     return corpus
 
 
-def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> None:
-    """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), then drop it; the
-    global RNG is restored so the real build draws the same initial weights."""
+class BuiltModel(NamedTuple):
+    """The run's quantized model as train() trains it, built by check_model."""
+    model: torch.nn.Module
+    rows: list[dict[str, Any]]      # quantize_model's table
+    rng_after: torch.Tensor         # the CPU RNG state right after the build from seed_everything(cfg.seed)
+
+
+def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> BuiltModel:
+    """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), drawing the initial weights
+    from torch.manual_seed(cfg.seed) as train()'s seed_everything does; returns it with the RNG state the build
+    left, so train() continues from exactly there. The caller's global RNG is restored."""
     with torch.random.fork_rng(devices=[]), as_config_error(f"TrainConfig.recipe={cfg.recipe_name!r}"):
-        build_model(cfg, vocab_size, policy if policy is not None else check_policy(cfg))
+        torch.manual_seed(cfg.seed)
+        model, rows = build_model(cfg.model_config, vocab_size, policy if policy is not None else check_policy(cfg))
+        return BuiltModel(model, rows, torch.get_rng_state())
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -267,14 +278,21 @@ def check_out_dir(out_dir: str | Path) -> None:
                           f"writable directory") from e
 
 
-def preflight(cfg: TrainConfig) -> tuple[Any, torch.device, Any]:
-    """All checks, cheapest first; returns the built corpus, the device and the recipe as a QuantPolicy (resolved
-    once, here, for every check and for train()). Writes nothing but out_dir."""
+class Preflight(NamedTuple):
+    corpus: Any
+    device: torch.device
+    policy: Any                     # the recipe as a QuantPolicy, resolved once for every check and for train()
+    built: BuiltModel               # the model train() trains (check_model)
+
+
+def preflight(cfg: TrainConfig) -> Preflight:
+    """All checks, cheapest first; returns what they built for train(): the corpus, the device, the resolved recipe
+    and the quantized model. Writes nothing but out_dir."""
     cfg = cfg.resolved()
     policy, device = check_config(cfg)
     vocab = vocab_size_of(cfg.tokenizer)
     check_size(cfg, vocab, device, policy=policy)
     corpus = build_corpus(cfg)
-    check_model(cfg, corpus.vocab_size, policy)
+    built = check_model(cfg, corpus.vocab_size, policy)
     check_out_dir(cfg.out_dir)
-    return corpus, device, policy
+    return Preflight(corpus, device, policy, built)
