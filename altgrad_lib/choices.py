@@ -24,10 +24,12 @@ BLOCK_SWITCHES = {
     "mxint8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "nvint4": ("disable_rht", "rht_all", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
                "hp_last=<N>"),
-    "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
+               "hp_last=<N>"),
     "quartet2_nvidia": ("disable_rht", "disable_sr", "disable_sr_scale", "disable_2d", "four_over_six", "wgrad_hp",
                         "hp_attn", "mxfp8_attn", "hp_last=<N>"),
-    "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+    "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "mxfp8_attn",
+                    "hp_last=<N>"),
     "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
 }
 BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                                    # quantize.block_recipes
