@@ -13,6 +13,11 @@ RCEIL instead of FLOOR), sr_headroom (dY scaled by Tseng et al.'s 3/4 before rou
 high precision), hp_attn (attention linears c_attn/c_proj in high precision too), hp_last=<N> (the last N transformer
 blocks in high precision; the NVFP4 paper keeps about 15 % of the linears, mostly at the end). E.g.
 "nvfp4:disable_rht:hp_last=1".
+The NVFP4 report's orderings (arXiv 2509.25149 App. E), nvfp4 / mxfp4 only: sr_x, sr_w (stochastic rounding of X /
+W too, which the paper finds harmful), rht_fprop, rht_dgrad (the Hadamard transform on those GEMMs too, harmful there).
+RNG policy (nvfp4 / mxfp4): rht_per_step (the Hadamard signs re-drawn every step, as Quartet-II's replica; default
+one fixed vector per layer, as TransformerEngine), sr_per_call (SR bits keyed by (seed, step, call); default one
+seeded stream per quantizer). Every recipe also takes hp_first / hp_last / hp_layers (recipes.split_hp_switches).
 """
 from __future__ import annotations
 
@@ -80,6 +85,23 @@ def block_recipe(name: str) -> tuple[dict, int]:
         "gemm": {"rht": ["wgrad"] if fp4 and "disable_rht" not in on else [],
                  "hp_gemms": ["wgrad"] if "wgrad_hp" in on else []},
     }
+    for sw, role in (("sr_x", "input"), ("sr_w", "weight")):
+        if sw in on:
+            spec[role]["rounding"] = "stochastic"
+    rht = {g for g in ("fprop", "dgrad") if f"rht_{g}" in on} | set(spec["gemm"]["rht"])
+    spec["gemm"]["rht"] = [g for g in ("fprop", "dgrad", "wgrad") if g in rht]
+    if "rht_per_step" in on:
+        if not rht:
+            raise ValueError(f"recipe {name!r}: rht_per_step re-draws the Hadamard signs, but no GEMM is rotated; "
+                             f"valid: drop disable_rht or add rht_fprop / rht_dgrad")
+        spec["gemm"]["rht_rng"] = "per_step"
+    if "sr_per_call" in on:
+        sr = [r for r in ("input", "weight", "grad_output") if spec[r].get("rounding") == "stochastic"]
+        if not sr:
+            raise ValueError(f"recipe {name!r}: sr_per_call sets the stochastic-rounding RNG, but nothing is "
+                             f"rounded stochastically; valid: drop disable_sr or add sr_x / sr_w")
+        for r in sr:
+            spec[r]["sr_rng"] = "per_call"
     layers = {"*": spec, "lm_head": None}
     if "hp_attn" in on:
         layers.update({"attn_qkv": None, "attn_out": None})

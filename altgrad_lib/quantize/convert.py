@@ -24,16 +24,18 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
 
     Row keys (COLUMNS): module, class, shape (out, in), input, weight (forward), grad_output (backward), gemm (the
     GEMM-faithful path's settings in force, GemmOptions.short_str, e.g. "rht:wgrad" or "plain"; "-" on the classic
-    path), backend."""
+    path; "kept:hp_first" / "kept:hp_last" / "kept:hp_layers" where the policy's high-precision switches keep a Linear
+    its layer class would quantize), backend."""
     policy = get_policy(policy)
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
     rows = []
-    hp_from = _first_hp_block(linears, policy.hp_last_blocks)
+    kept = kept_high_precision(linears, policy)
     for fqn, lin in linears:
         cls = layer_class_of(fqn)
         spec = policy.spec_for(cls) if cls is not None else None
-        if hp_from is not None and (_block_index(fqn) if _block_index(fqn) is not None else -1) >= hp_from:
+        why = kept.get(fqn) if spec is not None else None
+        if why:
             spec = None
         if type(lin) is not nn.Linear and spec is not None:
             raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
@@ -42,7 +44,8 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
                      "input": _s(spec.input) if spec else "hp", "weight": _s(spec.weight) if spec else "hp",
                      "grad_output": _s(spec.grad_output) if spec else "hp",
-                     "gemm": spec.gemm_options.short_str() if spec and spec.gemm_options else "-",
+                     "gemm": (spec.gemm_options.short_str() if spec and spec.gemm_options
+                              else f"kept:{why}" if why else "-"),
                      "backend": policy.backend if spec else "-"})
 
     if policy.backend == "torchao":
@@ -89,12 +92,36 @@ def _block_index(fqn: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _first_hp_block(linears, n_last: int) -> int | None:
-    """First block index kept in high precision by QuantPolicy.hp_last_blocks (None: none kept)."""
-    idx = [i for i in (_block_index(f) for f, _ in linears) if i is not None]
-    if not n_last or not idx:
-        return None
-    return max(idx) + 1 - n_last
+def kept_high_precision(linears: Sequence[tuple[str, nn.Module]], policy: QuantPolicy) -> dict[str, str]:
+    """fqn -> which switch keeps it in high precision ("hp_first", "hp_last" or "hp_layers"; the first that
+    applies), for the Linears QuantPolicy.hp_first_blocks / hp_last_blocks / hp_layers name. An hp_layers item
+    that names no Linear (a block index past the last block, a module name no Linear has or ends with) raises a
+    one-line ValueError naming the valid choices."""
+    blocks = sorted({i for i in (_block_index(f) for f, _ in linears) if i is not None})
+    n = len(blocks)
+    out: dict[str, str] = {}
+    for f, _ in linears:
+        i = _block_index(f)
+        if i is None or i not in blocks:
+            continue
+        pos = blocks.index(i)
+        if pos < policy.hp_first_blocks:
+            out[f] = "hp_first"
+        elif pos >= n - policy.hp_last_blocks:
+            out[f] = "hp_last"
+    for item in policy.hp_layers:
+        if isinstance(item, int):
+            hit = [f for f, _ in linears if _block_index(f) == item]
+        else:
+            hit = [f for f, _ in linears if f == item or f.endswith("." + item)]
+        if not hit:
+            what = (f"block {item} (the model has blocks 0..{n - 1})" if isinstance(item, int)
+                    else f"module {item!r} (Linears: {[f for f, _ in linears]})")
+            raise ValueError(f"QuantPolicy.hp_layers names {what}, which is no Linear of this model; valid: a block "
+                             f"index below n_layer={n} or a Linear's name or dotted suffix")
+        for f in hit:
+            out.setdefault(f, "hp_layers")
+    return out
 
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from altgrad_lib.numerics.counter_rng import seed_keys
 from altgrad_lib.numerics.quant import Quantizer
 from altgrad_lib.quantize.gemm_overrides import override_key
 from altgrad_lib.quantize.gemm_quant import gemm_faithful_linear, rht_signs
@@ -67,6 +68,9 @@ class QuantizedLinear(nn.Linear):
         self.gemm = layer_spec.gemm_options     # None: the classic path; else GEMM-faithful (gemm_quant.py)
         if self.gemm is not None:               # RHT sign vector: a buffer, so checkpoints carry it
             self.register_buffer("rht_signs", rht_signs(self.gemm.rht_dim, module_seed(seed, fqn, "rht")))
+        if self.gemm is not None and self.gemm.rht_rng == "per_step":   # signs re-drawn each step (gemm_quant.py)
+            self.rht_keys = seed_keys(module_seed(seed, fqn, "rht/step"))
+            self.register_buffer("rng_step", torch.zeros((), dtype=torch.int64))
         if self.gemm is not None and self.gemm.overrides:   # per-GEMM operand overrides: a Quantizer each
             self.gemm_quants = nn.ModuleDict({
                 override_key(g, r): Quantizer(s, seed=module_seed(seed, fqn, f"{g}/{r}"))
@@ -85,6 +89,8 @@ class QuantizedLinear(nn.Linear):
                 q.to(dev)
         if new.gemm is not None:
             new.rht_signs = new.rht_signs.to(dev)
+        if hasattr(new, "rng_step"):
+            new.rng_step = new.rng_step.to(dev)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,3 +122,14 @@ class QuantizedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.layer_class}, {self.layer_spec.short_str()}"
+
+
+def set_rng_step(model: nn.Module, step: int) -> None:
+    """Tell every step-keyed RNG of `model` the training step that follows (0-based): per-step Hadamard signs
+    (GemmOptions.rht_rng) and per-call stochastic rounding (QuantSpec.sr_rng). The loop calls it before each step,
+    so a run resumed at any step draws what the straight run drew; a model without either is left untouched."""
+    for m in model.modules():
+        if isinstance(m, Quantizer) and m.spec.sr_rng == "per_call":
+            m.set_rng_step(step)
+        elif isinstance(m, QuantizedLinear) and hasattr(m, "rng_step"):
+            m.rng_step.fill_(int(step))

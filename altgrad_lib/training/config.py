@@ -34,7 +34,7 @@ NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "gr
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
-# 3: grid_sr optimizer storage draws its SR bits from a counter-based hash (optim/counter_rng.py), not torch.Generator.
+# 3: grid_sr optimizer storage draws its SR bits from a counter-based hash (numerics/counter_rng.py), not a Generator.
 NUMERICS_VERSION = 3
 # Other names accepted for a key. Notebooks call the compile flag `compile_model` (a global `compile` would shadow
 # the builtin), and their params/*.yaml files also go to `altgrad train -f`.

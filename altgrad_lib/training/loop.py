@@ -28,6 +28,7 @@ from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
+from altgrad_lib.quantize.linear import set_rng_step
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.build import build_model
@@ -319,6 +320,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
                 x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
                                         device=device)                                   # (B, T)
+                set_rng_step(model, it)   # step-keyed RNGs (per-step RHT signs, per-call SR): a resume draws the same
                 snap = snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
