@@ -2,6 +2,7 @@
 LayerSpec."""
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import torch
@@ -10,8 +11,8 @@ import torch.nn.functional as F
 
 from altgrad_lib.numerics.counter_rng import seed_keys
 from altgrad_lib.numerics.quant import Quantizer
-from altgrad_lib.quantize.gemm_overrides import override_key
-from altgrad_lib.quantize.gemm_quant import gemm_faithful_linear, rht_signs
+from altgrad_lib.quantize.gemm_overrides import GEMMS, override_key
+from altgrad_lib.quantize.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec
 
 class _QuantizeGradOutput(torch.autograd.Function):
@@ -133,3 +134,27 @@ def set_rng_step(model: nn.Module, step: int) -> None:
             m.set_rng_step(step)
         elif isinstance(m, QuantizedLinear) and hasattr(m, "rng_step"):
             m.rng_step.fill_(int(step))
+
+
+def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
+    """Run `gemms` (a subset of GEMMS) of every simulated quantized Linear in high precision on top of its recipe
+    (TrainConfig.precision_schedule), or restore the recipe's GEMMs with (); returns whether anything changed.
+    A classic-path layer moves to the GEMM-faithful path only while a GEMM is switched (for its per-tensor specs the
+    two are the same numerics, gemm_quant.py); an operand override of a switched GEMM is dropped with it."""
+    gemms = tuple(g for g in GEMMS if g in gemms)
+    changed = False
+    for m in model.modules():
+        if not isinstance(m, QuantizedLinear):
+            continue
+        if not hasattr(m, "_recipe_gemm"):
+            m._recipe_gemm = m.gemm
+        base = m._recipe_gemm
+        if not gemms:
+            new = base
+        else:
+            opts = base if base is not None else GemmOptions()
+            hp = tuple(g for g in GEMMS if g in gemms or g in opts.hp_gemms)
+            new = dataclasses.replace(opts, hp_gemms=hp, overrides=tuple(o for o in opts.overrides if o[0] not in hp))
+        if new != m.gemm:
+            m.gemm, changed = new, True
+    return changed
