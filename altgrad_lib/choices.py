@@ -16,28 +16,33 @@ NAMED_RECIPES = ("hp", "fp8_hybrid", "fp8_hybrid_all", "fp8_e4m3")              
 # quantize/block_recipes.py, whose BUILDERS is the other half, one builder per name; a test checks they match)
 BLOCK_SWITCHES = {
     "nvfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "four_over_six",
-              "mxfp8_attn", "hp_last=<N>"),
-    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+              "mxfp8_attn", "sr_x", "sr_w", "rht_fprop", "rht_dgrad", "rht_per_step", "sr_per_call", "hp_last=<N>"),
+    "mxfp4": ("disable_rht", "disable_sr", "rceil", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn", "sr_x", "sr_w",
+              "rht_fprop", "rht_dgrad", "rht_per_step", "sr_per_call", "hp_last=<N>"),
     "mxfp8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "mxfp6": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "fp8_blockwise": ("pow2_scales", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "mxint8": ("rceil", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
     "nvint4": ("disable_rht", "rht_all", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
-               "hp_last=<N>"),
+               "rht_per_step", "sr_per_call", "hp_last=<N>"),
     "amdfp4": ("disable_rht", "disable_sr", "disable_2d", "sr_headroom", "wgrad_hp", "hp_attn", "mxfp8_attn",
-               "hp_last=<N>"),
+               "rht_per_step", "sr_per_call", "hp_last=<N>"),
     "quartet2_nvidia": ("disable_rht", "disable_sr", "disable_sr_scale", "disable_2d", "four_over_six", "wgrad_hp",
-                        "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+                        "hp_attn", "mxfp8_attn", "rht_per_step", "sr_per_call", "hp_last=<N>"),
     "tetrajet_v2": ("disable_rht", "disable_sr", "disable_sr_scale", "wgrad_hp", "hp_attn", "mxfp8_attn",
-                    "hp_last=<N>"),
-    "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "mxfp8_attn", "hp_last=<N>"),
+                    "rht_per_step", "sr_per_call", "hp_last=<N>"),
+    "fp4_all_the_way": ("disable_sr", "wgrad_hp", "hp_attn", "mxfp8_attn", "sr_per_call", "hp_last=<N>"),
 }
 BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                                    # quantize.block_recipes
 # names users write for a block recipe with switches; recorded under the canonical spelling (mxfp8_rceil: the 8-bit
 # MX baseline with RCEIL scales, arXiv 2506.08027)
 BLOCK_RECIPE_ALIASES = {"mxfp8_rceil": "mxfp8:rceil"}
+# RNG policy of each randomized technique (issue 30: replicas of one recipe differ in their randomness)
+SR_RNG = ("per_quantizer", "per_call")    # QuantSpec.sr_rng: one seeded stream per Quantizer | keyed (step, call)
+RHT_RNG = ("fixed", "per_step")           # GemmOptions.rht_rng: one sign vector per layer (TE) | re-drawn per step
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES),
-           *BLOCK_RECIPE_ALIASES)
+           *BLOCK_RECIPE_ALIASES,
+           "<any of these>[:hp_first=<N>][:hp_last=<N>][:hp_layers=<block|module>+...]")   # quantize.recipes
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)
@@ -46,7 +51,7 @@ OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
 STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # optim/storage.py
 EF_MODES = ("error_feedback", "error_feedback_sr")         # the residual goes into Adam's m (optim/error_feedback.py)
 SR_MODES = ("grid_sr", "error_feedback_sr")                 # stored with stochastic rounding: what optim.sr_bits sets
-SR_BITS_MAX = 62                           # optim.sr_bits in [1, 62]: optim/counter_rng.hash_bits draws at most 62
+SR_BITS_MAX = 62                           # optim.sr_bits in [1, 62]: numerics/counter_rng.hash_bits draws at most 62
 MASTER_MODES = ("fp32", "kahan")           # a latent weight below the grid: what osc_reset moves (optim/osc_reset.py)
 STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP | plain 2^(floor(log2|w|) - M)
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (numerics/grid.py)

@@ -130,6 +130,22 @@ def test_every_switch_parses_and_is_listed_by_help_and_readme(capsys):
             assert f"`{sw}`" in readme and f" {sw}" in help_text, (base, sw)
 
 
+def _refused(combo) -> bool:
+    """The switch combinations block_recipe refuses: an RNG policy of a technique the other switches turn off."""
+    on = set(combo)
+    return (("rht_per_step" in on and "disable_rht" in on and not on & {"rht_fprop", "rht_dgrad"})
+            or ("sr_per_call" in on and "disable_sr" in on and not on & {"sr_x", "sr_w"}))
+
+
+def test_rng_switch_without_its_technique_is_refused():
+    for recipe, msg in [("nvfp4:disable_rht:rht_per_step", "no GEMM is rotated"),
+                        ("mxfp4:disable_sr:sr_per_call", "nothing is rounded stochastically")]:
+        with pytest.raises(ValueError, match=msg):
+            get_policy(recipe)
+    get_policy("nvfp4:disable_rht:rht_fprop:rht_per_step")     # a rotated GEMM left: valid
+    get_policy("nvfp4:disable_sr:sr_w:sr_per_call")
+
+
 def _canonical_spellings():
     """Every block recipe in its canonical form: switches in BLOCK_SWITCHES' order, hp_last last (0 omitted)."""
     import itertools
@@ -139,6 +155,8 @@ def _canonical_spellings():
         plain = [s for s in sws if "=" not in s]
         for n in range(len(plain) + 1):
             for combo in itertools.combinations(plain, n):
+                if _refused(combo):   # an RNG policy for a technique the combo turns off (test_rng_switch_...)
+                    continue
                 for hp in ("", ":hp_last=1", ":hp_last=12"):
                     yield ":".join([base, *combo]) + hp
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from helpers import tiny_study_dict
 
+from altgrad_lib.studies.runs import axis_value
 from altgrad_lib.studies.study import Study, run_study
 from altgrad_lib.training.config import TrainConfig
 
@@ -38,9 +39,9 @@ def test_ci_study_file_expands_to_2_formats_x_2_seeds():
 def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
     s = Study.from_yaml(path)
     pts = s.expand()
-    for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names)
-        assert c["baseline"] in {p.config.recipe_name if c["axis"] == "recipe" else getattr(p.config, c["axis"])
-                                 for p in pts}, (path.name, c)
+    for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names, dicts as JSON)
+        assert s._as_recorded(c["axis"], c["baseline"]) in {axis_value(p.config, c["axis"]) for p in pts}, \
+            (path.name, c)
 
 
 def test_the_readme_study_example_loads_and_expands(tmp_path):

@@ -10,5 +10,7 @@ nothing of models, training or runs.
     grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness
     grid_metrics.py  grid geometry between steps: codes, stall rate, Δcode, bit flips, code usage, misalignment
     anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance
+    counter_rng.py   SR random bits as a hash of (seed, element index): fused into compiled code, resumable from one
+                     integer (optimizer storage SR, per-call operand SR, per-step Hadamard signs)
     oracles.py       independent references (torch / ml_dtypes dtypes, gfloat) in our conventions; agreement tables
 """

@@ -23,10 +23,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from altgrad_lib.choices import SR_RNG
 from altgrad_lib.errors import check_choice, check_keys, did_you_mean
 from altgrad_lib.numerics.block_scaling import BLOCK_KINDS, BlockScaling, block_qdq, elementwise_scale, is_block_kind
+from altgrad_lib.numerics.counter_rng import derive_keys, hash_bits
 from altgrad_lib.numerics.formats import ROUNDING_MODES, FloatFormat, get_format
-from altgrad_lib.numerics.rounding import random_bits
+from altgrad_lib.numerics.rounding import default_sr_bits, random_bits
 from altgrad_lib.numerics.scaling import SCALING_KINDS, Scaler, ScalingConfig, stateless_scale
 
 STE_MODES = ("identity", "clipped")
@@ -58,6 +60,10 @@ class QuantSpec:
     saturate: bool = True  # clamp to +-fmt.max (otherwise overflow follows the format's specials)
     ste: str = "identity"  # STE_MODES
     sr_bits: int | None = None  # stochastic rounding: random bits (None = formats.py default)
+    # stochastic rounding's RNG policy (choices.SR_RNG): "per_quantizer" = the Quantizer's own seeded stream,
+    # continued call after call (checkpointed); "per_call" = bits that are a pure function of (seed, step, call
+    # within the step), as TransformerEngine's Philox seed/offset per kernel launch (Quantizer.set_rng_step)
+    sr_rng: str = "per_quantizer"
 
     def __post_init__(self) -> None:
         fmt = self.fmt
@@ -87,12 +93,18 @@ class QuantSpec:
                 raise ValueError(
                     f"sr_bits={self.sr_bits!r} only applies to rounding='stochastic' (got rounding={self.rounding!r})"
                 )
+        check_choice("sr_rng", self.sr_rng, SR_RNG)
+        if self.sr_rng != SR_RNG[0] and self.rounding != "stochastic":
+            raise ValueError(f"sr_rng={self.sr_rng!r} only applies to rounding='stochastic' (got rounding="
+                             f"{self.rounding!r}); valid: sr_rng={SR_RNG[0]!r} (the default) or rounding='stochastic'")
 
     def short_str(self) -> str:
         """e.g. "e4m3fn/cur/rne", "e5m2/dly16max-m0/sr8/clip"."""
         rnd = _ROUND_TAG.get(self.rounding, self.rounding)
         if self.sr_bits is not None:
             rnd += str(self.sr_bits)
+        if self.sr_rng == "per_call":
+            rnd += "@call"
         parts = [self.fmt.short_str(), self.scaling.short_str(), rnd]
         if self.ste != "identity":
             parts.append("clip")
@@ -106,7 +118,7 @@ class QuantSpec:
             fmt: Any = self.fmt.name if get_format(self.fmt.name) == self.fmt else asdict(self.fmt)
         except (ValueError, KeyError):
             fmt = asdict(self.fmt)  # custom format that its name does not reproduce
-        return {
+        out = {
             "fmt": fmt,
             "scaling": self.scaling.to_dict(),
             "rounding": self.rounding,
@@ -114,6 +126,9 @@ class QuantSpec:
             "ste": self.ste,
             "sr_bits": self.sr_bits,
         }
+        if self.sr_rng != SR_RNG[0]:   # only when set: every spec from before keeps its dict (and run hashes)
+            out["sr_rng"] = self.sr_rng
+        return out
 
     @classmethod
     def from_dict(cls, d: dict | str | QuantSpec) -> QuantSpec:
@@ -249,6 +264,8 @@ def _sr_random_bits(x: Tensor, token: Tensor, dtype: torch.dtype) -> Tensor:
     if q is None:
         raise RuntimeError(f"stochastic-rounding Quantizer handle {handle} is no longer alive")
     token[1] += 1
+    if q.spec.sr_rng == "per_call":
+        return q.call_bits(x, dtype)
     return random_bits(x, q.spec.fmt.kernel, q.spec.sr_bits, q.generator(x.device))
 
 
@@ -278,10 +295,12 @@ def _moved(x: Tensor, axis: int) -> bool:
 class Quantizer(nn.Module):
     """Stateful fake-quantization point: a Scaler, an RNG for stochastic rounding, and cheap counters.
 
-    The RNG is a torch.Generator seeded from `seed`, created at construction (and re-created on a device move)
-    so that compiled code never constructs one; its state goes through get_extra_state/set_extra_state so
-    model.state_dict() carries it and a resumed run continues the same random stream. (Moving between devices
-    re-seeds: CPU and CUDA generator states are not compatible.) Draws go through the altgrad::sr_random_bits
+    The RNG (spec.sr_rng "per_quantizer") is a torch.Generator seeded from `seed`, created at construction (and
+    re-created on a device move) so that compiled code never constructs one; its state goes through
+    get_extra_state/set_extra_state so model.state_dict() carries it and a resumed run continues the same random
+    stream. (Moving between devices re-seeds: CPU and CUDA generator states are not compatible.) With sr_rng
+    "per_call" there is no stream: call c after set_rng_step(t) draws counter_rng.hash_bits keyed by (seed, t, c),
+    the same on every device; (t, c) is the whole state. Draws go through the altgrad::sr_random_bits
     custom op, so forward() and quantize() compile without graph breaks and draw the same bits as eager.
 
     Counter buffers (int64, no host sync; reset_counters() zeroes them; count=False skips them for speed):
@@ -296,8 +315,10 @@ class Quantizer(nn.Module):
         self.scaler = Scaler(self.spec.scaling, self.spec.fmt)   # block kinds: unused (they are stateless)
         self._block = isinstance(self.spec.scaling, BlockScaling)
         # eval mode: deterministic rounding, so evaluating never draws from the training SR stream
-        self._eval_spec = (replace(self.spec, rounding="nearest", sr_bits=None) if self.spec.rounding == "stochastic"
-                           else self.spec)
+        self._eval_spec = (replace(self.spec, rounding="nearest", sr_bits=None, sr_rng=SR_RNG[0])
+                           if self.spec.rounding == "stochastic" else self.spec)
+        self._per_call = self.spec.sr_rng == "per_call"
+        self._rng_step, self._rng_calls = 0, 0      # per_call: the step set_rng_step gave, draws since then
         self._gen: torch.Generator | None = None
         for name in ("n_elements", "n_saturated", "n_underflow"):
             self.register_buffer(name, torch.zeros((), dtype=torch.int64))
@@ -308,7 +329,7 @@ class Quantizer(nn.Module):
         # observe(): empty in training (no cost); an OrderedDict, as torch's RemovableHandle holds a weakref to it
         self._observers: OrderedDict[int, Callable[[QuantEvent], None]] = OrderedDict()
         if self.spec.rounding == "stochastic":
-            self._gen = self._seeded_generator(torch.device("cpu"))
+            self._gen = None if self._per_call else self._seeded_generator(torch.device("cpu"))
             for wdt in (torch.float32, torch.float64):
                 try:  # a 0-element draw: the dtype only, without touching any RNG state
                     self._rbits_dtype[wdt] = random_bits(
@@ -383,14 +404,14 @@ class Quantizer(nn.Module):
         tok[0] = self._handle  # e.g. to_empty() from meta leaves it uninitialized
         dev = self.n_elements.device
         g = self._gen
-        if g is not None and g.device.type != dev.type and dev.type != "meta":
+        if g is not None and g.device.type != dev.type and dev.type != "meta" and not self._per_call:
             self._gen = self._seeded_generator(dev)  # eagerly, so compiled code never creates one
         return self
 
     # -- RNG ---------------------------------------------------------------------------------------------
     def generator(self, device: torch.device | str = "cpu") -> torch.Generator | None:
         """The stochastic-rounding generator on `device` (None for deterministic rounding)."""
-        if self.spec.rounding != "stochastic":
+        if self.spec.rounding != "stochastic" or self._per_call:
             return None
         device = torch.device(device)
         if self._gen is None or self._gen.device.type != device.type:
@@ -415,16 +436,37 @@ class Quantizer(nn.Module):
             return random_bits(x, self.spec.fmt.kernel, self.spec.sr_bits, None)  # raises the sr_bits error
         return _sr_random_bits(x.detach(), self._rng_token, self._rbits_dtype[wdt])
 
+    def set_rng_step(self, step: int) -> None:
+        """sr_rng "per_call": the training step whose draws follow (their call count restarts at 0). The
+        training loop sets it before every step (quantize/linear.set_rng_step), so a resumed run draws the same."""
+        self._rng_step, self._rng_calls = int(step), 0
+
+    def call_bits(self, x: Tensor, dtype: torch.dtype) -> Tensor:
+        """sr_rng "per_call": the bits of this call, hash_bits keyed by (seed, step, call), in `dtype` (the work
+        int dtype of x); what random_bits draws from a Generator otherwise (same range: sr_bits or the default)."""
+        k = self.spec.sr_bits or default_sr_bits(torch.float64 if x.dtype == torch.float64 else torch.float32,
+                                                 self.spec.fmt.kernel)
+        keys = derive_keys(self.seed, self._rng_step, self._rng_calls)
+        self._rng_calls += 1
+        zero = torch.zeros((), dtype=torch.int64, device=x.device)
+        return hash_bits(zero, x.numel(), keys, k).reshape(x.shape).to(dtype)
+
     def get_extra_state(self) -> dict:
         g = self._gen
-        return {
+        out = {
             "seed": self.seed,
             "rng_device": None if g is None else str(g.device),
             "rng_state": None if g is None else g.get_state(),
         }
+        if self._per_call:   # the whole per-call state (a replayed step re-draws the same bits)
+            out.update(rng_step=self._rng_step, rng_calls=self._rng_calls)
+        return out
 
     def set_extra_state(self, state: dict) -> None:
         self.seed = int(state["seed"])
+        if self._per_call:
+            self._rng_step, self._rng_calls = int(state.get("rng_step", 0)), int(state.get("rng_calls", 0))
+            return
         if state.get("rng_state") is None:
             # fresh: seed from `seed`, same as the saved (unused) generator would have
             sr = self.spec.rounding == "stochastic"
@@ -540,6 +582,6 @@ class Quantizer(nn.Module):
 
     def extra_repr(self) -> str:
         r = self.spec.short_str()
-        if self.spec.rounding == "stochastic":
+        if self.spec.rounding == "stochastic":   # per_call: keyed by seed too
             r += f", seed={self.seed}"
         return r

@@ -6,7 +6,6 @@ numerics/grid.py):
                   error_feedback (the rounding residual into Adam's m: error_feedback.py, ECO)
   base.py         GridOptimizer: param groups with fmt/storage, the step loop (one flat update per group), LR as
                   a tensor, SR counter and diagnostic counters in state_dict (bit-exact resume)
-  counter_rng.py  SR random bits as a hash of (seed, element index): fused into the compiled update, resumable
   adamw.py        AdamW (ours, any storage / low-precision state), StiffnessAdamW (the naive baseline),
                   GridAdamW (Δw = -lr_ulp · ULP(w) · m̂/(√v̂+ε))
   wrapper.py      StiffnessWrapper: any optimizer on g · S(w)^a(t) with a stiffness schedule a(t)

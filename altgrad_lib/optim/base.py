@@ -38,7 +38,7 @@ import torch
 from altgrad_lib.choices import EF_MODES, SR_MODES
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.stats import StepStats
-from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
+from altgrad_lib.numerics.counter_rng import hash_bits, seed_keys
 from altgrad_lib.optim.error_feedback import round_with_residual
 from altgrad_lib.optim.osc_reset import OscReset
 from altgrad_lib.numerics.grid import grid_exp, grid_scale, to_grid

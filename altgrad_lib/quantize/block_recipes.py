@@ -19,6 +19,11 @@ replicas: plain SR instead of SR x 17/16), mxfp8_attn (the attention core in MXF
 quantize/attention.py's "mxfp8" preset), hp_last=<N> (the last N transformer blocks in high precision; the NVFP4
 paper keeps about 15 % of the linears, mostly at the end). E.g.
 "nvfp4:disable_rht:hp_last=1".
+The NVFP4 report's orderings (arXiv 2509.25149 App. E), nvfp4 / mxfp4 only: sr_x, sr_w (stochastic rounding of X /
+W too, which the paper finds harmful), rht_fprop, rht_dgrad (the Hadamard transform on those GEMMs too, harmful there).
+RNG policy (nvfp4 / mxfp4): rht_per_step (the Hadamard signs re-drawn every step, as Quartet-II's replica; default
+one fixed vector per layer, as TransformerEngine), sr_per_call (SR bits keyed by (seed, step, call); default one
+seeded stream per quantizer). Every recipe also takes hp_first / hp_last / hp_layers (recipes.split_hp_switches).
 """
 from __future__ import annotations
 
@@ -196,6 +201,26 @@ def block_recipe(name: str) -> tuple[dict, int]:
         ov = spec["gemm"].get("overrides")
         if ov:    # a GEMM kept in high precision has no operand overrides
             spec["gemm"]["overrides"] = {g: v for g, v in ov.items() if g != "wgrad"}
+    for sw, role in (("sr_x", "input"), ("sr_w", "weight")):
+        if sw in on:
+            spec[role]["rounding"] = "stochastic"
+    rht = {g for g in ("fprop", "dgrad") if f"rht_{g}" in on} | set(spec["gemm"]["rht"])
+    spec["gemm"]["rht"] = [g for g in ("fprop", "dgrad", "wgrad") if g in rht]
+    if "rht_per_step" in on:
+        if not rht:
+            raise ValueError(f"recipe {name!r}: rht_per_step re-draws the Hadamard signs, but no GEMM is rotated; "
+                             f"valid: drop disable_rht or add rht_fprop / rht_dgrad")
+        spec["gemm"]["rht_rng"] = "per_step"
+    if "sr_per_call" in on:
+        # every stochastically rounded operand, the per-GEMM override copies (the replicas' backward copies) too
+        ops = [spec[r] for r in ("input", "weight", "grad_output")]
+        ops += [o for g in (spec["gemm"].get("overrides") or {}).values() for o in g.values() if o]
+        sr = [o for o in ops if o.get("rounding") == "stochastic"]
+        if not sr:
+            raise ValueError(f"recipe {name!r}: sr_per_call sets the stochastic-rounding RNG, but nothing is "
+                             f"rounded stochastically; valid: drop disable_sr or add sr_x / sr_w")
+        for o in sr:
+            o["sr_rng"] = "per_call"
     layers = {"*": spec, "lm_head": None}
     if "hp_attn" in on:
         layers.update({"attn_qkv": None, "attn_out": None})

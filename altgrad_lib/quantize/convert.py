@@ -26,16 +26,18 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
 
     Row keys (COLUMNS): module, class, shape (out, in), input, weight (forward), grad_output (backward), gemm (the
     GEMM-faithful path's settings in force, GemmOptions.short_str, e.g. "rht:wgrad" or "plain"; "-" on the classic
-    path), backend."""
+    path; "kept:hp_first" / "kept:hp_last" / "kept:hp_layers" where the policy's high-precision switches keep a Linear
+    its layer class would quantize), backend."""
     policy = get_policy(policy)
     linears = [(fqn, m) for fqn, m in model.named_modules() if isinstance(m, nn.Linear)]
     chosen: dict[str, LayerSpec] = {}
     rows = []
-    hp_from = _first_hp_block(linears, policy.hp_last_blocks)
+    kept = kept_high_precision(linears, policy)
     for fqn, lin in linears:
         cls = layer_class_of(fqn)
         spec = policy.spec_for(cls) if cls is not None else None
-        if hp_from is not None and (_block_index(fqn) if _block_index(fqn) is not None else -1) >= hp_from:
+        why = kept.get(fqn) if spec is not None else None
+        if why:
             spec = None
         if type(lin) is not nn.Linear and spec is not None:
             raise ValueError(f"{fqn} is already a {type(lin).__name__}; quantize_model must run once per model")
@@ -44,10 +46,12 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         rows.append({"module": fqn, "class": cls or "-", "shape": tuple(lin.weight.shape),
                      "input": spec_str(spec.input) if spec else "hp", "weight": spec_str(spec.weight) if spec else "hp",
                      "grad_output": spec_str(spec.grad_output) if spec else "hp",
-                     "gemm": spec.gemm_options.short_str() if spec and spec.gemm_options else "-",
+                     "gemm": (spec.gemm_options.short_str() if spec and spec.gemm_options
+                              else f"kept:{why}" if why else "-"),
                      "backend": policy.backend if spec else "-"})
 
-    attn_ops = _attention_ops(model, policy, hp_from)   # built before any swap: a bad one changes nothing
+    # built before any swap: a bad one changes nothing
+    attn_ops = _attention_ops(model, policy, _hp_blocks(linears, policy))
     if policy.backend == "torchao":
         convert_torchao(model, chosen)
     elif chosen:
@@ -69,9 +73,18 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
     return rows
 
 
-def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_from: int | None) -> dict[str, nn.Module]:
+def _hp_blocks(linears: Sequence[tuple[str, nn.Module]], policy: QuantPolicy) -> set[int]:
+    """Transformer blocks kept whole in high precision (hp_first / hp_last, and hp_layers' block indices): their
+    attention core stays high precision too."""
+    blocks = sorted({i for i in (_block_index(f) for f, _ in linears) if i is not None})
+    n = len(blocks)
+    out = {b for pos, b in enumerate(blocks) if pos < policy.hp_first_blocks or pos >= n - policy.hp_last_blocks}
+    return out | {item for item in policy.hp_layers if isinstance(item, int)}
+
+
+def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_blocks: set[int]) -> dict[str, nn.Module]:
     """fqn -> QuantizedAttention for every attention module (one with an `attention_op` slot, model.py) outside the
-    policy's high-precision last blocks; {} without `attn:`."""
+    policy's high-precision blocks; {} without `attn:`."""
     if policy.attn is None:
         return {}
     out = {}
@@ -81,7 +94,7 @@ def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_from: int | None) -
         if m.attention_op is not None:
             raise ValueError(f"{fqn} already has a low-precision attention; quantize_model must run once per model")
         i = _block_index(fqn + ".")
-        if hp_from is not None and i is not None and i >= hp_from:
+        if i in hp_blocks:
             continue
         seed_of = lambda point, fqn=fqn: module_seed(policy.seed, fqn, f"attn/{point}")  # noqa: E731
         op = QuantizedAttention(policy.attn, m.n_embd // m.n_head, seed_of=seed_of, fqn=fqn)
@@ -99,7 +112,9 @@ def conversion_summary(rows: Sequence[Mapping[str, Any]], policy: str | Mapping 
             f"(fwd X,W; bwd dY); high precision: {', '.join(kept) or 'none'} + embeddings, LayerNorm, softmax")
     if policy.attn is None:
         return head + ", attention matmuls"
-    last = f" (not in the last {policy.hp_last_blocks} blocks)" if policy.hp_last_blocks else ""
+    hp_kept = [f"the first {policy.hp_first_blocks}" if policy.hp_first_blocks else "",
+               f"the last {policy.hp_last_blocks}" if policy.hp_last_blocks else ""]
+    last = f" (not in {' and '.join(k for k in hp_kept if k)} blocks)" if any(hp_kept) else ""
     return head + f"; attention matmuls{last}: {policy.attn.short_str()}"
 
 
@@ -118,12 +133,36 @@ def _block_index(fqn: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _first_hp_block(linears, n_last: int) -> int | None:
-    """First block index kept in high precision by QuantPolicy.hp_last_blocks (None: none kept)."""
-    idx = [i for i in (_block_index(f) for f, _ in linears) if i is not None]
-    if not n_last or not idx:
-        return None
-    return max(idx) + 1 - n_last
+def kept_high_precision(linears: Sequence[tuple[str, nn.Module]], policy: QuantPolicy) -> dict[str, str]:
+    """fqn -> which switch keeps it in high precision ("hp_first", "hp_last" or "hp_layers"; the first that
+    applies), for the Linears QuantPolicy.hp_first_blocks / hp_last_blocks / hp_layers name. An hp_layers item
+    that names no Linear (a block index past the last block, a module name no Linear has or ends with) raises a
+    one-line ValueError naming the valid choices."""
+    blocks = sorted({i for i in (_block_index(f) for f, _ in linears) if i is not None})
+    n = len(blocks)
+    out: dict[str, str] = {}
+    for f, _ in linears:
+        i = _block_index(f)
+        if i is None or i not in blocks:
+            continue
+        pos = blocks.index(i)
+        if pos < policy.hp_first_blocks:
+            out[f] = "hp_first"
+        elif pos >= n - policy.hp_last_blocks:
+            out[f] = "hp_last"
+    for item in policy.hp_layers:
+        if isinstance(item, int):
+            hit = [f for f, _ in linears if _block_index(f) == item]
+        else:
+            hit = [f for f, _ in linears if f == item or f.endswith("." + item)]
+        if not hit:
+            what = (f"block {item} (the model has blocks 0..{n - 1})" if isinstance(item, int)
+                    else f"module {item!r} (Linears: {[f for f, _ in linears]})")
+            raise ValueError(f"QuantPolicy.hp_layers names {what}, which is no Linear of this model; valid: a block "
+                             f"index below n_layer={n} or a Linear's name or dotted suffix")
+        for f in hit:
+            out.setdefault(f, "hp_layers")
+    return out
 
 
 def quantized_modules(model: nn.Module) -> dict[str, nn.Module]:

@@ -20,7 +20,10 @@ from the same Quantizer.
 Random Hadamard transform (RHT), off unless asked for (``rht``; the named recipes nvfp4 and mxfp4 turn it on for
 wgrad, block_recipes.py): for a GEMM in ``rht`` both operands are multiplied along the reduction dim
 by the block-diagonal orthogonal matrix M = diag(s)·H_d / sqrt(d) (H_d Sylvester-Hadamard, s a seeded ±1
-sign vector kept in the layer's `rht_signs` buffer, so it is checkpointed) before quantization. Since
+sign vector kept in the layer's `rht_signs` buffer, so it is checkpointed) before quantization. RNG policy
+``rht_rng``: "fixed" (that one vector for the whole run, as TransformerEngine) or "per_step" (Quartet-II's replica
+re-draws the signs on every backward call: here s = counter_rng bits keyed by the layer's seed and the training step
+in the layer's `rng_step` buffer, which the loop sets before each step, so a resumed run draws the same signs). Since
 (A·M)(B·M)ᵀ = A·Bᵀ the GEMM is unchanged in exact arithmetic; only the quantization error changes. A
 reduction dim that is not a multiple of d is zero-padded (zero rows add nothing to the product).
 """
@@ -33,7 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from altgrad_lib.choices import RHT_RNG
 from altgrad_lib.errors import check_keys
+from altgrad_lib.numerics.counter_rng import hash_bits
 from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
                                                  overrides_short_str, overrides_to_dict)
 
@@ -49,6 +54,7 @@ class GemmOptions:
     # a named recipe that does (nvfp4, mxfp4) writes it out
     rht: tuple[str, ...] = ()
     rht_dim: int = 16
+    rht_rng: str = "fixed"                 # RHT_RNG: one sign vector per layer | re-drawn every step
     columnwise_source: str = "hp"          # COLUMNWISE_SOURCES
     # per-GEMM operand specs, {gemm: {operand: spec | null}} (gemm_overrides.py); normalized to a sorted tuple
     overrides: Overrides = ()
@@ -64,6 +70,8 @@ class GemmOptions:
         d = self.rht_dim
         if isinstance(d, bool) or not isinstance(d, int) or d < 2 or d & (d - 1):
             raise ValueError(f"GemmOptions.rht_dim={d!r} is invalid; valid: a power of two >= 2 (TE uses 16)")
+        if self.rht_rng not in RHT_RNG:
+            raise ValueError(f"GemmOptions.rht_rng={self.rht_rng!r} is invalid; valid choices: {RHT_RNG}")
         if self.columnwise_source not in COLUMNWISE_SOURCES:
             raise ValueError(f"GemmOptions.columnwise_source={self.columnwise_source!r} is invalid; "
                              f"valid choices: {COLUMNWISE_SOURCES}")
@@ -76,7 +84,9 @@ class GemmOptions:
 
     def to_dict(self) -> dict:
         out = {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-               for f in fields(self) if f.name != "overrides"}
+               for f in fields(self) if f.name not in ("overrides", "rht_rng")}
+        if self.rht_rng != RHT_RNG[0]:   # only when set: recipes from before keep their dict (and run hashes)
+            out["rht_rng"] = self.rht_rng
         if self.overrides:     # only when set: recipes without overrides keep their old dict (and run hashes)
             out["overrides"] = overrides_to_dict(self.overrides)
         return out
@@ -93,7 +103,8 @@ class GemmOptions:
     def short_str(self) -> str:
         parts = []
         if self.rht:    # the block size only when not TE's 16 (every earlier recipe prints as before)
-            parts.append(f"rht{self.rht_dim if self.rht_dim != 16 else ''}:" + "+".join(self.rht))
+            parts.append(f"rht{self.rht_dim if self.rht_dim != 16 else ''}:" + "+".join(self.rht)
+                         + ("@step" if self.rht_rng == "per_step" else ""))
         if self.hp_gemms:
             parts.append("hp:" + "+".join(self.hp_gemms))
         if self.columnwise_source != "hp":
@@ -117,6 +128,16 @@ def rht_signs(d: int, seed: int) -> Tensor:
     """A seeded ±1 vector (float32) for the random Hadamard transform."""
     g = torch.Generator().manual_seed(int(seed))
     return (torch.randint(0, 2, (d,), generator=g) * 2 - 1).to(torch.float32)
+
+
+def layer_signs(layer) -> Tensor:
+    """The sign vector a layer rotates with now: its fixed `rht_signs`, or (rht_rng "per_step") the counter_rng
+    bits of (layer seed, step in `rng_step`): traceable, the step a tensor, so a compiled step never recompiles."""
+    if layer.gemm.rht_rng != "per_step":
+        return layer.rht_signs
+    d = layer.rht_signs.numel()
+    bits = hash_bits(layer.rng_step * d, d, layer.rht_keys, 1, device=layer.rht_signs.device)
+    return (bits * 2 - 1).to(torch.float32)
 
 
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
@@ -180,7 +201,7 @@ class _GemmFaithfulLinear(torch.autograd.Function):
         if "fprop" in opts.hp_gemms:
             y = F.linear(x, w)
         else:
-            signs = layer.rht_signs if "fprop" in opts.rht else None
+            signs = layer_signs(layer) if "fprop" in opts.rht else None
             xf = _row(operand_quantizer(layer, "fprop", "input"), x2, train, signs)
             wf = _row(operand_quantizer(layer, "fprop", "weight"), w, train, signs)
             y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
@@ -212,7 +233,7 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             if "dgrad" in opts.hp_gemms:
                 grad_x = dy2.mm(w)
             else:
-                signs = layer.rht_signs if "dgrad" in opts.rht else None
+                signs = layer_signs(layer) if "dgrad" in opts.rht else None
                 gq_d, wq = q("dgrad", "grad_output"), q("dgrad", "weight")
                 g_d = dy_per_tensor(gq_d) if signs is None and _per_tensor(gq_d) else _row(gq_d, dy2, train, signs)
                 same = wq is wq_f and wf is not None
@@ -226,7 +247,7 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             if "wgrad" in opts.hp_gemms:
                 grad_w = x2.t().mm(dy2).t()
             else:
-                signs = layer.rht_signs if "wgrad" in opts.rht else None
+                signs = layer_signs(layer) if "wgrad" in opts.rht else None
                 xq, gq = q("wgrad", "input"), q("wgrad", "grad_output")
                 same = xq is xq_f and xf is not None
                 if signs is None and _per_tensor(xq) and same:

@@ -2,15 +2,17 @@
 LayerSpec."""
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from altgrad_lib.numerics.counter_rng import seed_keys
 from altgrad_lib.numerics.quant import Quantizer
-from altgrad_lib.quantize.gemm_overrides import override_key
-from altgrad_lib.quantize.gemm_quant import gemm_faithful_linear, rht_signs
+from altgrad_lib.quantize.gemm_overrides import GEMMS, override_key
+from altgrad_lib.quantize.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec
 
 class _QuantizeGradOutput(torch.autograd.Function):
@@ -67,6 +69,9 @@ class QuantizedLinear(nn.Linear):
         self.gemm = layer_spec.gemm_options     # None: the classic path; else GEMM-faithful (gemm_quant.py)
         if self.gemm is not None:               # RHT sign vector: a buffer, so checkpoints carry it
             self.register_buffer("rht_signs", rht_signs(self.gemm.rht_dim, module_seed(seed, fqn, "rht")))
+        if self.gemm is not None and self.gemm.rht_rng == "per_step":   # signs re-drawn each step (gemm_quant.py)
+            self.rht_keys = seed_keys(module_seed(seed, fqn, "rht/step"))
+            self.register_buffer("rng_step", torch.zeros((), dtype=torch.int64))
         if self.gemm is not None and self.gemm.overrides:   # per-GEMM operand overrides: a Quantizer each
             self.gemm_quants = nn.ModuleDict({
                 override_key(g, r): Quantizer(s, seed=module_seed(seed, fqn, f"{g}/{r}"))
@@ -85,6 +90,8 @@ class QuantizedLinear(nn.Linear):
                 q.to(dev)
         if new.gemm is not None:
             new.rht_signs = new.rht_signs.to(dev)
+        if hasattr(new, "rng_step"):
+            new.rng_step = new.rng_step.to(dev)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,3 +123,38 @@ class QuantizedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, {self.layer_class}, {self.layer_spec.short_str()}"
+
+
+def set_rng_step(model: nn.Module, step: int) -> None:
+    """Tell every step-keyed RNG of `model` the training step that follows (0-based): per-step Hadamard signs
+    (GemmOptions.rht_rng) and per-call stochastic rounding (QuantSpec.sr_rng). The loop calls it before each step,
+    so a run resumed at any step draws what the straight run drew; a model without either is left untouched."""
+    for m in model.modules():
+        if isinstance(m, Quantizer) and m.spec.sr_rng == "per_call":
+            m.set_rng_step(step)
+        elif isinstance(m, QuantizedLinear) and hasattr(m, "rng_step"):
+            m.rng_step.fill_(int(step))
+
+
+def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
+    """Run `gemms` (a subset of GEMMS) of every simulated quantized Linear in high precision on top of its recipe
+    (TrainConfig.precision_schedule), or restore the recipe's GEMMs with (); returns whether anything changed.
+    A classic-path layer moves to the GEMM-faithful path only while a GEMM is switched (for its per-tensor specs the
+    two are the same numerics, gemm_quant.py); an operand override of a switched GEMM is dropped with it."""
+    gemms = tuple(g for g in GEMMS if g in gemms)
+    changed = False
+    for m in model.modules():
+        if not isinstance(m, QuantizedLinear):
+            continue
+        if not hasattr(m, "_recipe_gemm"):
+            m._recipe_gemm = m.gemm
+        base = m._recipe_gemm
+        if not gemms:
+            new = base
+        else:
+            opts = base if base is not None else GemmOptions()
+            hp = tuple(g for g in GEMMS if g in gemms or g in opts.hp_gemms)
+            new = dataclasses.replace(opts, hp_gemms=hp, overrides=tuple(o for o in opts.overrides if o[0] not in hp))
+        if new != m.gemm:
+            m.gemm, changed = new, True
+    return changed

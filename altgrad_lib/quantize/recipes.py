@@ -123,15 +123,21 @@ class QuantPolicy:
     backend: str = "sim"   # "sim" | "torchao" | "scaled_mm"
     seed: int = 0          # base seed of the stochastic-rounding generators (per module: seed + hash(name))
     hp_last_blocks: int = 0  # the last N transformer blocks (transformer.h.<i>) stay high precision
+    hp_first_blocks: int = 0  # the first N transformer blocks stay high precision
+    # more Linears kept high precision: block indices (int) and module names (a Linear's full name or a dotted
+    # suffix of it, e.g. "h.1.mlp.c_fc" or "lm_head"); canonical order: indices ascending, then names
+    hp_layers: tuple = ()
     # low-precision attention core (quantize/attention.py): a preset name, an AttnSpec dict or None (SDPA, hp)
     attn: AttnSpec | None = None
 
     def __post_init__(self) -> None:
         attn = AttnSpec.from_value(self.attn)
         object.__setattr__(self, "attn", attn if attn is not None and attn.is_quantized else None)
-        n = self.hp_last_blocks
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"QuantPolicy.hp_last_blocks={n!r} is invalid; valid: an int >= 0")
+        for key in ("hp_last_blocks", "hp_first_blocks"):
+            n = getattr(self, key)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"QuantPolicy.{key}={n!r} is invalid; valid: an int >= 0")
+        object.__setattr__(self, "hp_layers", canonical_hp_layers(self.hp_layers))
         if self.backend not in BACKENDS:
             raise ValueError(f"QuantPolicy.backend={self.backend!r} unknown; valid choices: {BACKENDS}")
         layers = {}
@@ -155,29 +161,36 @@ class QuantPolicy:
     def from_dict(cls, d: Mapping) -> "QuantPolicy":
         """From YAML: {"name", "backend", "seed", "layers": {class: {input, weight, grad_output} | null}}.
         `"recipe": "<name>"` starts from a named recipe and overrides its layers."""
-        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks", "attn")
+        valid = ("name", "backend", "seed", "layers", "recipe", "hp_last_blocks", "hp_first_blocks", "hp_layers",
+                 "attn")
         bad = set(d) - set(valid)
         if bad:
             raise ValueError(f"QuantPolicy: unknown key(s) {sorted(bad)}; valid keys: {valid}")
         layers: dict[str, Any] = {}
         name = d.get("name")
-        hp_last, attn = 0, None
+        hp_last, hp_first, hp_layers, attn = 0, 0, (), None
         if d.get("recipe") is not None:
             base = get_policy(d["recipe"])
             layers.update(base.layers)
             name = name or base.name
-            hp_last, attn = base.hp_last_blocks, base.attn
+            hp_last, hp_first, hp_layers = base.hp_last_blocks, base.hp_first_blocks, base.hp_layers
+            attn = base.attn
         layers.update(d.get("layers") or {})
         if name is None:
             raise ValueError("QuantPolicy.from_dict: 'name' (or 'recipe') is required")
         return cls(name=str(name), layers=layers, backend=d.get("backend") or "sim", seed=int(d.get("seed") or 0),
-                   hp_last_blocks=d.get("hp_last_blocks", hp_last), attn=d.get("attn", attn))
+                   hp_last_blocks=d.get("hp_last_blocks", hp_last), hp_first_blocks=d.get("hp_first_blocks", hp_first),
+                   hp_layers=d.get("hp_layers", hp_layers), attn=d.get("attn", attn))
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "backend": self.backend, "seed": self.seed,
                "layers": {k: (v.to_dict() if v is not None else None) for k, v in self.layers.items()}}
         if self.hp_last_blocks:
             out["hp_last_blocks"] = self.hp_last_blocks
+        if self.hp_first_blocks:   # only when set, as hp_last_blocks: policies from before keep their dict
+            out["hp_first_blocks"] = self.hp_first_blocks
+        if self.hp_layers:
+            out["hp_layers"] = list(self.hp_layers)
         if self.attn is not None:     # only when set: policies without it keep their old dict (and run hashes)
             out["attn"] = self.attn.to_dict()
         return out
@@ -186,6 +199,61 @@ class QuantPolicy:
         parts = [f"{k}={v.short_str() if v else 'hp'}" for k, v in self.layers.items()]
         attn = f"; attn={self.attn.short_str()}" if self.attn is not None else ""
         return f"{self.name}[{self.backend}] " + "; ".join(parts) + attn
+
+
+HP_SWITCHES = ("hp_first", "hp_last", "hp_layers")   # ':'-switches every named recipe takes (split_hp_switches)
+_HP_KEYS = {"hp_first": "hp_first_blocks", "hp_last": "hp_last_blocks", "hp_layers": "hp_layers"}
+
+
+def canonical_hp_layers(items: Any) -> tuple:
+    """QuantPolicy.hp_layers as one tuple: block indices ascending, then module names sorted, each once; a name
+    that is all digits is a block index. One-line error on anything else."""
+    if isinstance(items, (str, int)):
+        items = (items,)
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"QuantPolicy.hp_layers={items!r} is invalid; valid: a list of block indices (int >= 0) "
+                         f"and module names, e.g. [0, lm_head]")
+    idx, names = set(), set()
+    for it in items:
+        if isinstance(it, str) and it.strip().isdigit():
+            it = int(it)
+        if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+            idx.add(it)
+        elif isinstance(it, str) and it.strip() and not any(c in it for c in ":+= "):
+            names.add(it.strip())
+        else:
+            raise ValueError(f"QuantPolicy.hp_layers item {it!r} is invalid; valid: a block index (int >= 0) or a "
+                             f"module name such as 'h.1.mlp.c_fc' or 'lm_head'")
+    return (*sorted(idx), *sorted(names))
+
+
+def split_hp_switches(name: str) -> tuple[str, dict[str, Any]]:
+    """('fp8_hybrid:hp_last=1:hp_layers=0+lm_head') -> ('fp8_hybrid', {hp_last_blocks: 1, hp_layers: (0,
+    'lm_head')}): the high-precision switches any named recipe takes, split from the recipe's own spelling. A
+    switch given twice with different values is an error; hp_first=0 / hp_last=0 mean none."""
+    keep, hp = [], {}
+    for part in name.split(":"):
+        key, eq, val = part.strip().partition("=")
+        if not eq or key not in _HP_KEYS:
+            keep.append(part)
+            continue
+        if key == "hp_layers":
+            v: Any = canonical_hp_layers([x for x in val.split("+")])
+        elif val.strip().isdigit():
+            v = int(val)
+        else:
+            raise ValueError(f"recipe {name!r}: {key}={val!r} must be an int >= 0")
+        if _HP_KEYS[key] in hp and hp[_HP_KEYS[key]] != v:
+            raise ValueError(f"recipe {name!r}: {key} is given twice ({hp[_HP_KEYS[key]]} and {v}); give it once")
+        hp[_HP_KEYS[key]] = v
+    return ":".join(keep), {k: v for k, v in hp.items() if v}
+
+
+def hp_suffix(hp: Mapping[str, Any]) -> str:
+    """The canonical spelling of split_hp_switches' dict: ':hp_first=N:hp_last=N:hp_layers=a+b', each when set."""
+    out = [f"{k}={'+'.join(map(str, hp[_HP_KEYS[k]])) if k == 'hp_layers' else hp[_HP_KEYS[k]]}"
+           for k in HP_SWITCHES if hp.get(_HP_KEYS[k])]
+    return "".join(":" + p for p in out)
 
 
 def _hybrid(xw_fmt: str, grad_fmt: str, lm_head: bool) -> dict[str, LayerSpec | None]:
@@ -207,13 +275,17 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
     fmt:E3M4       that format for X and W, E5M2 for dY (lm_head high precision); fmt:E3M4:E4M3 sets dY's format
     nvfp4, mxfp4, mxfp8, mxfp6 [:switch...]  block-scaled recipes on the GEMM-faithful path (block_recipes.py),
                    e.g. "nvfp4:disable_rht:hp_last=1"
+    Every named recipe also takes :hp_first=<N> (the first N transformer blocks in high precision), :hp_last=<N>
+    (the last N) and :hp_layers=<i>+<module>... (block indices and module names), e.g. "fp8_hybrid:hp_first=1",
+    "fmt:E3M4:hp_layers=0+lm_head"; a dict recipe takes hp_first_blocks / hp_last_blocks / hp_layers.
     """
     if isinstance(name_or_dict, QuantPolicy):
         policy = name_or_dict
     elif isinstance(name_or_dict, Mapping):
         policy = QuantPolicy.from_dict(name_or_dict)
     elif isinstance(name_or_dict, str):
-        name = name_or_dict.strip()
+        full = name_or_dict.strip()
+        name, hp = split_hp_switches(RECIPE_ALIASES.get(full, full))
         name = RECIPE_ALIASES.get(name, name)
         if name == "hp":
             layers = {"*": None}
@@ -224,17 +296,17 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
         elif name == "fp8_e4m3":
             layers = _hybrid("E4M3", "E4M3", lm_head=False)
         elif is_block_recipe(name):
-            layers, hp_last = block_recipe(name)
-            policy = QuantPolicy(name=canonical_block_recipe(name), layers=layers, hp_last_blocks=hp_last,
-                                 attn=block_recipe_attn(name))
+            layers, hp_last = block_recipe(name)   # hp_last: split off above, so 0 here
+            hp = {"hp_last_blocks": hp_last, **hp} if hp_last else hp
         elif name.lower().startswith("fmt:"):
             xw, grad = _fmt_recipe_parts(name)
             layers = _hybrid(xw, grad or "E5M2", lm_head=False)
         else:
             raise ValueError(f"unknown recipe {name!r}{did_you_mean(name, NAMED_RECIPES + BLOCK_RECIPES)}; "
                              f"valid choices: {RECIPES} or a per-layer dict")
-        if not is_block_recipe(name):
-            policy = QuantPolicy(name=name, layers=layers)
+        core = canonical_block_recipe(name) if is_block_recipe(name) else name
+        attn = block_recipe_attn(name) if is_block_recipe(name) else None
+        policy = QuantPolicy(name=core + hp_suffix(hp), layers=layers, attn=attn, **hp)
     else:
         raise TypeError(f"get_policy: expected a recipe name, dict or QuantPolicy, got {name_or_dict!r}")
     if backend is not None or seed is not None:
@@ -262,13 +334,18 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
         warnings.simplefilter("ignore", UserWarning)
         get_policy(recipe)
         if isinstance(recipe, str):
-            name = RECIPE_ALIASES.get(recipe.strip(), recipe.strip())
+            # hp_first / hp_last / hp_layers: after the recipe's own switches, in HP_SWITCHES order, when set
+            name, hp = split_hp_switches(RECIPE_ALIASES.get(recipe.strip(), recipe.strip()))
+            name = RECIPE_ALIASES.get(name, name)
             if is_block_recipe(name):     # case, switch order, repeats and hp_last=0 spell one recipe one way
-                return canonical_block_recipe(name)
+                return canonical_block_recipe(name) + hp_suffix(hp)
             if not name.lower().startswith("fmt:"):
-                return name
-            return ":".join(["fmt", *(get_format(f).name for f in _fmt_recipe_parts(name) if f is not None)])
+                return name + hp_suffix(hp)
+            fmts = (get_format(f).name for f in _fmt_recipe_parts(name) if f is not None)
+            return ":".join(["fmt", *fmts]) + hp_suffix(hp)
         out = copy.deepcopy(dict(recipe))
+        if "hp_layers" in out:
+            out["hp_layers"] = list(canonical_hp_layers(out["hp_layers"]))
         if isinstance(out.get("recipe"), str):
             out["recipe"] = canonical_recipe(out["recipe"])
         if "attn" in out:   # every setting explicit (a preset expanded); a spec that quantizes nothing means null

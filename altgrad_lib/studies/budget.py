@@ -87,9 +87,12 @@ def _probe_config(cfg: Any, out_dir: str) -> Any:
     if diag.enabled:   # every group due on the same steps: its cost is paid at the main interval (an upper bound)
         d = {**diag.to_dict(), "interval": PROBE_EVERY["diag"], "group_intervals": {}}
         d.update({f: PROBE_EVERY["diag"] for f in INTERVAL_FIELDS.values() if d[f] > 0})
+    # a precision switch at the same fraction of the probe's steps (it costs a recompile in a compiled run)
+    sched = {k: v if v == "decay" else max(1, min(PROBE_STEPS, round(v * PROBE_STEPS / cfg.max_steps)))
+             for k, v in cfg.precision_schedule.items()}
     return cfg.replace(max_steps=PROBE_STEPS, warmup_steps=min(cfg.warmup_steps, 2), eval_interval=PROBE_EVERY["eval"],
                        eval_iters=PROBE_EVAL_ITERS, ckpt_interval=PROBE_EVERY["ckpt"], diagnostics=d, out_dir=out_dir,
-                       run_name="budget-probe", logger="none")
+                       run_name="budget-probe", logger="none", precision_schedule=sched)
 
 
 def measure_run(cfg: Any, threads: int | None = None) -> RunCost:

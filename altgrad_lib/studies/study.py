@@ -12,7 +12,10 @@ A study file (`params/studies/*.yaml`):
       - {recipe: bf16, freeze_blocks: true, seed: 0}
     comparisons:                          # optional: what the claims table compares (claims.claims_table)
       - {axis: recipe, baseline: bf16}    # + optional by (a list of other axes), value (final_val_loss or
-                                          #   final_train_loss), delta (equivalence margin, nats)
+                                          #   final_train_loss), delta (equivalence margin, nats), levels (only
+                                          #   these levels against the baseline: one Holm family per comparison),
+                                          #   paper ({level: what a paper found, PAPER_FINDINGS}) and source (which
+                                          #   paper): recorded for a "paper says / AltGrad finds" table
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
 `seed: {min: 3, max: 8, step: 1}` instead of a list: seeds until resolved (sequential.py; `altgrad study
@@ -65,7 +68,10 @@ from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 from altgrad_lib.training.data import eval_unigram_entropy
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
-COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta")
+COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source")
+# what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
+# not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
+PAPER_FINDINGS = ("worse", "better", "equivalent", "not_worse", "not_better", "diverged")
 # the index's losses (nats, lower is better): what claims compare
 VALUE_COLUMNS = ("final_val_loss", "final_train_loss")
 CLAIMS_FILE = "claims.csv"
@@ -218,6 +224,26 @@ class Study:
                 raise ValueError(f"study comparison {dict(c)}: 'by' {inner} names what the comparison pairs "
                                  f"({axis!r} is compared, seeds are the replicates); valid: {valid_by}")
             base = self._as_recorded(axis, c["baseline"])
+            chosen = [self._as_recorded(axis, v) for v in (c.get("levels") or ())]
+            if "levels" in c and (not isinstance(c["levels"], list) or not chosen
+                                  or any(v not in levels or v == base for v in chosen)):
+                raise ValueError(f"study comparison {dict(c)}: levels={c['levels']!r} must be a non-empty list of "
+                                 f"{axis!r} levels other than the baseline; valid: {[v for v in levels if v != base]}")
+            paper = c.get("paper")
+            if paper is not None:
+                compared = chosen or [v for v in levels if v != base]
+                if not isinstance(paper, Mapping) or not paper:
+                    raise ValueError(f"study comparison {dict(c)}: paper={paper!r} must be a mapping {{level: "
+                                     f"finding}}, findings {PAPER_FINDINGS}")
+                for lv, finding in paper.items():
+                    if self._as_recorded(axis, lv) not in compared:
+                        raise ValueError(f"study comparison {dict(c)}: paper names {lv!r}, which it does not compare; "
+                                         f"valid: {compared}")
+                    if finding not in PAPER_FINDINGS:
+                        raise ValueError(f"study comparison {dict(c)}: paper[{lv!r}]={finding!r} is invalid"
+                                         f"{did_you_mean(finding, PAPER_FINDINGS)}; valid: {PAPER_FINDINGS}")
+            if "source" in c and not isinstance(c["source"], str):
+                raise ValueError(f"study comparison {dict(c)}: source={c['source']!r} must be a string")
             if axis == "recipe" and base in self.positive_controls:
                 raise ValueError(f"study positive_controls {list(self.positive_controls)}: {base!r} is the baseline of "
                                  f"comparison {dict(c)}, and a positive control is a variant that must come out worse "
@@ -231,6 +257,8 @@ class Study:
         try:
             return axis_value(TrainConfig.from_dict({**self.base, axis: value}), axis)
         except ValueError:
+            if isinstance(value, Mapping):   # valid only with another key (e.g. precision_schedule with a recipe)
+                return json.dumps(value, sort_keys=True, default=str)   # as axis_value records it
             return value   # not a valid value: it matches no level, and the caller says so
 
     # -- construction
@@ -394,6 +422,9 @@ class Study:
         frame = self._canonical(frame)
         by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
         base = self.level(c["axis"], c["baseline"])
+        if c.get("levels"):   # only these levels and the baseline (its frozen-blocks control included)
+            keep = [base, *(self.level(c["axis"], v) for v in c["levels"])]
+            frame = frame[frame[c["axis"]].isin(keep)]
         return claims_table(frame, c["axis"], base, by=by, value=c.get("value", VALUE_COLUMNS[0]),
                             delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
                             else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)

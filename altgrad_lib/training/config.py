@@ -39,13 +39,15 @@ NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "gr
 # Bump whenever a code change can change any run's numbers (rounding, scaling, model init, data order, ...).
 # It is part of every config hash, so runs made by other numerics are never reused as if they were ours.
 # 2: explicit E4M3 saturation, eval-mode quantizers read-only, vocab padded to a multiple of 64.
-# 3: grid_sr optimizer storage draws its SR bits from a counter-based hash (optim/counter_rng.py), not torch.Generator.
+# 3: grid_sr optimizer storage draws its SR bits from a counter-based hash (numerics/counter_rng.py), not a Generator.
 NUMERICS_VERSION = 3
 # Other names accepted for a key. Notebooks call the compile flag `compile_model` (a global `compile` would shadow
 # the builtin), and their params/*.yaml files also go to `altgrad train -f`.
 KEY_ALIASES = {"compile_model": "compile"}
 # fields added after runs existed: hashed only when set, so every earlier run keeps its hash (and run name)
-_HASHED_IF_SET = {"optimizer": "adamw", "optim": {}}
+_HASHED_IF_SET = {"optimizer": "adamw", "optim": {}, "precision_schedule": {}}
+# precision_schedule keys -> the GEMMs they put in high precision from their step on (GemmOptions.hp_gemms)
+SCHEDULE_GEMMS = {"fwd_hp_from": ("fprop",), "bwd_hp_from": ("dgrad", "wgrad")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,6 +115,12 @@ class TrainConfig:
     backend: str = _key("sim", "sim = simulated formats (any ExMy); torchao / scaled_mm = real FP8 GEMMs "
                                "(E4M3/E5M2 only)", BACKENDS)
     freeze_blocks: bool = _key(False, "control run: transformer blocks frozen, only embeddings / ln_f / lm_head train")
+    precision_schedule: dict = _key({}, "GEMMs switched to high precision during the run: {fwd_hp_from: <step> | "
+                                        "decay, bwd_hp_from: <step> | decay}: from that (1-based) step on, every "
+                                        "quantized Linear runs fprop (fwd) or dgrad + wgrad (bwd) unquantized (the "
+                                        "NVFP4 report, arXiv 2509.25149 App. D); decay = the first step after "
+                                        "warmup, where the cosine decay starts; {} = never", ("{}", "{fwd_hp_from: S}",
+                                                                                          "{bwd_hp_from: S}"))
     # optimization
     batch_size: int = _key(8, "sequences per step")
     max_steps: int = _key(50, "optimizer steps")
@@ -187,6 +195,8 @@ class TrainConfig:
                               f"osc_reset_window = {oc.osc_reset_start} + {oc.osc_reset_window} > max_steps="
                               f"{self.max_steps}, so the run would train with no reset; lower osc_reset_window / "
                               f"osc_reset_start or raise max_steps")
+        object.__setattr__(self, "precision_schedule", copy.deepcopy(self.precision_schedule))
+        schedule_steps(self)   # one-line errors: unknown key, step out of range, "decay" without a decay
         for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("mlp", MLPS), ("logger", LOGGERS)):
             check_choice(f"TrainConfig.{name}", getattr(self, name), choices, ConfigError)
         if self.device not in DEVICES and not re.fullmatch(r"cuda:\d+", self.device):
@@ -432,6 +442,43 @@ def _load_yaml_file(path: Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(e)}") from e
+
+
+def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
+    """precision_schedule resolved: key -> first (1-based) step of its high-precision GEMMs ("decay" = step
+    warmup_steps + 1, where lr_at's cosine starts); ConfigError naming the bad value and the valid ones."""
+    sched = cfg.precision_schedule
+    bad = sorted(set(sched) - set(SCHEDULE_GEMMS))
+    if bad:
+        raise ConfigError(f"TrainConfig.precision_schedule: unknown key(s) {bad}{did_you_mean(bad[0], SCHEDULE_GEMMS)};"
+                          f" valid keys: {tuple(SCHEDULE_GEMMS)}")
+    if sched and cfg.recipe == "hp":
+        raise ConfigError(f"TrainConfig.precision_schedule={sched} with recipe 'hp': nothing is quantized, so there is "
+                          f"nothing to switch to high precision; valid: a quantized recipe, or precision_schedule={{}}")
+    if sched and cfg.backend != "sim":
+        raise ConfigError(f"TrainConfig.precision_schedule={sched} with backend={cfg.backend!r}: the switch is "
+                          f"simulated (GemmOptions.hp_gemms); valid: backend 'sim'")
+    out = {}
+    for key, v in sched.items():
+        if v == "decay":
+            if cfg.min_lr >= cfg.lr:
+                raise ConfigError(f"TrainConfig.precision_schedule.{key}='decay' but the LR schedule has no decay "
+                                  f"(min_lr={cfg.min_lr:g} = lr); valid: a step in [1, max_steps={cfg.max_steps}], "
+                                  f"or min_lr < lr")
+            v = cfg.warmup_steps + 1
+            if v > cfg.max_steps:
+                raise ConfigError(f"TrainConfig.precision_schedule.{key}='decay': the decay would start at step {v}, "
+                                  f"after max_steps={cfg.max_steps}; valid: warmup_steps < max_steps, or a step")
+        elif isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cfg.max_steps:
+            raise ConfigError(f"TrainConfig.precision_schedule.{key}={v!r} is invalid; valid: 'decay' or a step in "
+                              f"[1, max_steps={cfg.max_steps}]")
+        out[key] = v
+    return out
+
+
+def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
+    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
+    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
 
 
 def lr_at(it: int, cfg: TrainConfig) -> float:

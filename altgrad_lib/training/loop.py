@@ -28,9 +28,11 @@ from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
+from altgrad_lib.quantize.linear import set_hp_gemms, set_rng_step
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, lr_at
+from altgrad_lib.training.config import (NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, hp_gemms_at, lr_at,
+                                         schedule_steps)
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import BuiltModel, check_device, preflight
@@ -275,6 +277,9 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel,
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
           on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
+    sched = schedule_steps(cfg)   # {} unless precision_schedule: then the GEMMs' phase is a function of the step
+    if sched:
+        set_hp_gemms(model, hp_gemms_at(start, sched))   # a resumed run continues in its step's phase
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     quantized = list(quantized_modules(model))
@@ -311,6 +316,13 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
                 x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
                                         device=device)                                   # (B, T)
+                set_rng_step(model, it)   # step-keyed RNGs (per-step RHT signs, per-call SR): a resume draws the same
+                if sched and set_hp_gemms(model, hp_gemms_at(step, sched)):
+                    _log(f"step {step}: precision_schedule {cfg.precision_schedule} -> GEMMs in high precision: "
+                         f"{'+'.join(hp_gemms_at(step, sched))}")
+                    if cfg.compile:   # the layers' GEMM options are constants of the compiled graph: compile anew
+                        torch._dynamo.reset()
+                        fwd = torch.compile(model)
                 snap = snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)

@@ -111,10 +111,12 @@ def check_quantizes_something(cfg: TrainConfig, policy: Any, rows: list[dict[str
     """A recipe that quantizes some layer class but no Linear of this model (hp_last >= n_layer, with lm_head in
     high precision) would train an all-high-precision model under its name: refused."""
     if any(spec is not None for spec in policy.layers.values()) and all(r["backend"] == "-" for r in rows):
-        why = (f"hp_last={policy.hp_last_blocks} keeps all {cfg.n_layer} block(s) in high precision"
-               if policy.hp_last_blocks >= cfg.n_layer else "no Linear of this model matches its layer classes")
+        hp = [f"{k}={n}" for k, n in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks)) if n]
+        why = (f"{' + '.join(hp)} keeps all {cfg.n_layer} block(s) in high precision"
+               if policy.hp_first_blocks + policy.hp_last_blocks >= cfg.n_layer
+               else "no Linear of this model matches its layer classes")
         raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r} quantizes no Linear of this model ({why}), so "
-                          f"it would train a high-precision model under its name; valid: hp_last < n_layer="
+                          f"it would train a high-precision model under its name; valid: hp_first + hp_last < n_layer="
                           f"{cfg.n_layer}, or recipe 'hp' for a high-precision run")
 
 
@@ -142,6 +144,10 @@ def check_settings(cfg: TrainConfig) -> Any:
         parse_tokenizer_name(cfg.tokenizer)
     model, rows = tiny_model(cfg, policy)
     check_quantizes_something(cfg, policy, rows)
+    for key, n in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks)):
+        if n > cfg.n_layer:   # with lm_head quantized the run would train, but not what its name says
+            raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r}: {key}={n} exceeds n_layer={cfg.n_layer}; "
+                              f"valid: 0 <= {key} <= n_layer")
     check_optimizer(cfg, policy, model)
     return policy
 

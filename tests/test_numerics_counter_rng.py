@@ -1,4 +1,4 @@
-"""optim/counter_rng.py: the counter-based SR bits are uniform, serially uncorrelated, deterministic, and a bulk
+"""numerics/counter_rng.py: the counter-based SR bits are uniform, serially uncorrelated, deterministic, and a bulk
 draw equals consecutive smaller draws (what lets base.py draw once per flat group)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from altgrad_lib.optim.counter_rng import hash_bits, seed_keys
+from altgrad_lib.numerics.counter_rng import hash_bits, seed_keys
 
 N = 1 << 17
 

@@ -10,7 +10,7 @@ flattened parameters equals the per-parameter draws one after the other (base.py
 The mixer is Thomas Mueller's 32-bit integer hash (x ^= x >> 16; x *= 0x45d9f3b; twice; x ^= x >> 16), applied
 in three rounds that absorb the key and the 64-bit index.  Everything runs on int64 holding values < 2^32 and
 multipliers < 2^31, so no product overflows (no signed-overflow tricks for a compiler to exploit).  Statistical
-checks (uniformity of every bit, chi-square, serial correlation, SR unbiasedness) in tests/test_optim_counter_rng.py.
+checks (uniformity of every bit, chi-square, serial correlation, SR unbiasedness) in tests/test_numerics_counter_rng.py.
 """
 from __future__ import annotations
 
@@ -60,3 +60,15 @@ def hash_bits(offset: torch.Tensor, n: int, keys: tuple[int, int], k: int, devic
         return x >> (32 - k)
     y = _mix(x ^ 0x68E31DA4)                        # (a new tensor: x is still needed)
     return ((x << 30) | (y >> 2)) >> (62 - k)
+
+
+def derive_keys(seed: int, *counters: int) -> tuple[int, int]:
+    """The keys of the stream (seed, c1, c2, ...): seed_keys(seed) with each counter (an int >= 0 below 2^64)
+    absorbed in turn by one mixing round per key half, so (seed, step, call) names its own independent-looking
+    stream without any state (per-call SR of operands and per-step Hadamard signs, quantize/)."""
+    k0, k1 = seed_keys(seed)
+    for c in counters:
+        c = int(c) & 0xFFFFFFFFFFFFFFFF
+        k0 = _mix_int(k0 ^ (c & _M32) ^ 0x27D4EB2F)
+        k1 = _mix_int(k1 ^ (c >> 32) ^ k0)
+    return k0, k1
