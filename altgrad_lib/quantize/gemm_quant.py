@@ -26,6 +26,12 @@ re-draws the signs on every backward call: here s = counter_rng bits keyed by th
 in the layer's `rng_step` buffer, which the loop sets before each step, so a resumed run draws the same signs). Since
 (A·M)(B·M)ᵀ = A·Bᵀ the GEMM is unchanged in exact arithmetic; only the quantization error changes. A
 reduction dim that is not a multiple of d is zero-padded (zero rows add nothing to the product).
+
+Accumulator precision (``accum``, off unless asked for): {gemm: AccumSpec} (numerics/accumulate.py). A GEMM with
+an AccumSpec other than FP32 computes its product with `accumulate_matmul` (an accumulator format, per-add or
+per-chunk rounding, FP32 promotion every N products); every other GEMM runs the plain FP32 matmul as before. In a
+recipe: ``gemm: {accum: {wgrad: {fmt: fp22, promote_every: 128}}}``, or ``gemm: {accum: fp22}`` for every GEMM
+not in hp_gemms (a GEMM kept in high precision runs the FP32 matmul, as TE's DisableQuantizationGEMM does).
 """
 from __future__ import annotations
 
@@ -38,11 +44,52 @@ from torch import Tensor
 
 from altgrad_lib.choices import RHT_RNG
 from altgrad_lib.errors import check_keys
+from altgrad_lib.numerics.accumulate import AccumSpec, accumulate_matmul
 from altgrad_lib.numerics.counter_rng import hash_bits
 from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
                                                  overrides_short_str, overrides_to_dict)
 
 COLUMNWISE_SOURCES = ("hp", "dequantized")
+Accums = tuple[tuple[str, AccumSpec], ...]   # (gemm, spec), in GEMMS order, FP32 entries dropped
+
+
+def normalize_accum(value, hp_gemms: tuple[str, ...]) -> Accums:
+    """`accum:` -> the canonical tuple. A format name, an AccumSpec or a spec dict (no GEMM key) applies to every
+    GEMM not in hp_gemms; {gemm: spec} to the GEMMs named, which must not be in hp_gemms. One-line errors."""
+    if isinstance(value, tuple) and all(isinstance(t, tuple) and len(t) == 2 for t in value):
+        value = dict(value)
+    if value is None:
+        return ()
+    if isinstance(value, Mapping) and any(k in GEMMS for k in value):
+        bad = [g for g in value if g not in GEMMS]
+        if bad:
+            raise ValueError(f"GemmOptions.accum: unknown GEMM(s) {bad}; valid choices: {GEMMS} (or one AccumSpec "
+                             f"for all: a format name or a dict of its fields)")
+        per = {}
+        for g, v in value.items():
+            try:
+                per[g] = AccumSpec.from_dict(v)
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"GemmOptions.accum[{g!r}]: {e}") from None
+        both = [g for g in GEMMS if g in per and g in hp_gemms and not per[g].is_fp32]
+        if both:
+            raise ValueError(f"GemmOptions.accum names {both}, which hp_gemms keeps in high precision (FP32 "
+                             f"matmul); valid: accumulators only for GEMMs not in hp_gemms={list(hp_gemms)}")
+    elif isinstance(value, (str, Mapping, AccumSpec)):
+        keys = [f.name for f in fields(AccumSpec)]
+        bad = sorted(set(value) - set(keys)) if isinstance(value, Mapping) else []
+        if bad:
+            raise ValueError(f"GemmOptions.accum: unknown key(s) {bad}; valid: GEMMs {GEMMS} (an AccumSpec each) "
+                             f"or the AccumSpec keys {keys} (one for all)")
+        try:
+            spec = AccumSpec.from_dict(value)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"GemmOptions.accum: {e}") from None
+        per = {g: spec for g in GEMMS if g not in hp_gemms}
+    else:
+        raise TypeError(f"GemmOptions.accum={value!r}: expected a format name, an AccumSpec dict, or "
+                        f"{{gemm: spec}} with gemms {GEMMS}")
+    return tuple((g, per[g]) for g in GEMMS if g in per and not per[g].is_fp32)
 
 
 @dataclass(frozen=True)
@@ -58,6 +105,9 @@ class GemmOptions:
     columnwise_source: str = "hp"          # COLUMNWISE_SOURCES
     # per-GEMM operand specs, {gemm: {operand: spec | null}} (gemm_overrides.py); normalized to a sorted tuple
     overrides: Overrides = ()
+    # per-GEMM accumulator (numerics/accumulate.py), {gemm: AccumSpec | name | dict} or one spec for all; FP32 when
+    # absent; normalized to a tuple (normalize_accum)
+    accum: Accums = ()
 
     def __post_init__(self) -> None:
         for name in ("hp_gemms", "rht"):
@@ -81,14 +131,21 @@ class GemmOptions:
             raise ValueError(f"GemmOptions.overrides names {both}, which hp_gemms keeps in high precision; "
                              f"valid: override only GEMMs not in hp_gemms={list(self.hp_gemms)}")
         object.__setattr__(self, "overrides", ov)
+        object.__setattr__(self, "accum", normalize_accum(self.accum, self.hp_gemms))
+
+    def accum_for(self, gemm: str) -> AccumSpec | None:
+        """The GEMM's accumulator, None for the plain FP32 matmul."""
+        return dict(self.accum).get(gemm)
 
     def to_dict(self) -> dict:
         out = {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-               for f in fields(self) if f.name not in ("overrides", "rht_rng")}
+               for f in fields(self) if f.name not in ("overrides", "rht_rng", "accum")}
         if self.rht_rng != RHT_RNG[0]:   # only when set: recipes from before keep their dict (and run hashes)
             out["rht_rng"] = self.rht_rng
         if self.overrides:     # only when set: recipes without overrides keep their old dict (and run hashes)
             out["overrides"] = overrides_to_dict(self.overrides)
+        if self.accum:         # likewise: FP32 everywhere keeps the old dict (and run hashes)
+            out["accum"] = {g: spec.to_dict() for g, spec in self.accum}
         return out
 
     @classmethod
@@ -111,6 +168,12 @@ class GemmOptions:
             parts.append("col:deq")
         if self.overrides:
             parts.append("ov:" + overrides_short_str(self.overrides))
+        if self.accum:
+            specs = {spec for _, spec in self.accum}
+            if len(self.accum) == len(GEMMS) and len(specs) == 1:
+                parts.append("acc:" + self.accum[0][1].short_str())
+            else:
+                parts.append("acc:" + "+".join(f"{g}={spec.short_str()}" for g, spec in self.accum))
         return ",".join(parts) or "plain"
 
 
@@ -204,7 +267,11 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             signs = layer_signs(layer) if "fprop" in opts.rht else None
             xf = _row(operand_quantizer(layer, "fprop", "input"), x2, train, signs)
             wf = _row(operand_quantizer(layer, "fprop", "weight"), w, train, signs)
-            y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
+            acc = opts.accum_for("fprop")
+            if acc is None:
+                y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
+            else:
+                y = accumulate_matmul(xf, wf.t(), acc).reshape(*x.shape[:-1], wf.shape[0])
             if signs is not None:          # padded / rotated copies are no use to the other GEMMs
                 xf = wf = None
         ctx.layer, ctx.train, ctx.x_shape = layer, train, x.shape
@@ -241,7 +308,8 @@ class _GemmFaithfulLinear(torch.autograd.Function):
                     w_d = wf
                 else:
                     w_d = _col(wq, wf if deq and same else w, train, signs)           # W blocked along `out`
-                grad_x = g_d.mm(w_d)
+                acc = opts.accum_for("dgrad")
+                grad_x = g_d.mm(w_d) if acc is None else accumulate_matmul(g_d, w_d, acc)
             grad_x = grad_x.reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             if "wgrad" in opts.hp_gemms:
@@ -260,7 +328,8 @@ class _GemmFaithfulLinear(torch.autograd.Function):
                     # dgrad's row-wise copy, unless rotated along `out` (then it is dY·M, not dY)
                     row = deq and gq is gq_d and g_d is not None and "dgrad" not in opts.rht
                     g_w = _col(gq, g_d if row else dy2, train, signs)                  # dY along tokens
-                grad_w = x_w.t().mm(g_w).t()
+                acc = opts.accum_for("wgrad")
+                grad_w = x_w.t().mm(g_w).t() if acc is None else accumulate_matmul(g_w.t(), x_w, acc)
         return grad_x, grad_w, None
 
 

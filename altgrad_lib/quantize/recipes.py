@@ -381,8 +381,14 @@ def _explicit_gemm(spec: dict) -> None:
     opts = LayerSpec.from_dict(spec).gemm_options
     if opts is not None:
         gemm = dict(spec.get("gemm") or {})
-        for k, v in opts.to_dict().items():
+        full = opts.to_dict()
+        for k, v in full.items():
             gemm.setdefault(k, v)
+        if "accum" in gemm:   # one spelling per accumulator ("fp22" for all = its three full dicts); FP32 = absent
+            if "accum" in full:
+                gemm["accum"] = full["accum"]
+            else:
+                del gemm["accum"]
         spec["gemm"] = gemm
 
 
