@@ -149,22 +149,25 @@ def test_switches_are_read_from_the_policy():
 
 
 def test_accumulator_and_attention_settings_are_read_not_retyped():
-    """GemmOptions.accum / QuantPolicy.attn (other work items) are shown as the objects describe themselves."""
-    class Spec:
-        def short_str(self) -> str:
-            return "fp22-like/n128"
-
-    class Opts:
-        accum = {"fprop": Spec()}
-
-    assert fidelity._accum_str(Opts(), "fprop") == "fp22-like/n128"
-    assert fidelity._accum_str(Opts(), "wgrad") == fidelity.FP32_ACCUM
+    """GemmOptions.accum / QuantPolicy.attn are shown as the objects describe themselves, in the right summary list."""
+    rec = {"name": "fp8-fp22-attn", "recipe": "fp8_hybrid", "attn": "fp8",
+           "layers": {"*": {"input": "E4M3", "weight": "E4M3", "grad_output": "E5M2",
+                            "gemm": {"accum": {"wgrad": {"fmt": "fp22", "promote_every": 128}}}}}}
+    policy = get_policy(rec)
+    opts = policy.spec_for("mlp_up").gemm_options
+    wgrad = opts.accum_for("wgrad")
+    assert fidelity._accum_str(opts, "wgrad").startswith(wgrad.short_str())
+    assert fidelity._accum_str(opts, "fprop") == fidelity.FP32_ACCUM
     assert fidelity._accum_str(None, "fprop") == fidelity.FP32_ACCUM
-    policy = get_policy("mxfp8")
-    object.__setattr__(policy, "attn", Spec())     # what a policy with an attention spec looks like to the report
     rep = fidelity_report(policy)
-    assert rep.attention == "fp22-like/n128"
-    assert not any("attention" in s for s in rep.summary["not_simulated"])
+    assert rep.attention == policy.attn.short_str()
+    assert not any("attention matmuls" in s for s in rep.summary["not_simulated"])
+    assert any(policy.attn.short_str() in s for s in rep.summary["exact_vs_hand_reference"])
+    assert any(wgrad.short_str() in s for s in rep.summary["approximately"])
+    assert not any(wgrad.short_str() in s for s in rep.summary["exactly_simulated"])
+    plain = fidelity_report("fp8_hybrid")
+    assert any("attention matmuls" in s for s in plain.summary["not_simulated"])
+    assert any(fidelity.FP32_ACCUM in s for s in plain.summary["not_simulated"])
 
 
 JSON_KEYS = {"recipe", "backend", "policy", "operands_note", "summary", "touches", "attention", "layers"}

@@ -308,12 +308,9 @@ def _specs(policy: QuantPolicy) -> list[QuantSpec]:
 
 
 def _accum_str(opts, gemm: str) -> str:
-    """The accumulator model of one GEMM: GemmOptions.accum (a mapping gemm -> spec) when the package has one."""
-    acc = getattr(opts, "accum", None) if opts is not None else None
-    spec = acc.get(gemm) if isinstance(acc, Mapping) else None
-    if spec is None:
-        return FP32_ACCUM
-    return spec.short_str() if hasattr(spec, "short_str") else str(spec)
+    """The accumulator model of one GEMM: GemmOptions.accum_for(gemm) (numerics/accumulate.py's AccumSpec)."""
+    spec = opts.accum_for(gemm) if opts is not None else None
+    return FP32_ACCUM if spec is None else f"{spec.short_str()} ({spec.model} model)"
 
 
 def _attn_str(policy: QuantPolicy) -> str | None:
@@ -475,15 +472,21 @@ def _summary(rep: FidelityReport, policy: QuantPolicy) -> dict:
     if quantized and FP32_ACCUM in accs:
         nots.append("accumulation inside the low-precision GEMMs: " + FP32_ACCUM + "; FP8 tensor cores keep fewer "
                     "bits (DeepSeek-V3 measured ~14 on H800) unless partial sums are promoted")
-    ex += [f"accumulation {a}" for a in sorted(accs - {FP32_ACCUM})]
+    # a modelled accumulator is a model of the hardware's (numerics/accumulate.py says what it models), bit-equal
+    # to its own slow loop but not cross-checked against a tensor core here (bench/gpu_accum_crosscheck.py does)
+    approx += [f"accumulation {a}: a model of a low-precision accumulator, not cross-checked against a GPU"
+               for a in sorted(accs - {FP32_ACCUM})]
+    hand_extra = []
     if quantized and rep.attention == "high precision":
         nots.append("attention matmuls (Q·Kᵀ, P·V): high precision, not in any low-precision format")
     elif rep.attention != "high precision":
-        ex.append(f"attention quantization points: {rep.attention}")
+        hand_extra.append(f"attention quantization points {rep.attention}: TE's FP8-attention points, bit-exact vs "
+                          f"a hand-written reference attention (tests/test_attention_quant.py); accumulation FP32")
     if not quantized:
         ex.append("nothing is quantized: every GEMM runs in the model's precision (TrainConfig.precision)")
     if policy.backend != "sim":
         approx.insert(0, f"backend {policy.backend}: training casts with the library's own FP8 dtypes; this "
                          f"report checks the simulator's numerics of the same specs")
-    return {"exactly_simulated": ex, "exact_vs_hand_reference": [f"{k} ({_where(v)})" for k, v in hand.items()],
+    return {"exactly_simulated": ex,
+            "exact_vs_hand_reference": [f"{k} ({_where(v)})" for k, v in hand.items()] + hand_extra,
             "approximately": approx, "not_simulated": nots}
