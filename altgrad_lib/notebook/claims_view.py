@@ -115,6 +115,12 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
             f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
 
 
+def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
+    """The headline result of a claims notebook (its cell tagged `headline`, read by notebook/report.py): the
+    status line (`claims.report_lines(...)[0]`) and one verdict sentence per row."""
+    return "\n".join([lines[0], *(verdict_sentence(table, level) for level in table.level)])
+
+
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
     """Each claims row against a published expectation {level: (verdict expected, source)}: "agrees" when the
     verdict is the expected one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the
@@ -147,4 +153,4 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "expectation_lines"]
+           "claims_headline", "expectation_lines"]
