@@ -139,3 +139,34 @@ def test_committed_notebooks_print_the_run_line_first_and_have_a_headline(path):
     assert re.match(r"profile .+ \| (seeds? |\d+ to \d+ seeds).+ \| code altgrad ", first), first[:200]
     tagged = [c for c in nb.cells if report.HEADLINE_TAG in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and report.headline_text(nb), path.stem
+
+
+def test_figures_a_notebook_displays_go_through_the_figure_check(tmp_path):
+    """A real kernel: plots.setup() wraps the PNG formatter, so an inline figure, a returned one and display(fig)
+    are each checked; the summary names the defective one and what is wrong with it."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nimport pandas as pd\nfrom IPython.display import display\n"
+        "from altgrad_lib.notebook import plots\nfrom altgrad_lib.notebook.figure_check import displayed_summary\n"
+        "plots.setup()"),
+        nbformat.v4.new_code_cell("plots.bars(pd.Series({'a': 1.0, 'b': 2.0}), 'throughput (tokens/s)', 'good');"),
+        nbformat.v4.new_code_cell("fig, ax = plt.subplots()\nax.plot([0, 1], [1, 2])\nax.set_title('bad one')\n"
+                                  "display(fig)\nplt.close(fig)"),
+        nbformat.v4.new_code_cell("print(displayed_summary())")]
+    src, params = tmp_path / "f.ipynb", tmp_path / "p.yaml"
+    nbformat.write(nb, src)
+    params.write_text("{}\n")
+    status, err = sweep.run_job(sweep.Job(src, params, tmp_path / "out.ipynb"), "python3")
+    assert status == "ok", err
+    out = nbformat.read(tmp_path / "out.ipynb", 4).cells[-1].outputs[0]["text"]
+    assert out.splitlines()[0] == "figure check: 2 figures displayed, 1 with defects:"
+    assert out.splitlines()[1].startswith("  bad one: axes 0: x label '' names no unit")
+
+
+def test_committed_notebooks_end_with_a_clean_figure_check():
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        last = nb.cells[-1]
+        assert "displayed_summary()" in last.source, path.stem
+        text = "".join(o.get("text", "") for o in last.get("outputs", []))
+        assert text.startswith("figure check: ") and text.rstrip().endswith("every one passes"), (path.stem, text)

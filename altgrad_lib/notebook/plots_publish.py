@@ -63,7 +63,8 @@ def gap_over_training(losses: pd.DataFrame, baseline: str, delta: float | None =
     for i, (label, g) in enumerate(d.groupby("label", sort=False)):
         s = g.groupby("step").gap.agg(["mean", "min", "max", "count"])
         color = f"C{i % 10}"
-        ax.plot(s.index, s["mean"], marker=".", color=color, label=f"{label} (mean of {int(s['count'].max())})")
+        n = int(s["count"].max())
+        ax.plot(s.index, s["mean"], marker=".", color=color, label=f"{label} (mean of {n})" if n > 1 else label)
         if s["count"].max() > 1:
             ax.fill_between(s.index, s["min"], s["max"], color=color, alpha=0.18, lw=0)
     ax.set_xlabel("training step")
