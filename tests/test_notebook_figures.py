@@ -150,10 +150,22 @@ def _format_diags() -> dict[str, pd.DataFrame]:
     return out
 
 
+def _scaled_hist_diag() -> pd.DataFrame:
+    """log2|w| histograms of two quantized layers and the (unscaled) embedding, W scales 2^10 and 2^12 at step 40."""
+    rows = []
+    for lyr, log2s in ((LAYERS[0], 10.0), (LAYERS[1], 12.0), ("transformer.wte", None)):
+        for k, frac in ((-6, 0.25), (-5, 0.5), (-4, 0.25)):
+            rows.append((40, lyr, "W", f"hist.log2w:{k}", frac))
+        if log2s is not None:
+            rows += [(40, lyr, "W", "scale", 2.0 ** log2s), (40, lyr, "W", "ctr.scale", 1.0)]
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+
+
 GALLERY = {
     "gap_over_training": lambda: ppub.gap_over_training(_seed_losses(), "hp", 0.01),
     "forest": lambda: ppub.forest(_forest_claims()),
     "layer_grid": lambda: ppub.layer_grid(_format_diags()),
+    "scaled_weight_hist": lambda: ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3"),
     "format_grid": lambda: plots.format_grid("E4M3", analysis.binade_counts("E4M3")),
     "rounding_error": lambda: plots.rounding_error(analysis.rounding_error("E4M3", n=500), "E4M3"),
     "ulp_stiffness": lambda: plots.ulp_stiffness(analysis.ulp_at_grid("E4M3"), "E4M3"),
@@ -214,7 +226,7 @@ def test_the_gallery_covers_every_plotting_function():
     drawn = {"format_grid", "rounding_error", "ulp_stiffness", "sr_bias", "format_tradeoff", "loss_curves",
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
-             "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid"}
+             "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist"}
     found = set()
     for mod in (plots, pdiag, ppub, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():
@@ -384,3 +396,14 @@ def test_layer_grid_says_all_zero_instead_of_a_flat_line():
     assert not over.lines and [t.get_text() for t in over.texts] == ["all zero"]
     assert len(fig.axes[0].lines) == 3                  # amax of X: one marker series per format
     assert fig.axes[0].get_yscale() == "log"
+
+
+def test_scaled_weight_hist_shifts_by_the_measured_scale_and_draws_the_window():
+    fig = ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3")
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["block 0 attn QKV", "block 0 attn out"]
+    lefts = sorted(round(b.get_x(), 6) for b in axes[1].patches if b.get_height() > 0 and b.get_width() == 1.0)
+    assert lefts == [6.0, 7.0, 8.0]                      # floor(log2|w|) -6..-4 shifted by log2 s = 12 ("scale")
+    lines = sorted(ln.get_xdata()[0] for ln in axes[0].lines)
+    assert lines == pytest.approx([-9.0, math.log2(448)])  # E4M3: min subnormal 2^-9, max 448
+    assert "not scaled, left out: token embedding" in fig._suptitle.get_text()

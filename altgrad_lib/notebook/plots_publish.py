@@ -7,11 +7,15 @@
                                         exponent / mantissa split of its format
     layer_grid(diags)                   (c) per-layer amax, scale, under- and overflow of X / W / dY, one marker per
                                         format, in one grid (TransformerEngine's precision-debug view)
+    scaled_weight_hist(diag, fmt)       (b) for the weights W: the share of each layer's |w·s| per binade against the
+                                        format's window (min subnormal, min normal, max), as Micikevicius et al. draw
+                                        X, W and dY (the monitors record the log2 histogram of W only)
 
 Conventions as plots.py: labelled axes with units (names.py), legends outside the data, dpi from plots.setup.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +26,7 @@ from matplotlib.figure import Figure
 
 from altgrad_lib.notebook.names import METRICS, ROLES, layer_name, metric_name
 from altgrad_lib.notebook.plots import CONTROL_MARKERS
+from altgrad_lib.numerics.formats import FloatFormat, get_format
 from altgrad_lib.studies.results import VAL_LOSS, TRAIN_LOSS, find_metric, metrics_wide
 
 _EXMY = re.compile(r"\bE(\d+)M(\d+)")
@@ -169,5 +174,52 @@ def layer_grid(diags: Mapping[str, pd.DataFrame], metrics: Sequence[str] = GRID_
     fig.suptitle(title or "per layer: max |x|, scale, under- and overflow (mean over diagnostic steps)")
     fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False,
                fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def scaled_weight_hist(diag: pd.DataFrame, fmt: FloatFormat | str, *, step: int | None = None,
+                       title: str = "") -> Figure:
+    """(b) For each quantized layer: bars of the share of its weights per binade of |w·s| (the weights monitor's
+    `hist.log2w` shifted by log2 of the W scale at the same step: what the format sees), against the format's
+    window: grey below the smallest normal, red lines at the smallest subnormal (below it: zero) and at max (above
+    it: clamped). The histogram's edge bins also hold the values clamped into them. Layers without a W scale (not
+    quantized, or block-scaled) are left out and named in the title."""
+    f = get_format(fmt)
+    h = diag[diag.metric.str.startswith("hist.log2w:") & (diag.role == "W")]
+    sc = diag[diag.metric.isin(["scale", "ctr.scale"]) & (diag.role == "W")]
+    steps = sorted(set(h.step) & set(sc.step))
+    if not steps:
+        raise ValueError("no step with both the weights' log2 histogram (weights monitor) and a W scale")
+    step = steps[-1] if step is None else step
+    h, sc = h[h.step == step], sc[sc.step == step]
+    # the numerics monitor's scale at that step; else the quantizer counter's (its last call)
+    scale = sc[sc.metric == "scale"].groupby("layer").value.first().combine_first(
+        sc[sc.metric == "ctr.scale"].groupby("layer").value.first())
+    layers = [lyr for lyr in dict.fromkeys(h.layer) if lyr in scale.index and scale[lyr] > 0]
+    left_out = [layer_name(lyr) for lyr in dict.fromkeys(h.layer) if lyr not in layers]
+    ncols = min(4, len(layers))
+    nrows = math.ceil(len(layers) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.3 * nrows + 1.0), sharex=True, sharey=True,
+                             squeeze=False)
+    lo, mn, hi = math.log2(f.min_subnormal), math.log2(f.min_normal), math.log2(f.max)
+    for ax, layer in zip(axes.flat, layers):
+        d = h[h.layer == layer]
+        k = d.metric.str.split(":").str[1].astype(int).to_numpy() + math.log2(scale[layer])
+        if mn > lo:
+            ax.axvspan(lo, mn, color="0.88", zorder=0)
+        ax.bar(k, d.value.to_numpy(), width=1.0, align="edge", color="C0")
+        for x in (lo, hi):
+            ax.axvline(x, color="C3", lw=1)
+        ax.set_title(layer_name(layer), fontsize=8)
+    for ax in axes.flat[len(layers):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("log2 |w·s| (binade)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("fraction of weights")
+    note = f"; not scaled, left out: {', '.join(left_out)}" if left_out else ""
+    fig.suptitle(title or f"{f.name} weights at step {step}: |w·s| per binade; red: min subnormal and max, "
+                 f"grey: subnormal{note}", fontsize=9)
     fig.tight_layout()
     return fig
