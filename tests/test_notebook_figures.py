@@ -252,6 +252,10 @@ def test_internal_names():
     assert internal_names("validation loss (nats/token)") == [] and internal_names("block 0 attn QKV") == []
     assert layer_name("transformer.h.0.attn.c_attn") == layer_name("h.0.a.c_attn") == "block 0 attn QKV"
     assert layer_name("transformer.h.1.mlp.c_proj") == "block 1 MLP down" and layer_name("lm_head") == "LM head"
+    # notebook 04's gradient-SNR heatmap showed "h.0.ln_1 weight": every part of a block gets a name
+    assert layer_name("transformer.h.0.ln_1") == "block 0 LayerNorm 1"
+    assert layer_name("h.1.ln_2") == "block 1 LayerNorm 2"
+    assert layer_name("transformer.ln_f") == "final LayerNorm" and not internal_names(layer_name("transformer.h.3.x.y"))
     assert metric_label("val/loss") == "validation loss (nats/token)"
 
 
