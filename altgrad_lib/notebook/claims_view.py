@@ -32,16 +32,28 @@ class StatusBanner:
     def __init__(self, text: str = PENDING):
         from IPython.display import Markdown, display
 
-        self.text = text
+        self.text, self.header = text, ""
         self.handle = display(Markdown(text), display_id=True)
 
+    def set_header(self, line: str) -> None:
+        """A first line above the status: the notebook's run line (profile, seeds, code version), so the first
+        output of the notebook names where its numbers come from."""
+        self.header = line
+        self._show()
+
     def update(self, lines: Sequence[str]) -> str:
+        self.text = status_markdown(lines)
+        self._show()
+        return self.text
+
+    def markdown(self) -> str:
+        return f"`{self.header}`\n\n{self.text}" if self.header else self.text
+
+    def _show(self) -> None:
         from IPython.display import Markdown
 
-        self.text = status_markdown(lines)
         if self.handle is not None:
-            self.handle.update(Markdown(self.text))
-        return self.text
+            self.handle.update(Markdown(self.markdown()))
 
 
 def _p(v: float) -> str:
