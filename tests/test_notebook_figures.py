@@ -21,6 +21,7 @@ import pytest
 
 from altgrad_lib.notebook import analysis, dashboard, plots
 from altgrad_lib.notebook import plots_diagnostics as pdiag
+from altgrad_lib.notebook import plots_optim
 from altgrad_lib.notebook import plots_publish as ppub
 from altgrad_lib.notebook.figure_check import figure_problems, internal_names, label_ok
 from altgrad_lib.notebook.names import layer_name, metric_label
@@ -161,11 +162,22 @@ def _scaled_hist_diag() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
 
 
+def _optim():
+    from test_notebook_plots_optim import PARTS, _per_step   # tests/ is on the path (as helpers)
+
+    from altgrad_lib.notebook.optim_view import step_summary
+
+    return _per_step(), PARTS, step_summary(_per_step().assign(seed=0), PARTS)
+
+
 GALLERY = {
     "gap_over_training": lambda: ppub.gap_over_training(_seed_losses(), "hp", 0.01),
     "forest": lambda: ppub.forest(_forest_claims()),
     "layer_grid": lambda: ppub.layer_grid(_format_diags()),
     "scaled_weight_hist": lambda: ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3"),
+    "step_curves": lambda: plots_optim.step_curves(_optim()[0], _optim()[1], "adamw fp32"),
+    "ulp_steps": lambda: plots_optim.ulp_steps(_optim()[2], _optim()[0], _optim()[1], "E7M0 grid_adamw grid_sr",
+                                               "E7M0 adamw fp32", "adamw fp32"),
     "format_grid": lambda: plots.format_grid("E4M3", analysis.binade_counts("E4M3")),
     "rounding_error": lambda: plots.rounding_error(analysis.rounding_error("E4M3", n=500), "E4M3"),
     "ulp_stiffness": lambda: plots.ulp_stiffness(analysis.ulp_at_grid("E4M3"), "E4M3"),
@@ -226,9 +238,10 @@ def test_the_gallery_covers_every_plotting_function():
     drawn = {"format_grid", "rounding_error", "ulp_stiffness", "sr_bias", "format_tradeoff", "loss_curves",
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
-             "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist"}
+             "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist",
+             "step_curves", "ulp_steps"}
     found = set()
-    for mod in (plots, pdiag, ppub, dashboard, optim_view, analysis):
+    for mod in (plots, pdiag, ppub, plots_optim, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():
             if (inspect.isfunction(f) and not n.startswith("_") and f.__module__ == mod.__name__
                     and "Figure" in str(inspect.signature(f).return_annotation)):
