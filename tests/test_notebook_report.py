@@ -153,6 +153,10 @@ def test_figures_a_notebook_displays_go_through_the_figure_check(tmp_path):
         nbformat.v4.new_code_cell("plots.bars(pd.Series({'a': 1.0, 'b': 2.0}), 'throughput (tokens/s)', 'good');"),
         nbformat.v4.new_code_cell("fig, ax = plt.subplots()\nax.plot([0, 1], [1, 2])\nax.set_title('bad one')\n"
                                   "display(fig)\nplt.close(fig)"),
+        # one figure displayed twice: counted once
+        nbformat.v4.new_code_cell("fig, ax = plt.subplots()\nax.plot([0, 1], [1, 2])\n"
+                                  "ax.set(title='twice', xlabel='x (m)', ylabel='y (s)')\n"
+                                  "display(fig)\ndisplay(fig)\nplt.close(fig)"),
         nbformat.v4.new_code_cell("print(displayed_summary())")]
     src, params = tmp_path / "f.ipynb", tmp_path / "p.yaml"
     nbformat.write(nb, src)
@@ -160,7 +164,7 @@ def test_figures_a_notebook_displays_go_through_the_figure_check(tmp_path):
     status, err = sweep.run_job(sweep.Job(src, params, tmp_path / "out.ipynb"), "python3")
     assert status == "ok", err
     out = nbformat.read(tmp_path / "out.ipynb", 4).cells[-1].outputs[0]["text"]
-    assert out.splitlines()[0] == "figure check: 2 figures displayed, 1 with defects:"
+    assert out.splitlines()[0] == "figure check: 3 figures displayed, 1 with defects:"
     assert out.splitlines()[1].startswith("  bad one: axes 0: x label '' names no unit")
 
 

@@ -21,6 +21,7 @@ The rules:
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 from matplotlib.collections import PathCollection, QuadMesh
@@ -145,6 +146,9 @@ def figure_problems(fig: Figure) -> list[str]:
 
 
 _SHOWN: list[tuple[str, list[str]]] = []   # (title, problems) of each figure this kernel displayed
+# Figures already counted: a frontend may format one figure twice (nbval's kernel does), which is one figure. A weak
+# set, so a closed figure's id reused by a new one is not mistaken for it.
+_COUNTED: "weakref.WeakSet[Figure]" = weakref.WeakSet()
 
 
 def _title(fig: Figure) -> str:
@@ -174,11 +178,13 @@ def watch_displayed() -> bool:
         return True
 
     def checked(fig):
-        try:
-            problems = figure_problems(fig)
-        except Exception as e:   # a checker bug must not hide the figure
-            problems = [f"figure check raised {type(e).__name__}: {e}"]
-        _SHOWN.append((_title(fig), problems))
+        if fig not in _COUNTED:
+            _COUNTED.add(fig)
+            try:
+                problems = figure_problems(fig)
+            except Exception as e:   # a checker bug must not hide the figure
+                problems = [f"figure check raised {type(e).__name__}: {e}"]
+            _SHOWN.append((_title(fig), problems))
         return draw(fig)
 
     checked._figure_check = True

@@ -67,6 +67,8 @@ def ulp_steps(summary: pd.DataFrame, per_step: pd.DataFrame, parts: Mapping[str,
     axd.set_yscale("log")
     axd.set_ylabel("share of weights per step (fraction of weights)")
     axd.set_title(f"{parts[a][0]}: codes moved per weight and step")
+    # which bar is which run: below the axis, where it covers no bar
+    axd.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, frameon=False)
     axs.set_yscale("log")
     axs.set_xlabel("training step")
     axs.set_ylabel(metric_label("optim/mean_abs_dcode"))
