@@ -172,6 +172,6 @@ def test_committed_notebooks_end_with_a_clean_figure_check():
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         last = nb.cells[-1]
-        assert "displayed_summary()" in last.source, path.stem
+        assert "displayed_summary()" in last.source and "assert fig_check.endswith" in last.source, path.stem
         text = "".join(o.get("text", "") for o in last.get("outputs", []))
         assert text.startswith("figure check: ") and text.rstrip().endswith("every one passes"), (path.stem, text)

@@ -3,7 +3,7 @@
     figure_problems(fig) -> list[str]     empty when the figure passes; else one line per defect
     watch_displayed()                     in a notebook: check every figure it displays (plots.setup calls it)
     displayed_summary() -> str            "figure check: 12 figures displayed, every one passes" (or the defects),
-                                          the last output of every notebook, compared by nbval
+                                          the last output of every notebook, which asserts "every one passes"
 
 The rules:
   - dpi >= MIN_DPI (80 dpi gave 7-9 px text in the committed notebooks).
