@@ -47,6 +47,10 @@ def test_banner_updates_its_display_in_place(monkeypatch):
     b.update(["SMOKE TEST, no claims drawn from these runs: x"])
     assert sent[0] == ("display", claims_view.PENDING) and sent[1][0] == "update"
     assert sent[1][1].startswith("**SMOKE TEST")
+    b.set_header("profile cpu | seeds 0, 1 | code altgrad 0.1.0")   # the run line goes first and stays first
+    b.update(["SMOKE TEST, no claims drawn from these runs: y"])
+    assert sent[-1][1].startswith("`profile cpu | seeds 0, 1 | code altgrad 0.1.0`\n\n**SMOKE TEST")
+    assert sent[-1][1].endswith("- SMOKE TEST, no claims drawn from these runs: y")
 
 
 def test_readable_keeps_the_numbers():

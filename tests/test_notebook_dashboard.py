@@ -211,3 +211,14 @@ def test_shown_paths_carry_no_machine_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("ALTGRAD_OUTPUTS", str(tmp_path))
     assert shown(tmp_path / "studies" / "x" / "study.csv") == "<outputs>/studies/x/study.csv"
     assert shown("/elsewhere/file.csv") == "/elsewhere/file.csv"
+
+
+def test_curves_by_config_name_each_configuration_once():
+    """Notebook 06 drew "config=hp freeze_blocks | hp freeze_blocks (n=2)": the config label already names every key."""
+    m = _study_with_control()
+    keys = ["recipe", "freeze_blocks", "optimizer"]
+    m["config"] = dashboard.config_label(m, keys)
+    fig = dashboard.curves(m, "val/loss", "config", keys=keys)
+    labels = sorted(ln.get_label() for ln in fig.axes[0].get_lines())
+    names = [lb.rsplit(" (n=", 1)[0] for lb in labels]
+    assert names == ["fp8 adamw", "fp8 madam", "hp adamw", "hp freeze_blocks adamw"]

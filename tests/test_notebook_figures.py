@@ -21,6 +21,8 @@ import pytest
 
 from altgrad_lib.notebook import analysis, dashboard, plots
 from altgrad_lib.notebook import plots_diagnostics as pdiag
+from altgrad_lib.notebook import plots_optim
+from altgrad_lib.notebook import plots_publish as ppub
 from altgrad_lib.notebook.figure_check import figure_problems, internal_names, label_ok
 from altgrad_lib.notebook.names import layer_name, metric_label
 from altgrad_lib.numerics.formats import format_summary_table
@@ -112,7 +114,70 @@ def _final():
                          "overflow_rate": [0.0, 0.0, 0.01, 0.02], "stall_rate": [0.1, 0.12, 0.3, 0.32]})
 
 
+def _seed_losses() -> pd.DataFrame:
+    """(label, seed, step, loss): hp, two formats (E5M2 costs 0.03 nats, growing over training), the control."""
+    rows = []
+    for seed in (0, 1, 2):
+        for step in range(0, 101, 20):
+            base = 5.0 - step / 40 + 0.01 * seed
+            for label, off in (("hp", 0.0), ("E4M3", 0.002 * (seed - 1)), ("E5M2", 0.0003 * step + 0.002 * seed),
+                               ("hp control", 0.45)):
+                rows.append((label, seed, step, base + off))
+    return pd.DataFrame(rows, columns=["label", "seed", "step", "loss"])
+
+
+def _forest_claims() -> pd.DataFrame:
+    return pd.DataFrame({"level": ["E7M0", "fp8_hybrid", "E1M6", "E4M3", "E5M2"], "baseline": "hp",
+                         "n": [3, 3, 3, 3, 1], "gap_nats": [0.2, 0.001, 0.004, -0.002, 0.03],
+                         "ci_lo": [0.15, -0.004, 0.0, -0.008, np.nan], "ci_hi": [0.25, 0.006, 0.008, 0.004, np.nan],
+                         "ci_level": 0.95, "delta_nats": 0.01,
+                         "verdict": ["worse", "equivalent within ±δ", "inconclusive (MDE 0.01)", "equivalent within ±δ",
+                                     "too few seeds"]})
+
+
+def _format_diags() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(1)
+    out = {}
+    for fmt, scale in (("E4M3", 2.0 ** 4), ("E5M2", 2.0 ** 10), ("E7M0", 2.0 ** 40)):
+        rows = []
+        for s in STEPS:
+            for i, lyr in enumerate(LAYERS):
+                for role in ("X", "W", "dY"):
+                    amax = float(rng.uniform(0.5, 2) * (1e-4 if role == "dY" else 1) * (1 + i))
+                    rows += [(s, lyr, role, "amax", amax), (s, lyr, role, "scale", scale / amax),
+                             (s, lyr, role, "underflow_frac", float(rng.uniform(0, 0.1) if role == "dY" else 0)),
+                             (s, lyr, role, "overflow_frac", 0.0)]
+        out[fmt] = pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+    return out
+
+
+def _scaled_hist_diag() -> pd.DataFrame:
+    """log2|w| histograms of two quantized layers and the (unscaled) embedding, W scales 2^10 and 2^12 at step 40."""
+    rows = []
+    for lyr, log2s in ((LAYERS[0], 10.0), (LAYERS[1], 12.0), ("transformer.wte", None)):
+        for k, frac in ((-6, 0.25), (-5, 0.5), (-4, 0.25)):
+            rows.append((40, lyr, "W", f"hist.log2w:{k}", frac))
+        if log2s is not None:
+            rows += [(40, lyr, "W", "scale", 2.0 ** log2s), (40, lyr, "W", "ctr.scale", 1.0)]
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+
+
+def _optim():
+    from test_notebook_plots_optim import PARTS, _per_step   # tests/ is on the path (as helpers)
+
+    from altgrad_lib.notebook.optim_view import step_summary
+
+    return _per_step(), PARTS, step_summary(_per_step().assign(seed=0), PARTS)
+
+
 GALLERY = {
+    "gap_over_training": lambda: ppub.gap_over_training(_seed_losses(), "hp", 0.01),
+    "forest": lambda: ppub.forest(_forest_claims()),
+    "layer_grid": lambda: ppub.layer_grid(_format_diags()),
+    "scaled_weight_hist": lambda: ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3"),
+    "step_curves": lambda: plots_optim.step_curves(_optim()[0], _optim()[1], "adamw fp32"),
+    "ulp_steps": lambda: plots_optim.ulp_steps(_optim()[2], _optim()[0], _optim()[1], "E7M0 grid_adamw grid_sr",
+                                               "E7M0 adamw fp32", "adamw fp32"),
     "format_grid": lambda: plots.format_grid("E4M3", analysis.binade_counts("E4M3")),
     "rounding_error": lambda: plots.rounding_error(analysis.rounding_error("E4M3", n=500), "E4M3"),
     "ulp_stiffness": lambda: plots.ulp_stiffness(analysis.ulp_at_grid("E4M3"), "E4M3"),
@@ -173,9 +238,10 @@ def test_the_gallery_covers_every_plotting_function():
     drawn = {"format_grid", "rounding_error", "ulp_stiffness", "sr_bias", "format_tradeoff", "loss_curves",
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
-             "layer_heatmap", "drilldown"}
+             "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist",
+             "step_curves", "ulp_steps"}
     found = set()
-    for mod in (plots, pdiag, dashboard, optim_view, analysis):
+    for mod in (plots, pdiag, ppub, plots_optim, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():
             if (inspect.isfunction(f) and not n.startswith("_") and f.__module__ == mod.__name__
                     and "Figure" in str(inspect.signature(f).return_annotation)):
@@ -199,6 +265,10 @@ def test_internal_names():
     assert internal_names("validation loss (nats/token)") == [] and internal_names("block 0 attn QKV") == []
     assert layer_name("transformer.h.0.attn.c_attn") == layer_name("h.0.a.c_attn") == "block 0 attn QKV"
     assert layer_name("transformer.h.1.mlp.c_proj") == "block 1 MLP down" and layer_name("lm_head") == "LM head"
+    # notebook 04's gradient-SNR heatmap showed "h.0.ln_1 weight": every part of a block gets a name
+    assert layer_name("transformer.h.0.ln_1") == "block 0 LayerNorm 1"
+    assert layer_name("h.1.ln_2") == "block 1 LayerNorm 2"
+    assert layer_name("transformer.ln_f") == "final LayerNorm" and not internal_names(layer_name("transformer.h.3.x.y"))
     assert metric_label("val/loss") == "validation loss (nats/token)"
 
 
@@ -303,3 +373,54 @@ def test_setup_dpi_at_least_110():
     assert plt.rcParams["figure.dpi"] >= 110
     plots.setup()
     assert plt.rcParams["figure.dpi"] >= 110
+
+
+# ---------------------------------------------------------------------------------------------- (a), (e), (c)
+
+
+def test_gap_over_training_pairs_by_seed_and_leaves_the_control_out():
+    fig = ppub.gap_over_training(_seed_losses(), "hp", 0.01)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.lines if not ln.get_label().startswith("_")}
+    assert set(lines) == {"E4M3 (mean of 3)", "E5M2 (mean of 3)"}           # no control, no hp
+    # E5M2's gap at step 100: 0.0003 * 100 + 0.002 * mean(0, 1, 2) = 0.032 (paired: hp's seed offset cancels)
+    x, y = lines["E5M2 (mean of 3)"].get_data()
+    assert y[list(x).index(100)] == pytest.approx(0.032)
+    band = ax.collections[0]                            # the first band: E4M3's seeds
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(-0.002) and ys.max() == pytest.approx(0.002)  # min..max over seeds, not sd
+    assert [p.get_label() for p in ax.patches] == ["±δ = 0.01 nats"]
+
+
+def test_gap_over_training_names_a_missing_baseline():
+    with pytest.raises(ValueError, match=r"baseline 'bf16' not among the labels \['E4M3'"):
+        ppub.gap_over_training(_seed_losses(), "bf16")
+
+
+def test_forest_orders_rows_by_exponent_bits_and_marks_rows_without_a_ci():
+    fig = ppub.forest(_forest_claims())
+    ticks = [t.get_text().split("\n")[0] for t in fig.axes[0].get_yticklabels()]
+    assert ticks == ["E1M6 [1 exp / 6 man bits]", "E4M3 [4 exp / 3 man bits]", "E5M2 [5 exp / 2 man bits]",
+                     "E7M0 [7 exp / 0 man bits]", "fp8_hybrid"]
+    assert "too few seeds (n=1, no CI)" in fig.axes[0].get_yticklabels()[2].get_text()
+
+
+def test_layer_grid_says_all_zero_instead_of_a_flat_line():
+    fig = ppub.layer_grid(_format_diags())
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert "all zero" in texts                         # overflow is 0 everywhere
+    over = fig.axes[3 * 3 + 0]                          # row overflow, column X
+    assert not over.lines and [t.get_text() for t in over.texts] == ["all zero"]
+    assert len(fig.axes[0].lines) == 3                  # amax of X: one marker series per format
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_scaled_weight_hist_shifts_by_the_measured_scale_and_draws_the_window():
+    fig = ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3")
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["block 0 attn QKV", "block 0 attn out"]
+    lefts = sorted(round(b.get_x(), 6) for b in axes[1].patches if b.get_height() > 0 and b.get_width() == 1.0)
+    assert lefts == [6.0, 7.0, 8.0]                      # floor(log2|w|) -6..-4 shifted by log2 s = 12 ("scale")
+    lines = sorted(ln.get_xdata()[0] for ln in axes[0].lines)
+    assert lines == pytest.approx([-9.0, math.log2(448)])  # E4M3: min subnormal 2^-9, max 448
+    assert "not scaled, left out: token embedding" in fig._suptitle.get_text()

@@ -142,7 +142,7 @@ def test_loss_curves_legend_never_covers_the_curves():
     assert not any(_boxes_overlap(box, ax.get_window_extent(r)) for ax in fig.axes)
     assert box.x1 <= fig.bbox.x1 + 1   # and it is not cut off
     texts = [t.get_text() for t in legends[0].get_texts()]
-    assert texts[:8] == list(runs) and "val" in texts and "unigram entropy 6.26" in texts
+    assert texts[:8] == list(runs) and "val" in texts and "unigram entropy of the val tokens 6.26" in texts
     _check(fig, "formats vs hp")
 
 

@@ -13,7 +13,8 @@ one after another, because each trains its own runs side by side through the stu
 (studies.variant_runs.train_variants -> runs.run_points) and later notebooks reuse earlier ones' runs (02's baseline in
 03-06, 04's runs in 06). `--workers N` / `--executor ray` override that for every notebook. tcmalloc is preloaded
 into the kernels when the machine has it (glibc page-faults on every new large tensor). The sweep ends with
-the wall time of each notebook.
+the wall time of each notebook and the path of the report it wrote: `outputs/report/index.html` (each notebook, its
+question, its headline result and its wall time) beside every executed notebook as HTML (notebook/report.py).
 """
 from __future__ import annotations
 
@@ -186,8 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     failed = table[table.status != "ok"]
     if len(failed):
         print(f"{len(failed)} notebook run(s) failed; see the executed notebooks for the error cell", file=sys.stderr)
-        return 1
-    return 0
+    index = write_report(rows, args.profile, ROOT / "outputs" / "report")
+    print(f"\nreport: {index}", flush=True)
+    return 1 if len(failed) else 0
+
+
+def write_report(rows: list[dict], profile: str, out_dir: Path) -> Path:
+    """outputs/report/: each executed notebook as HTML and index.html (question, headline, wall time of each)."""
+    from altgrad_lib.notebook.report import ReportEntry, build_report
+    from altgrad_lib.notebook.profile import code_version
+
+    entries = [ReportEntry(f"{Path(r['output']).parent.name}[{Path(r['output']).stem}]", Path(r["output"]),
+                           r["status"], r["seconds"], r["error"]) for r in rows]
+    return build_report(entries, out_dir, title=f"AltGrad notebooks, profile {profile}",
+                        subtitle=f"code: {code_version()}")
 
 
 if __name__ == "__main__":

@@ -33,16 +33,28 @@ class StatusBanner:
     def __init__(self, text: str = PENDING):
         from IPython.display import Markdown, display
 
-        self.text = text
+        self.text, self.header = text, ""
         self.handle = display(Markdown(text), display_id=True)
 
+    def set_header(self, line: str) -> None:
+        """A first line above the status: the notebook's run line (profile, seeds, code version), so the first
+        output of the notebook names where its numbers come from."""
+        self.header = line
+        self._show()
+
     def update(self, lines: Sequence[str]) -> str:
+        self.text = status_markdown(lines)
+        self._show()
+        return self.text
+
+    def markdown(self) -> str:
+        return f"`{self.header}`\n\n{self.text}" if self.header else self.text
+
+    def _show(self) -> None:
         from IPython.display import Markdown
 
-        self.text = status_markdown(lines)
         if self.handle is not None:
-            self.handle.update(Markdown(self.text))
-        return self.text
+            self.handle.update(Markdown(self.markdown()))
 
 
 def ci_label(verdict: str, level: float, sequential: bool = False) -> str:
@@ -122,6 +134,12 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
             f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
 
 
+def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
+    """The headline result of a claims notebook (its cell tagged `headline`, read by notebook/report.py): the
+    status line (`claims.report_lines(...)[0]`) and one verdict sentence per row."""
+    return "\n".join([lines[0], *(verdict_sentence(table, level) for level in table.level)])
+
+
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
     """Each claims row against a published expectation {level: (verdict expected, source)}: "agrees" when the
     verdict is the expected one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the
@@ -154,4 +172,4 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "expectation_lines"]
+           "claims_headline", "expectation_lines"]

@@ -69,7 +69,10 @@ def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "", keys: 
         level = level if isinstance(level, tuple) else (level,)
         rest = config_label(pd.DataFrame([level[1:]], columns=cols[1:]), cols[1:]).iloc[0] if len(cols) > 1 else ""
         stat = g.groupby("step").value.agg(["mean", "min", "max", "count"])
-        label = f"{hue}={level[0]}{' | ' + rest if rest else ''} (n={int(stat['count'].max())})"
+        # "config" (config_label) names every key already: "hp freeze_blocks", not "config=hp freeze_blocks | hp …"
+        head = str(level[0]) if hue == "config" else f"{hue}={level[0]}"
+        rest = "" if rest == str(level[0]) else rest
+        label = f"{head}{' | ' + rest if rest else ''} (n={int(stat['count'].max())})"
         ax.plot(stat.index, stat["mean"], color=f"C{i % 10}", label=label)
         if (stat["count"] > 1).any():
             ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i % 10}", alpha=0.2, lw=0)

@@ -1,6 +1,9 @@
 """What every figure of notebook/ must get right, checked on the drawn Figure (tests/test_notebook_figures.py).
 
     figure_problems(fig) -> list[str]     empty when the figure passes; else one line per defect
+    watch_displayed()                     in a notebook: check every figure it displays (plots.setup calls it)
+    displayed_summary() -> str            "figure check: 12 figures displayed, every one passes" (or the defects),
+                                          the last output of every notebook, which asserts "every one passes"
 
 The rules:
   - dpi >= MIN_DPI (80 dpi gave 7-9 px text in the committed notebooks).
@@ -18,6 +21,7 @@ The rules:
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 from matplotlib.collections import PathCollection, QuadMesh
@@ -139,3 +143,60 @@ def figure_problems(fig: Figure) -> list[str]:
         if bad:
             out.append(f"{where} {t!r} shows internal names {bad}")
     return out
+
+
+_SHOWN: list[tuple[str, list[str]]] = []   # (title, problems) of each figure this kernel displayed
+# Figures already counted: a frontend may format one figure twice (nbval's kernel does), which is one figure. A weak
+# set, so a closed figure's id reused by a new one is not mistaken for it.
+_COUNTED: "weakref.WeakSet[Figure]" = weakref.WeakSet()
+
+
+def _title(fig: Figure) -> str:
+    t = fig._suptitle.get_text() if fig._suptitle else ""
+    return t or next((ax.get_title() for ax in fig.axes if ax.get_title()), "") or "untitled figure"
+
+
+def watch_displayed() -> bool:
+    """In IPython, run figure_problems on every figure the kernel displays (inline `plt.show`, the figure a cell
+    returns, `display(fig)`): the PNG formatter of Figure is wrapped. False outside IPython (nothing to watch)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "display_formatter"):
+        return False
+    import matplotlib.pyplot as plt   # here: figure_check itself needs no pyplot
+
+    plt.close(plt.figure())   # loads the backend, which registers its PNG formatter for Figure
+    png = ip.display_formatter.formatters["image/png"]
+    try:
+        draw = png.lookup_by_type(Figure)
+    except KeyError:
+        return False
+    if getattr(draw, "_figure_check", False):   # setup called twice
+        return True
+
+    def checked(fig):
+        if fig not in _COUNTED:
+            _COUNTED.add(fig)
+            try:
+                problems = figure_problems(fig)
+            except Exception as e:   # a checker bug must not hide the figure
+                problems = [f"figure check raised {type(e).__name__}: {e}"]
+            _SHOWN.append((_title(fig), problems))
+        return draw(fig)
+
+    checked._figure_check = True
+    png.for_type(Figure, checked)
+    return True
+
+
+def displayed_summary() -> str:
+    """One line for the figures displayed so far, then one per figure with a defect."""
+    if not _SHOWN:
+        return "figure check: no figure displayed"
+    bad = [(t, p) for t, p in _SHOWN if p]
+    head = f"figure check: {len(_SHOWN)} figures displayed, " + (
+        "every one passes" if not bad else f"{len(bad)} with defects:")
+    return "\n".join([head, *(f"  {' '.join(t.split())}: {'; '.join(p)}" for t, p in bad)])

@@ -133,7 +133,10 @@ _LINEAR = {("attn", "c_attn"): "attn QKV", ("attn", "c_proj"): "attn out", ("mlp
            ("mlp", "c_proj"): "MLP down", ("mlp", "c_gate"): "MLP gate"}
 _SHORT = {"a": "attn", "m": "mlp"}
 _BLOCK = re.compile(r"^(?:transformer\.)?h\.(\d+)(?:\.(attn|mlp|a|m)(?:\.(\w+))?)?$")
-_WHOLE = {"lm_head": "LM head", "transformer.lm_head": "LM head", "transformer.wte": "token embedding",
+_OTHER = re.compile(r"^(?:transformer\.)?h\.(\d+)\.(.+)$")
+_PARTS = {"ln_1": "LayerNorm 1", "ln_2": "LayerNorm 2"}
+_WHOLE = {"ln_f": "final LayerNorm", "lm_head": "LM head", "transformer.lm_head": "LM head",
+          "transformer.wte": "token embedding",
           "wte": "token embedding", "transformer.wpe": "position embedding", "wpe": "position embedding"}
 
 
@@ -164,7 +167,11 @@ def layer_name(layer: str) -> str:
         return _WHOLE[layer]
     m = _BLOCK.match(layer)
     if not m:
-        return layer.removeprefix("transformer.")
+        other = _OTHER.match(layer)   # a block's LayerNorm or any other part: "h.0.ln_1" -> "block 0 LayerNorm 1"
+        if other:
+            block, rest = other.groups()
+            return f"block {block} {_PARTS.get(rest, rest.replace('.', ' '))}"
+        return _WHOLE.get(layer.removeprefix("transformer."), layer.removeprefix("transformer."))
     block, part, lin = m.groups()
     part = _SHORT.get(part, part)
     if part is None:

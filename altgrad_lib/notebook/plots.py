@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from altgrad_lib.notebook.figure_check import MIN_DPI
+from altgrad_lib.notebook.figure_check import MIN_DPI, watch_displayed
 from altgrad_lib.notebook.names import COLUMNS, column_label, layer_name
 from altgrad_lib.numerics.formats import FloatFormat, get_format
 
@@ -27,7 +27,8 @@ SUBNORMAL_STYLE = dict(color="0.85", zorder=0, label="subnormal")
 
 
 def setup(dpi: int = DPI) -> None:
-    """Notebook-wide style: grid, readable fonts, dpi >= MIN_DPI (a lower `dpi` is raised to DPI, with a warning)."""
+    """Notebook-wide style: grid, readable fonts, dpi >= MIN_DPI (a lower `dpi` is raised to DPI, with a warning);
+    in a notebook, every figure it displays goes through figure_check (its last cell prints the summary)."""
     if dpi < MIN_DPI:
         warnings.warn(f"plots.setup(dpi={dpi}): below {MIN_DPI} dpi figure text is unreadable; using {DPI}",
                       stacklevel=2)
@@ -35,6 +36,7 @@ def setup(dpi: int = DPI) -> None:
     plt.rcParams.update({"figure.dpi": dpi, "savefig.dpi": dpi, "figure.figsize": FIGSIZE,
                          "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
                          "axes.spines.top": False, "axes.spines.right": False})
+    watch_displayed()   # in a notebook: every displayed figure is checked; figure_check.displayed_summary() says how
 
 
 def _shade_subnormal(ax, fmt: FloatFormat, lo: float) -> None:
@@ -164,7 +166,8 @@ def format_tradeoff(summary: pd.DataFrame, x: str, y: str, label: str = "format"
 
 def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str = "loss",
                 log_x: bool = False, baseline: str | None = None, controls: Iterable[str] | None = None) -> Figure:
-    """Train (thin) and val (markers) cross-entropy per run; dashed line = unigram entropy.
+    """Train (thin) and val (markers) cross-entropy per run; dashed line = `entropy`, the unigram entropy of the
+    validation tokens (TokenCorpus.unigram_entropy("val"): the one the control check compares with).
 
     With `baseline` (a label in `losses`), a lower panel shows each run's loss minus the baseline's at the
     same step, which is where differences of 1e-3 nats between near-identical curves become visible. Controls
@@ -197,7 +200,7 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
                 delta = (mine - ref).dropna()
                 axd.plot(delta.index, delta.values, color=f"C{i}", label=f"{label} {split}", **style)
     if entropy is not None:
-        ax.axhline(entropy, color="k", ls="--", lw=1, label=f"unigram entropy {entropy:.2f}")
+        ax.axhline(entropy, color="k", ls="--", lw=1, label=f"unigram entropy of the val tokens {entropy:.2f}")
     if log_x:
         ax.set_xscale("log")
     ax.set(ylabel="cross-entropy (nats/token)", title=title)
@@ -208,7 +211,8 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
     handles += [Line2D([], [], color="k", lw=0.8, alpha=0.6, label="train (every step)"),
                 Line2D([], [], color="k", marker="o", ms=3, label="val")]
     if entropy is not None:
-        handles.append(Line2D([], [], color="k", ls="--", lw=1, label=f"unigram entropy {entropy:.2f}"))
+        handles.append(Line2D([], [], color="k", ls="--", lw=1,
+                              label=f"unigram entropy of the val tokens {entropy:.2f}"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if axd is not None:
         axd.axhline(0, color="k", lw=0.8)
