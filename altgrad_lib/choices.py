@@ -37,7 +37,7 @@ BLOCK_RECIPES = tuple(BLOCK_SWITCHES)                                           
 # names users write for a block recipe with switches; recorded under the canonical spelling (mxfp8_rceil: the 8-bit
 # MX baseline with RCEIL scales, arXiv 2506.08027)
 BLOCK_RECIPE_ALIASES = {"mxfp8_rceil": "mxfp8:rceil"}
-# RNG policy of each randomized technique (issue 30: replicas of one recipe differ in their randomness)
+# RNG policy of each randomized technique (replicas of one recipe differ in their randomness)
 SR_RNG = ("per_quantizer", "per_call")    # QuantSpec.sr_rng: one seeded stream per Quantizer | keyed (step, call)
 RHT_RNG = ("fixed", "per_step")           # GemmOptions.rht_rng: one sign vector per layer (TE) | re-drawn per step
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES),

@@ -216,7 +216,7 @@ def mx_reference(x: torch.Tensor, fmt: FloatFormat | str, mode: str = "floor", b
     return out.float()
 
 
-# ----------------------------------------------------------------------------- issue 30's block kinds
+# ----------------------------------------------------------------------------- the newer block kinds
 # References for fp8_block (DeepSeek-V3 / TE Float8BlockScaling), NVFP4's options (4/6, UE5M3 scales, INT4 elements)
 # and the SR headroom. Library code where one exists (torchao's blockwise-FP8 reference functions); elsewhere a slow
 # hand reference written from the paper's equations, one block at a time, whose element and scale roundings are
