@@ -1,71 +1,35 @@
-"""Tables as a paper prints them: a pandas Styler with digits chosen by what a column holds.
+"""Tables as a paper prints them, as a pandas Styler: the digits are table_view's (one copy of the rules).
 
-    styled(df) -> Styler      "none" for NaN, no negative zero, digits by column kind (cell_text):
-        loss      a loss (nats/token), 3 decimals           6.830
-        gap       a difference of losses, 3 significant     +0.0123, -0.000451
-        dB        decibels (SQNR, SNR), 1 decimal            26.5
-        p         a p-value, 2 significant, "< 0.001"        0.031
-        int       a count                                    1,997
-        float     anything else, 3 significant               0.000312
-The kind of a column comes from its name (column_kind); `kinds` overrides it. HTML, so JupyterLab wraps no row.
+    styled(df) -> Styler      "none" for NaN, no negative zero, digits by column (table_view.formatter_for:
+                              losses 3 decimals, gaps 3 significant, dB 1 decimal, p 2 significant / "< 0.001",
+                              margins in nats, counts with thousands separators); `kinds` names a column's kind
+                              where its name does not say it (KINDS)
+HTML, so JupyterLab wraps no row; table_view.Table is the same digits as a DataFrame that also prints as text.
 """
 from __future__ import annotations
 
-import math
-import re
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-_KINDS = (("dB", re.compile(r"(^|[_ ])(db|sqnr|snr)([_ ]|$)", re.I)),
-          ("p", re.compile(r"^p(_|$| )", re.I)),
-          ("gap", re.compile(r"gap|margin|delta|mde|bound|^ci_|_lo$|_hi$|drop|below", re.I)),
-          ("loss", re.compile(r"loss|entropy", re.I)))
+from altgrad_lib.notebook import table_view as tv
+
+# a column kind -> its cell formatter (table_view's functions)
+KINDS = {"loss": tv.loss, "gap": tv.gap, "margin": tv.margin, "dB": tv.db, "p": tv.p_value, "pct": tv.pct,
+         "int": tv.whole, "float": tv.number, "text": lambda v: tv.NONE if tv.missing(v) else str(v)}
 _STYLE = [{"selector": "td, th", "props": "padding: 2px 8px; font-size: 0.9em; white-space: nowrap"}]
 
 
-def column_kind(name: Any, values: pd.Series) -> str:
-    """"dB", "p", "gap", "loss", "int", "float" or "text", from the column's name and dtype."""
-    if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
-        return "text"
-    if pd.api.types.is_integer_dtype(values):
-        return "int"
-    label = " ".join(map(str, name)) if isinstance(name, tuple) else str(name)
-    return next((kind for kind, pat in _KINDS if pat.search(label)), "float")
-
-
-def cell_text(v: Any, kind: str) -> str:
-    """One cell as text: "none" for a missing value, never "-0"."""
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return "none"
-    if kind == "text" or isinstance(v, (str, bool, np.bool_)):
-        return str(v)
-    v = float(v)
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if kind == "int":
-        return f"{int(v):,}"
-    if kind == "p":
-        text = "< 0.001" if v < 0.001 else f"{v:.2g}"
-    elif kind == "dB":
-        text = f"{v:.1f}"
-    elif kind == "loss":
-        text = f"{v:.3f}"
-    elif kind == "gap":
-        text = f"{v:+.3g}" if v != 0 else "0"
-    else:
-        text = f"{v:.3g}"
-    return "0" if re.fullmatch(r"[-+]?0(\.0*)?(e[-+]?0+)?", text) else text
-
-
-def styled(df: pd.DataFrame, kinds: Mapping[str, str] | None = None, *, caption: str = "") -> Styler:
-    """`df` as a Styler with the digits of each column's kind (a Series becomes one column)."""
+def styled(df: pd.DataFrame, kinds: Mapping[Any, str] | None = None, *, caption: str = "") -> Styler:
+    """`df` as a Styler with each column's digits (a Series becomes one column); `kinds`: column -> KINDS key."""
     if isinstance(df, pd.Series):
         df = df.to_frame()
-    kinds = {c: (kinds or {}).get(c) or column_kind(c, df[c]) for c in df.columns}
-    s = df.style.format({c: (lambda v, k=k: cell_text(v, k)) for c, k in kinds.items()})
-    s = s.format_index(lambda v: "none" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    bad = {c: k for c, k in (kinds or {}).items() if k not in KINDS}
+    if bad:
+        raise ValueError(f"styled: kinds={bad} is invalid; valid choices: {tuple(KINDS)}")
+    fmt = {c: KINDS[kinds[c]] if kinds and c in kinds else tv.formatter_for(c, df[c]) for c in df.columns}
+    s = df.style.format(fmt)
+    s = s.format_index(lambda v: tv.NONE if tv.missing(v) else str(v))
     s = s.set_table_styles(_STYLE)
     return s.set_caption(caption) if caption else s

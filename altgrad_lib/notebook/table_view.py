@@ -37,7 +37,7 @@ WIDTH = 100
 _P_FLOOR = 0.001
 
 
-def _missing(v: Any) -> bool:
+def missing(v: Any) -> bool:
     if v is None or v is pd.NA or v is pd.NaT:
         return True
     try:
@@ -63,7 +63,7 @@ def _decimals(v: float, sig: int) -> int:
 
 def number(v: Any, sig: int = 3) -> str:
     """3 significant digits; plain notation for 0.001 <= |v| < 10^6 and for integers, else "1.23e-05"."""
-    if _missing(v):
+    if missing(v):
         return NONE
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
@@ -82,7 +82,7 @@ def number(v: Any, sig: int = 3) -> str:
 
 def gap(v: Any) -> str:
     """A signed gap in nats, 3 significant ("+0.0123"); below 1e-6 in magnitude "0.000000"-like noise is "0"."""
-    if _missing(v):
+    if missing(v):
         return NONE
     v = float(v)
     if abs(v) < 1e-6:
@@ -93,7 +93,7 @@ def gap(v: Any) -> str:
 def gap_ci(g: Any, lo: Any, hi: Any) -> str:
     """"+0.0123 [+0.0081, +0.0165]": the CI's decimals follow the largest of the three at 3 significant, so the
     bounds line up with the gap; without a CI (n = 1) the gap alone."""
-    if _missing(g) or _missing(lo) or _missing(hi):
+    if missing(g) or missing(lo) or missing(hi):
         return gap(g)
     vals = [float(x) for x in (g, lo, hi)]
     d = min(_decimals(max(abs(x) for x in vals) or 1.0, 3), 6)
@@ -106,7 +106,7 @@ def gap_ci(g: Any, lo: Any, hi: Any) -> str:
 
 def margin(v: Any) -> str:
     """A margin, δ or MDE in nats: 3 decimals; below 0.001 (which 3 decimals would print as 0.000) 2 significant."""
-    if _missing(v):
+    if missing(v):
         return NONE
     v = float(v)
     if v != 0 and abs(v) < 0.001:
@@ -116,12 +116,12 @@ def margin(v: Any) -> str:
 
 def db(v: Any) -> str:
     """Decibels, 1 decimal."""
-    return NONE if _missing(v) else _unsigned_zero(f"{float(v):.1f}")
+    return NONE if missing(v) else _unsigned_zero(f"{float(v):.1f}")
 
 
 def p_value(v: Any) -> str:
     """2 significant digits, "< 0.001" below 0.001."""
-    if _missing(v):
+    if missing(v):
         return NONE
     v = float(v)
     if v < _P_FLOOR:
@@ -132,17 +132,17 @@ def p_value(v: Any) -> str:
 
 def pct(v: Any) -> str:
     """A percentage (already in %), 1 decimal."""
-    return NONE if _missing(v) else _unsigned_zero(f"{float(v):.1f}") + " %"
+    return NONE if missing(v) else _unsigned_zero(f"{float(v):.1f}") + " %"
 
 
 def loss(v: Any) -> str:
     """A loss or entropy in nats, 3 decimals."""
-    return NONE if _missing(v) else _unsigned_zero(f"{float(v):.3f}")
+    return NONE if missing(v) else _unsigned_zero(f"{float(v):.3f}")
 
 
 def whole(v: Any) -> str:
     """A count or rate shown to the unit with thousands separators ("1,234,568" tokens/s)."""
-    return NONE if _missing(v) else _unsigned_zero(f"{float(v):,.0f}")
+    return NONE if missing(v) else _unsigned_zero(f"{float(v):,.0f}")
 
 
 def _integral(s: pd.Series) -> bool:
@@ -160,7 +160,7 @@ def formatter_for(col: Any, series: pd.Series) -> Callable[[Any], str]:
     if series.dtype == bool:
         return number
     if not pd.api.types.is_numeric_dtype(series):
-        return lambda v: NONE if _missing(v) else number(v) if isinstance(v, (int, float, np.number)) else str(v)
+        return lambda v: NONE if missing(v) else number(v) if isinstance(v, (int, float, np.number)) else str(v)
     if words and (words[0] == "p" or "p-value" in name):
         return p_value
     if "db" in words:
@@ -172,7 +172,7 @@ def formatter_for(col: Any, series: pd.Series) -> Callable[[Any], str]:
     if "gap" in words:
         return gap
     if _integral(series) and not any(w in words for w in ("loss", "entropy", "nats")):
-        return lambda v: NONE if _missing(v) else f"{int(v):,}"
+        return lambda v: NONE if missing(v) else f"{int(v):,}"
     if any(w in words for w in ("loss", "entropy", "nats")):
         return loss
     return number
@@ -201,7 +201,7 @@ class Table(pd.DataFrame):
 
     def empty_columns(self) -> list:
         return [c for c in self.columns
-                if len(self) and all(_missing(v) or (isinstance(v, str) and v in ("", NONE)) for v in self[c])]
+                if len(self) and all(missing(v) or (isinstance(v, str) and v in ("", NONE)) for v in self[c])]
 
     def _show_index(self) -> bool:
         return not (isinstance(self.index, pd.RangeIndex) and self.index.name is None)
