@@ -206,13 +206,20 @@ def accumulate_matmul(a: Tensor, b: Tensor, spec: AccumSpec | None) -> Tensor:
         a64 = torch.nn.functional.pad(a64, (0, nc * c - k))
         b64 = torch.nn.functional.pad(b64, (0, 0, 0, nc * c - k))
     parts = torch.bmm(a64.reshape(m, nc, c).transpose(0, 1), b64.reshape(nc, c, n))      # (nc, M, N)
-    every = _promotion_steps(k, c, spec)
-    total, acc = None, torch.zeros(m, n, dtype=torch.float64, device=a.device)
-    for i in range(nc):
-        acc = accumulate_add(acc, parts[i], spec)
-        if (i + 1) % every == 0 and i + 1 < nc:
-            total, acc = _finish(total, acc), torch.zeros_like(acc)
-    return _finish(total, acc)
+    every = min(_promotion_steps(k, c, spec), nc)
+    groups = -(-nc // every)
+    if groups * every != nc:    # zero chunk sums: round(acc + 0) = acc, so a padded last group changes nothing
+        parts = torch.nn.functional.pad(parts, (0, 0, 0, 0, 0, groups * every - nc))
+    # the promotion groups are independent until their FP32 sum: run them side by side (every steps, not nc),
+    # then promote them into the FP32 total in order; elementwise the same operations as one group at a time
+    parts = parts.reshape(groups, every, m, n)
+    acc = torch.zeros(groups, m, n, dtype=torch.float64, device=a.device)
+    for i in range(every):
+        acc = accumulate_add(acc, parts[:, i], spec)
+    total = None
+    for g in range(groups):
+        total = _finish(total, acc[g])
+    return total
 
 
 def accumulate_matmul_per_add_reference(a: Tensor, b: Tensor, spec: AccumSpec) -> Tensor:
