@@ -160,7 +160,7 @@ def _cmd_fidelity(args: argparse.Namespace) -> int:
         policy = get_policy(recipe)
     except (ValueError, TypeError) as e:
         raise UserError(f"altgrad fidelity: {one_line(e)}") from None
-    from altgrad_lib.quantize.fidelity import fidelity_report
+    from altgrad_lib.quantize.fidelity import fidelity_report   # local: imports torch, torchao, ml_dtypes, gfloat
 
     report = fidelity_report(policy, seed=args.seed)
     print(report.to_json() if args.json else report)
