@@ -144,3 +144,10 @@ def test_notebook_tables_return_display_tables():
     g = dashboard.next_gpu_hour(idx, ["recipe"])
     assert isinstance(g, tv.Table) and list(g.columns[:2]) == ["recipe", "verdict"]
     assert "nan" not in g.to_string() and " 7" in g.to_string()
+
+
+def test_an_integer_index_prints_as_text():
+    """06's index table has an int index: its text rendering must not assume string labels (crashed before)."""
+    t = tv.table(pd.DataFrame({"final_val_loss": [2.4723, 2.4693]}, index=pd.Index([3, 14], name="seed")))
+    text = repr(t)
+    assert "seed" in text and "14" in text and "2.472" in text

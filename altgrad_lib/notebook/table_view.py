@@ -242,6 +242,7 @@ class Table(pd.DataFrame):
         keys = [k for k in (getattr(self, "_keys", None) or []) if k in f.columns]
         if index:
             f = f.reset_index()
+            f[f.columns[0]] = f[f.columns[0]].map(str)   # index labels need not be strings (an int index)
             keys = [f.columns[0], *keys]   # the index column leads every block
         widths = {c: max(len(str(c)), *(len(v) for v in f[c])) if len(f) else len(str(c)) for c in f.columns}
         rest = [c for c in f.columns if c not in keys]
