@@ -84,7 +84,7 @@ def test_wrong_axis_in_altgrads_copy_shows_as_mismatches(monkeypatch):
     def wrong_axis(q, t, train, signs):
         return q.quantize(t, axis=-1)      # should be axis 0 (the GEMM's reduction dim)
 
-    monkeypatch.setattr(fidelity, "_col", wrong_axis)
+    monkeypatch.setattr(fidelity, "col_copy", wrong_axis)
     rep = fidelity_report("mxfp8")
     for _, gemm, op in _ops(rep):
         col = (gemm, op["operand"]) in {("dgrad", "W"), ("wgrad", "dY"), ("wgrad", "X")}

@@ -38,7 +38,7 @@ def test_step_curves_pass_the_check_and_style_runs_by_format_and_storage():
     assert lines["E4M3 adamw fp32"].get_color() == lines["E4M3 adamw error_feedback_sr"].get_color()
     assert lines["E4M3 adamw fp32"].get_color() != lines["E7M0 adamw fp32"].get_color()
     assert [lines[k].get_linestyle() for k in PARTS] == ["-", "--", "-", ":"]
-    assert fig.axes[0].get_ylabel() == "stalled updates (fraction of weights)"
+    assert fig.axes[0].get_ylabel() == "realized stall: update rounded away (fraction of updated weights)"
 
 
 def test_ulp_steps_pass_the_check_and_use_the_same_colours():

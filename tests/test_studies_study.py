@@ -250,7 +250,8 @@ def test_report_with_control_and_positive_control_writes_claims_csv(tmp_path):
     idx = _index(s, lambda c: loss[c.recipe_name] + 0.3 * c.freeze_blocks + 0.05 * c.seed
                  + 0.002 * c.seed * (c.recipe_name == "E2M1-XWdY"))
     table, lines = s.report(idx, entropy=4.0)
-    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "unigram entropy 4.000" in lines[0]
+    assert lines[0].startswith("SMOKE TEST, no claims drawn")
+    assert "unigram entropy of the val split (4.000 nats)" in lines[0]
     assert lines[1].startswith("positive control E2M1-XWdY: not judged (smoke test")   # a smoke test judges nothing
     t = table.set_index("level")
     assert t.window_nats.tolist() == pytest.approx([0.3, 0.3]) and t.delta_nats.tolist() == [0.01] * 2

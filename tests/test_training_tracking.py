@@ -98,5 +98,6 @@ def test_a_missing_tracker_package_warns_and_the_run_completes(tmp_path, monkeyp
 
 
 def test_logger_choice_is_validated():
-    with pytest.raises(ValueError, match=r"logger='mlflow' invalid; valid choices: \('none', 'wandb', 'tensorboard'\)"):
+    with pytest.raises(ValueError,
+                       match=r"logger='mlflow' is invalid; valid choices: \('none', 'wandb', 'tensorboard'\)"):
         TrainConfig(logger="mlflow")

@@ -182,7 +182,7 @@ def _finish(total: Tensor | None, acc: Tensor) -> Tensor:
 
 # ------------------------------------------------------------------------------------------ matmuls
 
-def _check(a: Tensor, b: Tensor) -> None:
+def _check_shapes(a: Tensor, b: Tensor) -> None:
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"accumulate_matmul: expected a (M, K) and b (K, N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
@@ -196,7 +196,7 @@ def accumulate_matmul(a: Tensor, b: Tensor, spec: AccumSpec | None) -> Tensor:
     with chunk 1 (K iterations)."""
     if spec is None or spec.is_fp32:
         return a.mm(b)
-    _check(a, b)
+    _check_shapes(a, b)
     m, k = a.shape
     n = b.shape[1]
     c = 1 if spec.model == "per_add" else spec.chunk
@@ -225,7 +225,7 @@ def accumulate_matmul(a: Tensor, b: Tensor, spec: AccumSpec | None) -> Tensor:
 def accumulate_matmul_per_add_reference(a: Tensor, b: Tensor, spec: AccumSpec) -> Tensor:
     """The per_add model as an explicit loop over K, one exact product at a time (slow; the ground truth for small
     shapes): acc <- round(acc + a[:, k] b[k, :]) and, every promote_every products, total <- fp32(total + acc)."""
-    _check(a, b)
+    _check_shapes(a, b)
     k = a.shape[1]
     a64, b64 = a.to(torch.float64), b.to(torch.float64)
     every = k if spec.promote_every == 0 or spec.promote_every >= k else spec.promote_every

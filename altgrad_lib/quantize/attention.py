@@ -46,7 +46,7 @@ from torch.autograd.function import once_differentiable
 
 from altgrad_lib.numerics.quant import QuantSpec, Quantizer
 from altgrad_lib.quantize.gemm_overrides import operand_spec
-from altgrad_lib.quantize.gemm_quant import _per_tensor, _rowwise, apply_rht, rht_matrix, rht_signs
+from altgrad_lib.quantize.gemm_quant import per_tensor_quantizer, rowwise_copy, apply_rht, rht_matrix, rht_signs
 
 ATTN_POINTS = ("qkv", "s", "o", "do", "dp", "dqkv")
 HADAMARD_MODES = ("none", "qkv", "v")
@@ -176,7 +176,7 @@ def _joint(qz: Quantizer | None, ts: tuple[Tensor, ...], train: bool) -> tuple[T
     combine_and_quantize; returns the dequantized parts."""
     if qz is None:
         return ts
-    flat = _rowwise(qz, torch.cat([t.reshape(-1) for t in ts]), train)
+    flat = rowwise_copy(qz, torch.cat([t.reshape(-1) for t in ts]), train)
     out, i = [], 0
     for t in ts:
         out.append(flat[i:i + t.numel()].view(t.shape))
@@ -189,9 +189,9 @@ def _copy(qz: Quantizer | None, t: Tensor, axis: int, train: bool, shared: Tenso
     along `axis` (that matmul's reduction dim)."""
     if qz is None:
         return t
-    if _per_tensor(qz) and shared is not None:
+    if per_tensor_quantizer(qz) and shared is not None:
         return shared
-    return _rowwise(qz, t, train, axis=axis)
+    return rowwise_copy(qz, t, train, axis=axis)
 
 
 def _rot(t: Tensor, signs: Tensor | None) -> Tensor:
@@ -219,7 +219,7 @@ class _QuantAttentionFn(torch.autograd.Function):
         sv = op.had_signs if spec.hadamard in ("qkv", "v") else None
         q, k, v = _rot(q, sq), _rot(k, sq), _rot(v, sv)
         qz, sz = op.q("qkv"), op.q("s")
-        shared = _joint(qz, (q, k, v), train) if qz is not None and _per_tensor(qz) else (None, None, None)
+        shared = _joint(qz, (q, k, v), train) if qz is not None and per_tensor_quantizer(qz) else (None, None, None)
         q_f = _copy(qz, q, -1, train, shared[0])                 # Q·Kᵀ reduces over d
         k_f = _copy(qz, k, -1, train, shared[1])
         v_f = _copy(qz, v, -2, train, shared[2])                 # P·V reduces over the keys
@@ -251,7 +251,7 @@ class _QuantAttentionFn(torch.autograd.Function):
         sv = op.had_signs if spec.hadamard in ("qkv", "v") else None
         qz, sz, doz, dpz = op.q("qkv"), op.q("s"), op.q("do"), op.q("dp")
         g = _rot(grad_y.reshape(B, T, H, d).transpose(1, 2), sv)             # dO in the kernel's basis
-        g_once = _rowwise(doz, g, train) if doz is not None and _per_tensor(doz) else None
+        g_once = rowwise_copy(doz, g, train) if doz is not None and per_tensor_quantizer(doz) else None
         g_d = _copy(doz, g, -1, train, g_once)                   # dO·Vᵀ reduces over d
         g_t = _copy(doz, g, -2, train, g_once)                   # Pᵀ·dO reduces over the queries
         v_d = _copy(qz, v, -1, train, v_f)
@@ -263,7 +263,7 @@ class _QuantAttentionFn(torch.autograd.Function):
         # autograd's softmax backward, then the causal mask's (zero where masked)
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         da = torch.ops.aten._softmax_backward_data(dpp, p_sm, -1, dpp.dtype).masked_fill(~causal, 0.0)
-        da_once = _rowwise(dpz, da, train) if dpz is not None and _per_tensor(dpz) else None
+        da_once = rowwise_copy(dpz, da, train) if dpz is not None and per_tensor_quantizer(dpz) else None
         da_k = _copy(dpz, da, -1, train, da_once)                # dA·K reduces over the keys
         da_q = _copy(dpz, da, -2, train, da_once)                # dAᵀ·Q reduces over the queries
         k_t = _copy(qz, k, -2, train, k_f)
@@ -272,8 +272,8 @@ class _QuantAttentionFn(torch.autograd.Function):
         dk = (da_q * c).transpose(-2, -1) @ q_t
         dq, dk, dv = _unrot(dq, sq), _unrot(dk, sq), _unrot(dv, sv)
         dqz = op.q("dqkv")
-        if dqz is not None and _per_tensor(dqz):
+        if dqz is not None and per_tensor_quantizer(dqz):
             dq, dk, dv = _joint(dqz, (dq, dk, dv), train)
         elif dqz is not None:
-            dq, dk, dv = (_rowwise(dqz, t, train, axis=-1) for t in (dq, dk, dv))
+            dq, dk, dv = (rowwise_copy(dqz, t, train, axis=-1) for t in (dq, dk, dv))
         return dq, dk, dv, None, None, None

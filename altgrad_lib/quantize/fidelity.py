@@ -52,11 +52,11 @@ from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db
 from altgrad_lib.numerics.scaling import stateless_scale
 from altgrad_lib.quantize.fidelity_text import db_str, render_text
 from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS, ROLE_LABEL
-# _row / _col are gemm_quant's operand copies (rotation + quantization along the GEMM's reduction dim): the report
-# runs the exact code path of training, so it imports them rather than re-typing them
-from altgrad_lib.quantize.gemm_quant import _col, _row, apply_rht, rht_signs
+# row_copy / col_copy are gemm_quant's operand copies (rotation + quantization along the GEMM's reduction dim):
+# the report runs the exact code path of training, so it imports them rather than re-typing them
+from altgrad_lib.quantize.gemm_quant import col_copy, row_copy, apply_rht, rht_signs
 from altgrad_lib.quantize.hw_fp8 import quiet_torchao_import
-from altgrad_lib.quantize.recipes import _SUFFIX_TO_CLASS, LAYER_CLASSES, LayerSpec, QuantPolicy, get_policy
+from altgrad_lib.quantize.recipes import SUFFIX_TO_CLASS, LAYER_CLASSES, LayerSpec, QuantPolicy, get_policy
 
 SHAPES = {"input": (64, 128), "weight": (96, 128), "grad_output": (64, 96)}   # X (T, in), W (out, in), dY (T, out)
 OPERAND_NOTE = ("synthetic operands, seed {seed}: X 64x128, W 96x128, dY 64x96, Gaussian with 1 % outliers "
@@ -190,10 +190,10 @@ def _altgrad_copy(q: Quantizer, x: Tensor, gemm: str, role: str, signs: Tensor |
         return q.quantize(x), x
     _, last = _REDUCE[(gemm, role)]
     if last:
-        out = _row(q, x, True, signs)
+        out = row_copy(q, x, True, signs)
         ref_in = x if signs is None else apply_rht(x, signs)
         return out, ref_in
-    out = _col(q, x, True, signs).t()             # back to the reduction dim last, as the reference sees it
+    out = col_copy(q, x, True, signs).t()             # back to the reduction dim last, as the reference sees it
     xt = x.t().contiguous()
     return out, xt if signs is None else apply_rht(xt, signs)
 
@@ -203,7 +203,8 @@ def check_operand(spec: QuantSpec, gemm: str, role: str, rht: int | None = None,
     """One operand of one GEMM: AltGrad's copy of the synthetic operand against every reference (see module doc)."""
     x = synthetic_operand(role, seed)
     signs = None if rht is None else rht_signs(rht, seed)
-    det = replace(spec, rounding="nearest", sr_bits=None) if spec.rounding == "stochastic" else spec
+    det = (replace(spec, rounding="nearest", sr_bits=None, sr_rng="per_quantizer") if spec.rounding == "stochastic"
+           else spec)
     q = Quantizer(det, seed=seed, count=False)
     ours, t = _altgrad_copy(q, x, gemm, role, signs, classic)
     if isinstance(spec.scaling, BlockScaling):
@@ -229,7 +230,7 @@ def _scaled(t: Tensor, spec: QuantSpec) -> Tensor:
         xs = t.float() * elementwise_scale(t, spec.fmt, replace(sc, headroom=1.0))
         return xs * sc.headroom if sc.headroom != 1.0 else xs
     if sc.kind == "delayed":     # a fresh Quantizer's first call: the scale it recorded
-        q = Quantizer(replace(spec, rounding="nearest", sr_bits=None), count=False)
+        q = Quantizer(replace(spec, rounding="nearest", sr_bits=None, sr_rng="per_quantizer"), count=False)
         q.quantize(t)
         return t.float() * q.scaler.scale
     return t.float() * stateless_scale(t, spec.fmt, sc)[0]
@@ -401,7 +402,7 @@ def fidelity_report(recipe: "str | Mapping | QuantPolicy", seed: int = 0, n_sr: 
 
 
 def _touches(policy: QuantPolicy) -> dict:
-    modules = {cls: sorted(s for s, c in _SUFFIX_TO_CLASS.items() if c == cls) for cls in LAYER_CLASSES}
+    modules = {cls: sorted(s for s, c in SUFFIX_TO_CLASS.items() if c == cls) for cls in LAYER_CLASSES}
     q = [c for c in LAYER_CLASSES if policy.spec_for(c) is not None]
     hp = [c for c in LAYER_CLASSES if policy.spec_for(c) is None]
     attn = _attn_str(policy)

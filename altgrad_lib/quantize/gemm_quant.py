@@ -222,12 +222,12 @@ def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
 
 # ------------------------------------------------------------------------------------------ operands
 
-def _per_tensor(q) -> bool:
+def per_tensor_quantizer(q) -> bool:
     """Scaling independent of the layout: one quantized copy serves every GEMM."""
     return q is None or q.per_tensor
 
 
-def _rowwise(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:
+def rowwise_copy(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:
     """Quantize t along `axis` (the GEMM's reduction dim) with quantizer q (None = high precision)."""
     if q is None:
         return t
@@ -237,16 +237,16 @@ def _rowwise(q, t: Tensor, train: bool, axis: int = -1) -> Tensor:
         return q(t, axis=axis)  # eval: the quantizer's eval numerics (state read, never updated; SR -> RNE)
 
 
-def _row(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
+def row_copy(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
     """Operand t (R, K) reduced along K: rotated (K padded to a multiple of d) and quantized along K."""
-    return _rowwise(q, t if signs is None else apply_rht(t, signs), train)
+    return rowwise_copy(q, t if signs is None else apply_rht(t, signs), train)
 
 
-def _col(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
+def col_copy(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
     """Operand t (R, K) reduced along R (a column-wise copy): quantized along R, returned as (R[padded], K)."""
     if signs is None:
-        return _rowwise(q, t, train, axis=0)
-    return _row(q, t.t().contiguous(), train, signs).t()    # rotated along R: the rotation wants R last
+        return rowwise_copy(q, t, train, axis=0)
+    return row_copy(q, t.t().contiguous(), train, signs).t()    # rotated along R: the rotation wants R last
 
 
 class _GemmFaithfulLinear(torch.autograd.Function):
@@ -265,8 +265,8 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             y = F.linear(x, w)
         else:
             signs = layer_signs(layer) if "fprop" in opts.rht else None
-            xf = _row(operand_quantizer(layer, "fprop", "input"), x2, train, signs)
-            wf = _row(operand_quantizer(layer, "fprop", "weight"), w, train, signs)
+            xf = row_copy(operand_quantizer(layer, "fprop", "input"), x2, train, signs)
+            wf = row_copy(operand_quantizer(layer, "fprop", "weight"), w, train, signs)
             acc = opts.accum_for("fprop")
             if acc is None:
                 y = F.linear(xf.reshape(*x.shape[:-1], xf.shape[-1]), wf)
@@ -292,7 +292,7 @@ class _GemmFaithfulLinear(torch.autograd.Function):
 
         def dy_per_tensor(gq) -> Tensor:   # one quantized dY per Quantizer, for every GEMM that shares it
             if id(gq) not in dy_once:
-                dy_once[id(gq)] = _rowwise(gq, dy2, train)
+                dy_once[id(gq)] = rowwise_copy(gq, dy2, train)
             return dy_once[id(gq)]
 
         grad_x = grad_w = g_d = gq_d = None
@@ -302,12 +302,13 @@ class _GemmFaithfulLinear(torch.autograd.Function):
             else:
                 signs = layer_signs(layer) if "dgrad" in opts.rht else None
                 gq_d, wq = q("dgrad", "grad_output"), q("dgrad", "weight")
-                g_d = dy_per_tensor(gq_d) if signs is None and _per_tensor(gq_d) else _row(gq_d, dy2, train, signs)
+                g_d = (dy_per_tensor(gq_d) if signs is None and per_tensor_quantizer(gq_d)
+                       else row_copy(gq_d, dy2, train, signs))
                 same = wq is wq_f and wf is not None
-                if signs is None and _per_tensor(wq) and same:
+                if signs is None and per_tensor_quantizer(wq) and same:
                     w_d = wf
                 else:
-                    w_d = _col(wq, wf if deq and same else w, train, signs)           # W blocked along `out`
+                    w_d = col_copy(wq, wf if deq and same else w, train, signs)           # W blocked along `out`
                 acc = opts.accum_for("dgrad")
                 grad_x = g_d.mm(w_d) if acc is None else accumulate_matmul(g_d, w_d, acc)
             grad_x = grad_x.reshape(ctx.x_shape)
@@ -318,16 +319,16 @@ class _GemmFaithfulLinear(torch.autograd.Function):
                 signs = layer_signs(layer) if "wgrad" in opts.rht else None
                 xq, gq = q("wgrad", "input"), q("wgrad", "grad_output")
                 same = xq is xq_f and xf is not None
-                if signs is None and _per_tensor(xq) and same:
+                if signs is None and per_tensor_quantizer(xq) and same:
                     x_w = xf
                 else:
-                    x_w = _col(xq, xf if deq and same else x2, train, signs)          # X blocked along tokens
-                if signs is None and _per_tensor(gq):
+                    x_w = col_copy(xq, xf if deq and same else x2, train, signs)          # X blocked along tokens
+                if signs is None and per_tensor_quantizer(gq):
                     g_w = dy_per_tensor(gq)
                 else:
                     # dgrad's row-wise copy, unless rotated along `out` (then it is dY·M, not dY)
                     row = deq and gq is gq_d and g_d is not None and "dgrad" not in opts.rht
-                    g_w = _col(gq, g_d if row else dy2, train, signs)                  # dY along tokens
+                    g_w = col_copy(gq, g_d if row else dy2, train, signs)                  # dY along tokens
                 acc = opts.accum_for("wgrad")
                 grad_w = x_w.t().mm(g_w).t() if acc is None else accumulate_matmul(g_w.t(), x_w, acc)
         return grad_x, grad_w, None

@@ -31,7 +31,7 @@ LAYER_CLASSES = ("attn_qkv", "attn_out", "mlp_up", "mlp_down", "lm_head")
 ROLES = ("input", "weight", "grad_output")
 
 # module-name suffix -> layer class (names from altgrad_lib.model)
-_SUFFIX_TO_CLASS = {
+SUFFIX_TO_CLASS = {
     "attn.c_attn": "attn_qkv",
     "attn.c_proj": "attn_out",
     "mlp.c_fc": "mlp_up",
@@ -43,7 +43,7 @@ _SUFFIX_TO_CLASS = {
 
 def layer_class_of(fqn: str) -> str | None:
     """Layer class of a module name, e.g. 'transformer.h.0.attn.c_attn' -> 'attn_qkv'; None if not a policy layer."""
-    for suffix, cls in _SUFFIX_TO_CLASS.items():
+    for suffix, cls in SUFFIX_TO_CLASS.items():
         if fqn == suffix or fqn.endswith("." + suffix):
             return cls
     return None
