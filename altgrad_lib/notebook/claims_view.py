@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from altgrad_lib.notebook import table_view as tv
-from altgrad_lib.studies import claims
+from altgrad_lib.studies import claims, papers
 
 PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
 
@@ -148,7 +148,6 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
     expected); else "cannot tell" (the verdict, e.g. inconclusive, too few seeds or a smoke test, with the row's
     MDE); "diverged in k/n seeds" agrees with an expected "worse". Levels the
     table lacks are skipped. The sentences are built from the table only."""
-    decisive = ("worse", "better", "equivalent", "diverged")
     out = []
     for level, (want, source) in expected.items():
         r = table[table.level == level]
@@ -157,12 +156,13 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
         r = r.iloc[0]
         got = str(r.verdict)
         nums = f"gap {tv.gap(r.gap_nats)} nats, Holm p {_holm(r.p_holm)}, MDE {_nats(r.mde_nats)}"
-        if got.startswith(want) or (want == "worse" and claims.is_harm(got)):   # a diverged run is a harm too
+        said = papers.agreement(want, got)   # one rule for every paper-vs-bench comparison
+        if said == "agrees":
             out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
-        elif got.startswith("equivalent") and want in ("worse", "better"):
+        elif said == "not reproduced beyond ±δ":
             out.append(f"{level}: not reproduced beyond ±δ: {source} reports {want} vs {r.baseline}, the bench finds "
                        f"{got} ({nums}); a smaller effect in that direction is not excluded")
-        elif got.startswith(decisive):
+        elif said == "contradicts":
             out.append(f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
                        f"finds {got} ({nums})")
         else:
@@ -171,5 +171,22 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
     return out
 
 
+def paper_view(table: pd.DataFrame) -> tv.Table:
+    """studies.papers.paper_table as a narrow table: the level and its baseline, what the paper found, what AltGrad
+    finds (the claims verdict), the agreement, then the gap [CI at the verdict's level], the MDE and the seeds. Rows
+    with no claims row read "not run" and "none" for the numbers."""
+    cols = {k: table[k] if k in table else pd.Series(np.nan, index=table.index) for k in
+            ("gap_nats", "ci_lo", "ci_hi", "mde_nats", "n_seeds")}
+    by = [k for k in table.columns if k not in papers.PAPER_COLUMNS]
+    frame = pd.DataFrame({
+        "level": table.level, **{k: table[k] for k in by}, "vs": table.baseline, "paper": table.paper,
+        "AltGrad finds": table.verdict, "agreement": table.agreement,
+        "gap nats [CI]": [tv.gap_ci(g, lo, hi) for g, lo, hi in zip(cols["gap_nats"], cols["ci_lo"], cols["ci_hi"])],
+        "MDE nats": cols["mde_nats"].map(tv.margin),
+        "seeds": cols["n_seeds"].map(lambda v: tv.NONE if tv.missing(v) else str(int(v))),
+    }).reset_index(drop=True)
+    return tv.table(frame, keys=["level"])
+
+
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "claims_headline", "expectation_lines"]
+           "claims_headline", "expectation_lines", "paper_view"]

@@ -7,6 +7,7 @@
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
     claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
+    papers.py      a study's `paper` findings next to its claims: paper says / AltGrad finds / agreement
     gs_bounds.py   group-sequential boundaries: α-spending, recursive integration, t calibration, Holm calls
     sequential.py  seeds until resolved: the seed plan, the looks replayed from study.csv, sequential verdicts
     until_resolved.py  the same for a notebook's variants (train_variants + the replay, keyed by label)

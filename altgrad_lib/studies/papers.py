@@ -1,0 +1,87 @@
+"""What a paper found next to what AltGrad finds: the `paper` findings of a study file's comparisons (study.py,
+PAPER_FINDINGS) against the study's claims table, one row per finding, the agreement computed from the verdict.
+
+A finding is a direction against the comparison's baseline (lower loss is better): worse, better, equivalent,
+not_worse (better or equivalent), not_better (worse or equivalent), diverged. The agreement words:
+    agrees                     the verdict is one the finding allows ("diverged in k/n seeds" is a harm: it allows
+                               "worse" and "not_better")
+    not reproduced beyond ±δ   a direction was found in the paper, the bench finds equivalence: an effect larger than
+                               δ is ruled out here, a smaller one in the same direction is not
+    contradicts                any other decisive verdict (the opposite direction, or a difference where the paper
+                               found equivalence)
+    cannot tell                inconclusive, too few seeds, a smoke test: the row's MDE says what it could detect
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from altgrad_lib.studies.claims import is_harm
+
+AGREEMENTS = ("agrees", "not reproduced beyond ±δ", "contradicts", "cannot tell")
+# the verdicts each finding allows (prefixes of claims' verdict texts; "worse" also covers "worse (below its
+# frozen-blocks control)")
+_ALLOWS = {"worse": ("worse", "diverged"), "better": ("better",), "equivalent": ("equivalent",),
+           "not_worse": ("better", "equivalent"), "not_better": ("worse", "diverged", "equivalent"),
+           "diverged": ("diverged",)}
+_DECISIVE = ("worse", "better", "equivalent", "diverged")
+
+
+def agreement(finding: str, verdict: str) -> str:
+    """The agreement of a claims verdict with a paper's finding (the module docstring's words)."""
+    if finding not in _ALLOWS:
+        raise ValueError(f"paper finding {finding!r} is invalid; valid: {list(_ALLOWS)}")
+    got = str(verdict)
+    if got.startswith(_ALLOWS[finding]) or (finding in ("worse", "not_better") and is_harm(got)):
+        return "agrees"
+    if got.startswith("equivalent") and finding in ("worse", "better"):
+        return "not reproduced beyond ±δ"
+    if got.startswith(_DECISIVE):
+        return "contradicts"
+    return "cannot tell"
+
+
+PAPER_COLUMNS = ("comparison", "level", "baseline", "paper", "source", "verdict", "agreement", "n_seeds", "gap_nats",
+                 "ci_lo", "ci_hi", "mde_nats")
+
+
+def paper_table(study: Any, claims: pd.DataFrame) -> pd.DataFrame:
+    """One row per `paper` finding of `study`'s comparisons (studies.study.Study) with the claims row of that level
+    (Study.claims / Study.report's table, or claims.csv read back): what the paper found, what AltGrad finds, and the
+    agreement. A finding whose level has no claims row (the runs are missing) reads "cannot tell" with verdict
+    "not run"; with `by` columns a level has one row per configuration."""
+    rows = []
+    for c in study.comparisons:
+        paper: Mapping[str, str] = c.get("paper") or {}
+        if not paper:
+            continue
+        base = study.level(c["axis"], c["baseline"])
+        label = f"{c['axis']} vs {base}"
+        mine = claims[claims.comparison.astype(str) == label] if "comparison" in claims else claims.iloc[0:0]
+        for lv, finding in paper.items():
+            level = study.level(c["axis"], lv)
+            hits = mine[mine.level.astype(str) == str(level)]
+            common = {"comparison": label, "level": str(level), "baseline": str(base), "paper": finding,
+                      "source": c.get("source", "")}
+            if hits.empty:
+                rows.append({**common, "verdict": "not run", "agreement": "cannot tell"})
+                continue
+            for _, r in hits.iterrows():
+                rows.append({**common, "verdict": r.verdict, "agreement": agreement(finding, r.verdict),
+                             **{k: r.get(k) for k in PAPER_COLUMNS[7:]},
+                             **{k: r[k] for k in (c.get("by") or ()) if k in r}})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return pd.DataFrame(columns=list(PAPER_COLUMNS))
+    extra = [k for k in out.columns if k not in PAPER_COLUMNS]
+    return out.reindex(columns=[*PAPER_COLUMNS[:3], *extra, *PAPER_COLUMNS[3:]])
+
+
+def agreement_counts(table: pd.DataFrame) -> dict[str, int]:
+    """How many findings of a paper_table each agreement word has (every word, zeros included)."""
+    return {a: int((table.agreement == a).sum()) for a in AGREEMENTS}
+
+
+__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts"]

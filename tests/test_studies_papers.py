@@ -1,0 +1,115 @@
+"""studies/papers.py: a study's `paper` findings next to its claims (the table notebook 04 prints), on a synthetic
+index whose gaps are chosen so each agreement word must come out."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from altgrad_lib.notebook import claims_view, table_view
+from altgrad_lib.studies.papers import AGREEMENTS, agreement, agreement_counts, paper_table
+from altgrad_lib.studies.runs import index_row
+from altgrad_lib.studies.study import PAPER_FINDINGS, Study
+
+STUDIES = Path(__file__).resolve().parents[1] / "params" / "studies"
+BASE = {"n_layer": 1, "n_embd": 32, "n_head": 2, "max_steps": 20}
+
+
+@pytest.mark.parametrize("finding, verdict, want", [
+    ("worse", "worse", "agrees"),
+    ("worse", "worse (below its frozen-blocks control)", "agrees"),
+    ("worse", "diverged in 2/4 seeds", "agrees"),
+    ("worse", "equivalent within ±0.01", "not reproduced beyond ±δ"),
+    ("worse", "better", "contradicts"),
+    ("worse", "inconclusive", "cannot tell"),
+    ("worse", "too few seeds", "cannot tell"),
+    ("worse", "smoke test: no verdict", "cannot tell"),
+    ("better", "equivalent within ±0.01", "not reproduced beyond ±δ"),
+    ("better", "diverged in 1/3 seeds", "contradicts"),
+    ("equivalent", "equivalent within ±0.01", "agrees"),
+    ("equivalent", "worse", "contradicts"),
+    ("not_worse", "equivalent within ±0.01", "agrees"),
+    ("not_worse", "better", "agrees"),
+    ("not_worse", "worse", "contradicts"),
+    ("not_better", "equivalent within ±0.01", "agrees"),
+    ("not_better", "diverged in 1/3 seeds", "agrees"),
+    ("not_better", "better", "contradicts"),
+    ("diverged", "diverged in 3/3 seeds", "agrees"),
+    ("diverged", "worse", "contradicts"),
+])
+def test_agreement_of_each_finding_with_each_verdict(finding, verdict, want):
+    assert agreement(finding, verdict) == want
+
+
+def test_every_finding_a_study_accepts_has_a_rule_and_a_typo_is_refused():
+    for f in PAPER_FINDINGS:
+        assert agreement(f, "inconclusive") == "cannot tell"
+    with pytest.raises(ValueError, match="'wrose' is invalid; valid: .*'worse'"):
+        agreement("wrose", "worse")
+
+
+def _index(study, gaps):
+    """A synthetic index: seed s of a recipe has loss 3 + gaps[recipe][s]; the frozen control sits 1 nat above."""
+    rows = []
+    for p in study.expand():
+        loss = 3.0 + (1.0 if p.config.freeze_blocks else gaps[p.axes["recipe"]][p.axes["seed"]])
+        rows.append({**index_row(p, study.axis_columns()), "status": "completed", "final_val_loss": loss,
+                     "final_train_loss": loss})
+    return pd.DataFrame(rows)
+
+
+def test_paper_table_puts_each_finding_beside_the_verdict_the_claims_computed():
+    recipes = ["nvfp4", "nvfp4:sr_x", "nvfp4:sr_w", "mxfp4", "nvfp4:disable_rht"]
+    c = {"axis": "recipe", "baseline": "nvfp4", "levels": recipes[1:], "source": "arXiv 2509.25149",
+         "paper": {"nvfp4:sr_x": "worse", "nvfp4:sr_w": "worse", "mxfp4": "worse", "nvfp4:disable_rht": "worse"}}
+    study = Study.from_dict({"name": "t", "config": BASE, "axes": {"recipe": recipes, "seed": [0, 1, 2, 3]},
+                             "points": [{"recipe": "nvfp4", "freeze_blocks": True, "seed": s} for s in range(4)],
+                             "comparisons": [c]})
+    noise = [0.0, 0.002, -0.001, 0.001]
+    gaps = {"nvfp4": noise,
+            "nvfp4:sr_x": [n + 0.3 + 0.01 * i for i, n in enumerate(noise)],       # clearly worse
+            "nvfp4:sr_w": [n + 0.0005 * (-1) ** i for i, n in enumerate(noise)],    # within ±δ = 0.01
+            "mxfp4": [n - 0.3 - 0.01 * i for i, n in enumerate(noise)],            # clearly better
+            "nvfp4:disable_rht": [n + g for n, g in zip(noise, [0.2, -0.2, 0.1, -0.05])]}   # noise: open
+    claims = study.claims(_index(study, gaps))
+    t = paper_table(study, claims).set_index("level")
+    assert t.loc["nvfp4:sr_x", "agreement"] == "agrees" and t.loc["nvfp4:sr_x", "verdict"].startswith("worse")
+    assert t.loc["nvfp4:sr_w", "agreement"] == "not reproduced beyond ±δ"
+    assert t.loc["mxfp4", "agreement"] == "contradicts"
+    assert t.loc["nvfp4:disable_rht", "agreement"] == "cannot tell"
+    assert set(t.source) == {"arXiv 2509.25149"} and set(t.baseline) == {"nvfp4"} and set(t.paper) == {"worse"}
+    assert (t.n_seeds == 4).all() and t.loc["nvfp4:sr_x", "gap_nats"] > 0.29
+    assert agreement_counts(t) == {"agrees": 1, "not reproduced beyond ±δ": 1, "contradicts": 1, "cannot tell": 1}
+    # a level whose runs are missing is "not run", never silently dropped
+    part = paper_table(study, claims[claims.level != "mxfp4"]).set_index("level")
+    assert part.loc["mxfp4", "verdict"] == "not run" and part.loc["mxfp4", "agreement"] == "cannot tell"
+
+
+def test_the_orderings_study_has_one_row_per_finding_and_reads_its_claims_csv_back():
+    study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
+    n = sum(len(c["paper"]) for c in study.comparisons)
+    empty = paper_table(study, pd.DataFrame(columns=["comparison", "level", "verdict"]))
+    assert len(empty) == n and set(empty.agreement) == {"cannot tell"} and set(empty.verdict) == {"not run"}
+    # the schedule levels are matched as the index records them (JSON text), as claims.csv holds them
+    sched = [c for c in study.comparisons if c["axis"] == "precision_schedule"][0]
+    rows = pd.DataFrame([{"comparison": "precision_schedule vs {}", "level": '{"fwd_hp_from": 481}',
+                          "recipe": "nvfp4", "verdict": "better", "n_seeds": 3}])
+    t = paper_table(study, rows)
+    got = t[t.comparison == "precision_schedule vs {}"].set_index("level")
+    assert got.loc['{"fwd_hp_from": 481}', "agreement"] == "agrees"
+    assert got.loc['{"fwd_hp_from": 481}', "recipe"] == "nvfp4"   # the `by` column comes along
+    assert len(got) == len(sched["paper"]) and set(AGREEMENTS) >= set(t.agreement)
+
+
+def test_paper_view_is_narrow_and_says_none_where_no_run_exists():
+    study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
+    rows = pd.DataFrame([{"comparison": "recipe vs nvfp4", "level": "mxfp4", "verdict": "worse", "n_seeds": 4,
+                          "gap_nats": 0.0421, "ci_lo": 0.031, "ci_hi": 0.0532, "mde_nats": 0.0123}])
+    view = claims_view.paper_view(paper_table(study, rows))
+    text = view.to_string()
+    assert max(map(len, text.splitlines())) <= table_view.WIDTH
+    got = view.set_index("level")
+    assert got.loc["mxfp4", "agreement"] == "agrees" and got.loc["mxfp4", "seeds"] == "4"
+    assert got.loc["nvfp4:sr_x", "AltGrad finds"] == "not run" and got.loc["nvfp4:sr_x", "seeds"] == "none"
+    assert "+0.0421" in text and "nan" not in text.lower()
