@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.notebook import claims_view, table_view
-from altgrad_lib.studies.papers import AGREEMENTS, agreement, agreement_counts, paper_table
+from altgrad_lib.studies.papers import AGREEMENTS, agreement, agreement_counts, load_claims, paper_table
 from altgrad_lib.studies.runs import index_row
 from altgrad_lib.studies.study import PAPER_FINDINGS, Study
 
@@ -113,3 +113,17 @@ def test_paper_view_is_narrow_and_says_none_where_no_run_exists():
     assert got.loc["mxfp4", "agreement"] == "agrees" and got.loc["mxfp4", "seeds"] == "4"
     assert got.loc["nvfp4:sr_x", "AltGrad finds"] == "not run" and got.loc["nvfp4:sr_x", "seeds"] == "none"
     assert "+0.0421" in text and "nan" not in text.lower()
+
+
+def test_load_claims_prefers_this_machines_runs_then_the_committed_copy(tmp_path):
+    study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml", out_dir=str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError, match="cpu_fp4_orderings.*no committed copy"):
+        load_claims(study, tmp_path / "missing.csv")
+    csv = tmp_path / "results" / "claims.csv"
+    csv.parent.mkdir()
+    pd.DataFrame([{"comparison": "recipe vs mxfp8", "level": "mxfp8:rceil", "verdict": "equivalent within ±0.01",
+                   "n_seeds": 3}]).to_csv(csv, index=False)
+    claims, source = load_claims(study, csv)
+    assert source == "results/claims.csv (committed)"
+    t = paper_table(study, claims).set_index("level")
+    assert t.loc["mxfp8:rceil", "agreement"] == "agrees"     # paper: not_worse

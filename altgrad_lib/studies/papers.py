@@ -14,6 +14,7 @@ not_worse (better or equivalent), not_better (worse or equivalent), diverged. Th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -84,4 +85,17 @@ def agreement_counts(table: pd.DataFrame) -> dict[str, int]:
     return {a: int((table.agreement == a).sum()) for a in AGREEMENTS}
 
 
-__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts"]
+def load_claims(study: Any, committed: str | Path) -> tuple[pd.DataFrame, str]:
+    """(claims, where they come from): the study's own claims when its index exists in this machine's outputs (it
+    was run here: `altgrad study -f ...`), else the claims.csv committed at `committed` (a copy of a run's
+    claims.csv, e.g. bench/results/); one line naming both places when neither exists."""
+    if study.index_path.exists():
+        return study.report(write=False)[0], f"this machine's runs of study {study.name!r} (its index in the outputs)"
+    path = Path(committed)
+    if path.exists():
+        return pd.read_csv(path, float_precision="round_trip"), f"{path.parent.name}/{path.name} (committed)"
+    raise FileNotFoundError(f"study {study.name!r} has no claims: not run here (no {study.index_path.name} under its "
+                            f"outputs) and no committed copy at {path}; run `altgrad study -f` on its file")
+
+
+__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts", "load_claims"]
