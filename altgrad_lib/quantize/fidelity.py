@@ -472,14 +472,16 @@ def _summary(rep: FidelityReport, policy: QuantPolicy) -> dict:
     accs = {g["accumulation"] for e in rep.layers for g in e["gemms"] if not g["high_precision"]}
     if quantized and FP32_ACCUM in accs:
         nots.append("accumulation inside the low-precision GEMMs: " + FP32_ACCUM + "; FP8 tensor cores keep fewer "
-                    "bits (DeepSeek-V3 measured ~14 on H800) unless partial sums are promoted")
+                    "bits (DeepSeek-V3 measured ~14 on H800) unless partial sums are promoted; a recipe's "
+                    "`gemm: {accum: fp22}` simulates that accumulator")
     # a modelled accumulator is a model of the hardware's (numerics/accumulate.py says what it models), bit-equal
     # to its own slow loop but not cross-checked against a tensor core here (bench/gpu_accum_crosscheck.py does)
     approx += [f"accumulation {a}: a model of a low-precision accumulator, not cross-checked against a GPU"
                for a in sorted(accs - {FP32_ACCUM})]
     hand_extra = []
     if quantized and rep.attention == "high precision":
-        nots.append("attention matmuls (Q·Kᵀ, P·V): high precision, not in any low-precision format")
+        nots.append("attention matmuls (Q·Kᵀ, P·V): high precision, not in any low-precision format (`attn: fp8` or "
+                    "`attn: mxfp8` on a recipe quantizes them)")
     elif rep.attention != "high precision":
         hand_extra.append(f"attention quantization points {rep.attention}: TE's FP8-attention points, bit-exact vs "
                           f"a hand-written reference attention (tests/test_attention_quant.py); accumulation FP32")
