@@ -200,6 +200,8 @@ def _hp_index() -> pd.DataFrame:
             rows.append({"recipe": recipe, "seed": seed, "freeze_blocks": False, "precision_schedule": "{}",
                          "status": "diverged" if diverged else "completed",
                          "final_val_loss": math.nan if diverged else 2.5 + off + 0.01 * seed})
+        rows.append({"recipe": "nvfp4:hp_last=2", "seed": seed, "freeze_blocks": False, "precision_schedule": "{}",
+                     "status": "pending", "final_val_loss": math.nan})   # not run yet: no row
         rows.append({"recipe": "nvfp4", "seed": seed, "freeze_blocks": True, "precision_schedule": "{}",
                      "status": "completed", "final_val_loss": 3.0})
         rows.append({"recipe": "nvfp4", "seed": seed, "freeze_blocks": False,
@@ -224,6 +226,7 @@ GALLERY = {
     "tensor_hist_one_layer": lambda: ppub.tensor_hist(
         _tensor_hist_diag().query("layer == @LAYERS[2]"), "E4M3"),
     "layer_sensitivity": lambda: ppub.layer_sensitivity(_sqnr_diags()),
+    "layer_sensitivity_gaps_only": lambda: ppub.layer_sensitivity(None, ppub.hp_block_gaps(_hp_index())),
     "layer_sensitivity_gaps": lambda: ppub.layer_sensitivity(_sqnr_diags(), ppub.hp_block_gaps(_hp_index())),
     "step_curves": lambda: plots_optim.step_curves(_optim()[0], _optim()[1], "adamw fp32"),
     "ulp_steps": lambda: plots_optim.ulp_steps(_optim()[2], _optim()[0], _optim()[1], "E7M0 grid_adamw grid_sr",

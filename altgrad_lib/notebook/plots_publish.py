@@ -324,8 +324,8 @@ def _depth(layer: str, n_blocks: int) -> float | None:
 def hp_block_gaps(index: pd.DataFrame, value: str = "final_val_loss", axis: str = "recipe") -> pd.DataFrame:
     """(where, k, seed, gap, diverged) from a study index with `hp_first=k` / `hp_last=k` recipes: `value` minus the
     same recipe without the switch (k = 0) of the same seed. Frozen-blocks controls and precision-schedule points are
-    left out; a seed whose run (or whose baseline's) diverged or did not finish is a row with gap NaN and diverged
-    True, never dropped. Empty when the index has no such rows."""
+    left out, and so are pairs not run yet (status other than completed / diverged); a seed whose run (or whose
+    baseline's) diverged is a row with gap NaN and diverged True, never dropped. Empty when there is no such pair."""
     t = index
     if "freeze_blocks" in t:
         t = t[~t.freeze_blocks.astype(str).str.lower().isin(["true", "1"])]
@@ -340,8 +340,8 @@ def hp_block_gaps(index: pd.DataFrame, value: str = "final_val_loss", axis: str 
             if not hp.get(key) or set(hp) - {key}:
                 continue
             b = base.get((rec, int(s)))
-            if b is None:
-                continue
+            if b is None or {row.status, b.status} - {"completed", "diverged"}:
+                continue   # not run yet (pending) or interrupted: no result, so no row
             v, bv = getattr(row, value), getattr(b, value)
             ok = row.status == "completed" and b.status == "completed" and np.isfinite(v) and np.isfinite(bv)
             rows.append({"recipe": rec, "where": where, "k": int(hp[key]), "seed": int(s),
@@ -349,22 +349,47 @@ def hp_block_gaps(index: pd.DataFrame, value: str = "final_val_loss", axis: str 
     return pd.DataFrame(rows, columns=["recipe", "where", "k", "seed", "gap", "diverged"])
 
 
-def layer_sensitivity(diags: Mapping[str, pd.DataFrame], gaps: pd.DataFrame | None = None, *,
+def _gap_panel(ax, gaps: pd.DataFrame) -> None:
+    ax.axhline(0, color="k", lw=0.8)
+    for i, ((rec, where), g) in enumerate(gaps.groupby(["recipe", "where"], sort=False)):
+        s = g.groupby("k").gap.agg(["mean", "min", "max"])
+        ks = np.r_[0, s.index.to_numpy(float)]
+        mean, lo, hi = (np.r_[0.0, s[c].to_numpy(float)] for c in ("mean", "min", "max"))
+        n_div = int(g.diverged.sum())
+        lab = f"{rec}: {where} k blocks in high precision" + (f" ({n_div} diverged seed(s), not drawn)"
+                                                               if n_div else "")
+        ax.errorbar(ks, mean, yerr=[mean - lo, hi - mean], marker="o", capsize=3, color=f"C{i % 10}", label=lab)
+    ax.set_xlabel("k blocks kept in high precision (count)")
+    ax.set_ylabel("final loss − all quantized,\nsame seed (nats/token)", fontsize=8)
+    ax.set_xticks(sorted({0, *gaps.k.astype(int)}))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+
+
+def layer_sensitivity(diags: Mapping[str, pd.DataFrame] | None, gaps: pd.DataFrame | None = None, *,
                       metric: str = "sqnr_db", roles: Sequence[str] = _KINDS, title: str = "") -> Figure:
     """(d) Layer sensitivity vs depth. Top row, one panel per tensor (X, W, dY): the numerics monitor's quantization
     SQNR (dB; mean over the diagnostic steps) at each depth (embeddings, block 0..n−1, LM head where they are
     quantized), one line per run (format) through the mean over the block's Linears, bars over their min..max.
     With `gaps` (hp_block_gaps of a study with hp_first / hp_last rows): a bottom panel with the final loss gap of
     keeping the first / last k blocks in high precision against the all-quantized recipe, mean over seeds with
-    the seeds' min..max, as the NVFP4 report (arXiv 2509.25149, App. A.3) chose its BF16 layers."""
-    frames = {k: d[(d.metric == metric) & d.role.isin(roles)] for k, d in diags.items() if d is not None}
+    the seeds' min..max, as the NVFP4 report (arXiv 2509.25149, App. A.3) chose its BF16 layers. Either part may be
+    missing (a study trained with diagnostics off has gaps only), not both."""
+    frames = {k: d[(d.metric == metric) & d.role.isin(roles)] for k, d in (diags or {}).items() if d is not None}
     frames = {k: d for k, d in frames.items() if len(d)}
+    with_gaps = gaps is not None and len(gaps) > 0
+    if not frames and not with_gaps:
+        raise ValueError(f"no {metric} rows in any run (the numerics monitor was off, or nothing is quantized) and "
+                         "no hp_first / hp_last gaps: nothing to draw")
     if not frames:
-        raise ValueError(f"no {metric} rows in any run (the numerics monitor was off, or nothing is quantized)")
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        _gap_panel(ax, gaps)
+        fig.suptitle(title or "layer sensitivity: the loss gap of keeping the first / last k blocks in high "
+                     "precision (mean over seeds; bars: min..max)", fontsize=9)
+        fig.tight_layout()
+        return fig
     layers = pd.concat(frames.values()).layer.unique()
     n_blocks = max((b for b in map(_block_of, layers) if b is not None), default=-1) + 1
     roles = [r for r in roles if any((d.role == r).any() for d in frames.values())]
-    with_gaps = gaps is not None and len(gaps) > 0
     fig = plt.figure(figsize=(max(9.0, 3.2 * len(roles)) + 1.6, 3.6 + (3.0 if with_gaps else 0)))
     grid = fig.add_gridspec(2 if with_gaps else 1, len(roles))
     top = [fig.add_subplot(grid[0, 0])]
@@ -399,20 +424,7 @@ def layer_sensitivity(diags: Mapping[str, pd.DataFrame], gaps: pd.DataFrame | No
     fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False,
                fontsize=8, title="run")
     if with_gaps:
-        ax = fig.add_subplot(grid[1, :])
-        ax.axhline(0, color="k", lw=0.8)
-        for i, ((rec, where), g) in enumerate(gaps.groupby(["recipe", "where"], sort=False)):
-            s = g.groupby("k").gap.agg(["mean", "min", "max"])
-            ks = np.r_[0, s.index.to_numpy(float)]
-            mean, lo, hi = (np.r_[0.0, s[c].to_numpy(float)] for c in ("mean", "min", "max"))
-            n_div = int(g.diverged.sum())
-            lab = f"{rec}: {where} k blocks in high precision" + (f" ({n_div} diverged seed(s), not drawn)"
-                                                                   if n_div else "")
-            ax.errorbar(ks, mean, yerr=[mean - lo, hi - mean], marker="o", capsize=3, color=f"C{i % 10}", label=lab)
-        ax.set_xlabel("k blocks kept in high precision (count)")
-        ax.set_ylabel("final loss − all quantized,\nsame seed (nats/token)", fontsize=8)
-        ax.set_xticks(sorted({0, *gaps.k.astype(int)}))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+        _gap_panel(fig.add_subplot(grid[1, :]), gaps)
     fig.suptitle(title or f"layer sensitivity vs depth: {metric_name(metric)} per tensor (mean over diagnostic steps; "
                  "bars: min..max over the block's Linears)", fontsize=9)
     fig.tight_layout()
