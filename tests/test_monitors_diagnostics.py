@@ -80,6 +80,10 @@ def test_diagnostics_on_and_off_train_bit_identically(runs):
         assert (df["metric"] == metric).any(), g
     assert set(df[df["metric"] == "underflow_frac"]["role"]) == {"X", "W", "dY"}
     assert df["value"].notna().all()               # eager: every number measurable
+    # the numerics group's |x·s| histograms of X, W, dY: every diagnostic step, fractions summing to 1
+    h = df[df["metric"].str.startswith("hist.log2xs:")]
+    assert set(h["role"]) == {"X", "W", "dY"} and sorted(h["step"].unique()) == [1, 2, 3, 4, 5, 6]
+    assert h.groupby(["step", "layer", "role"])["value"].sum().to_numpy() == pytest.approx(1.0)
 
 
 def test_crash_and_resume_leave_the_same_files(runs, tmp_path):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import pytest
 import torch
 
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.health import tensor_health
-from altgrad_lib.monitors.probe import Probe
+from altgrad_lib.monitors.probe import Probe, layer_histograms
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
 from altgrad_lib.numerics.quant import Quantizer
 from altgrad_lib.quantize.convert import quantize_model
@@ -141,3 +142,32 @@ def test_the_replay_health_equals_the_patching_reference(recipe):
             assert torch.equal(got[k][m], ref[k][m]) or (got[k][m].isnan() and ref[k][m].isnan()), (k, m)
     qs = [q for m in probe.copy.modules() if isinstance(m, Quantizer) for q in [m]]
     assert qs and all(not q._observers and "quantize" not in vars(q) for q in qs)   # nothing left attached
+
+
+def _np_hist(t: torch.Tensor, s: torch.Tensor, fmt) -> dict[str, float]:
+    """numpy reference of the hist.log2xs rows: floor(log2 |t·s|) of the float32 product, clamped to the format's
+    window ± 4 binades (written out here from min_subnormal and max), as fractions, empty bins left out."""
+    lo, hi = int(np.floor(np.log2(fmt.min_subnormal))) - 4, int(np.floor(np.log2(fmt.max))) + 4
+    xs = np.abs(t.numpy().astype(np.float32) * s.numpy().astype(np.float32))
+    xs = xs[np.isfinite(xs) & (xs > 0)]
+    c = np.bincount(np.clip(np.floor(np.log2(xs.astype(np.float64))), lo, hi).astype(int) - lo,
+                    minlength=hi - lo + 1)
+    return {f"hist.log2xs:{lo + i}": v / c.sum() for i, v in enumerate(c) if v}
+
+
+def test_layer_histograms_are_each_operand_scaled_by_its_own_quantizer():
+    """fmt:E4M3 (X, W in E4M3, dY in E5M2, per-tensor current scaling: a stateless scale, so scale_of gives the one the
+    call used): each operand's rows equal the numpy histogram of t·s over its own format's window."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 32, generator=g), torch.randn(24, 32, generator=g) * 0.02
+    dy = torch.randn(16, 24, generator=g) * 1e-6
+    d = layer_histograms("fmt:E4M3", x, w, dy)
+    spec = get_policy("fmt:E4M3").spec_for("mlp_up")
+    assert set(d.layer) == {"transformer.h.0.mlp.c_fc"} and set(d.step) == {0}
+    for role, t, qs in (("X", x, spec.input), ("W", w, spec.weight), ("dY", dy, spec.grad_output)):
+        q = Quantizer(qs)
+        got = d[d.role == role].set_index("metric").value.to_dict()
+        ref = _np_hist(t, q.scale_of(t), q.spec.fmt)
+        assert got.keys() == ref.keys() and all(got[k] == pytest.approx(ref[k], rel=1e-12) for k in ref), role
+    with pytest.raises(ValueError, match="high precision"):
+        layer_histograms("fp8_hybrid", x, w, dy, layer_class="lm_head")

@@ -162,6 +162,53 @@ def _scaled_hist_diag() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
 
 
+def _tensor_hist_diag() -> pd.DataFrame:
+    """hist.log2xs of X, W, dY of the two blocks' Linears at steps 10 and 40: X and W centred at 2^6 (E4M3's max
+    448 = 2^8.8), dY spread down into the subnormals; block 1 one binade lower."""
+    rows = []
+    for s in (10, 40):
+        for lyr in LAYERS:
+            shift = -int(lyr.split(".")[2])
+            for role, centre, width in (("X", 6, 3), ("W", 5, 2), ("dY", 2, 7)):
+                ks = np.arange(centre - width, centre + 3)
+                p = np.exp(-0.5 * ((ks - centre) / (width / 2)) ** 2)
+                rows += [(s, lyr, role, f"hist.log2xs:{k + shift}", float(v)) for k, v in zip(ks, p / p.sum())]
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+
+
+def _sqnr_diags() -> dict[str, pd.DataFrame]:
+    """sqnr_db of X, W, dY per Linear over two steps, for three formats: E2M5 best, E7M0 worst, dY of block 1
+    lowest; lm_head quantized for E4M3 only."""
+    out = {}
+    for fmt, base in (("E2M5", 38.0), ("E4M3", 30.0), ("E7M0", 9.0)):
+        rows = []
+        for s in (10, 20):
+            for i, lyr in enumerate(LAYERS + (["lm_head"] if fmt == "E4M3" else [])):
+                for role, off in (("X", 0.0), ("W", 1.0), ("dY", -2.0 - 3.0 * (i // 4))):
+                    rows.append((s, lyr, role, "sqnr_db", base + off + 0.5 * (i % 4) + 0.1 * s))
+        out[fmt] = pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+    return out
+
+
+def _hp_index() -> pd.DataFrame:
+    """A study index (study.csv columns) of nvfp4 with hp_first=1 / hp_last=1 over three seeds, its frozen-blocks
+    control and a precision-schedule point (both left out), one hp_first seed diverged."""
+    rows = []
+    for seed in (0, 1, 2):
+        for recipe, off in (("nvfp4", 0.0), ("nvfp4:hp_last=1", -0.02), ("nvfp4:hp_first=1", -0.005)):
+            diverged = recipe == "nvfp4:hp_first=1" and seed == 2
+            rows.append({"recipe": recipe, "seed": seed, "freeze_blocks": False, "precision_schedule": "{}",
+                         "status": "diverged" if diverged else "completed",
+                         "final_val_loss": math.nan if diverged else 2.5 + off + 0.01 * seed})
+        rows.append({"recipe": "nvfp4:hp_last=2", "seed": seed, "freeze_blocks": False, "precision_schedule": "{}",
+                     "status": "pending", "final_val_loss": math.nan})   # not run yet: no row
+        rows.append({"recipe": "nvfp4", "seed": seed, "freeze_blocks": True, "precision_schedule": "{}",
+                     "status": "completed", "final_val_loss": 3.0})
+        rows.append({"recipe": "nvfp4", "seed": seed, "freeze_blocks": False,
+                     "precision_schedule": '{"fwd_hp_from": 481}', "status": "completed", "final_val_loss": 2.4})
+    return pd.DataFrame(rows)
+
+
 def _optim():
     from test_notebook_plots_optim import PARTS, _per_step   # tests/ is on the path (as helpers)
 
@@ -175,6 +222,12 @@ GALLERY = {
     "forest": lambda: ppub.forest(_forest_claims()),
     "layer_grid": lambda: ppub.layer_grid(_format_diags()),
     "scaled_weight_hist": lambda: ppub.scaled_weight_hist(_scaled_hist_diag(), "E4M3"),
+    "tensor_hist": lambda: ppub.tensor_hist(_tensor_hist_diag(), {"X": "E4M3", "W": "E4M3", "dY": "E5M2"}),
+    "tensor_hist_one_layer": lambda: ppub.tensor_hist(
+        _tensor_hist_diag().query("layer == @LAYERS[2]"), "E4M3"),
+    "layer_sensitivity": lambda: ppub.layer_sensitivity(_sqnr_diags()),
+    "layer_sensitivity_gaps_only": lambda: ppub.layer_sensitivity(None, ppub.hp_block_gaps(_hp_index())),
+    "layer_sensitivity_gaps": lambda: ppub.layer_sensitivity(_sqnr_diags(), ppub.hp_block_gaps(_hp_index())),
     "step_curves": lambda: plots_optim.step_curves(_optim()[0], _optim()[1], "adamw fp32"),
     "ulp_steps": lambda: plots_optim.ulp_steps(_optim()[2], _optim()[0], _optim()[1], "E7M0 grid_adamw grid_sr",
                                                "E7M0 adamw fp32", "adamw fp32"),
@@ -239,7 +292,7 @@ def test_the_gallery_covers_every_plotting_function():
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
              "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist",
-             "step_curves", "ulp_steps"}
+             "tensor_hist", "layer_sensitivity", "step_curves", "ulp_steps"}
     found = set()
     for mod in (plots, pdiag, ppub, plots_optim, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():
@@ -424,3 +477,50 @@ def test_scaled_weight_hist_shifts_by_the_measured_scale_and_draws_the_window():
     lines = sorted(ln.get_xdata()[0] for ln in axes[0].lines)
     assert lines == pytest.approx([-9.0, math.log2(448)])  # E4M3: min subnormal 2^-9, max 448
     assert "not scaled, left out: token embedding" in fig._suptitle.get_text()
+
+
+def test_tensor_hist_draws_each_tensor_against_its_own_format_window():
+    fig = ppub.tensor_hist(_tensor_hist_diag(), {"X": "E4M3", "W": "E4M3", "dY": "E5M2"})
+    axes = np.array(fig.axes[:12]).reshape(3, 4)          # rows X, W, dY; columns the four layer classes
+    assert [ax.get_title() for ax in axes[:, 0]] == ["input X (E4M3) · attn QKV", "weight W (E4M3) · attn QKV",
+                                                     "output gradient dY (E5M2) · attn QKV"]
+    assert [ax.get_title().split(" · ")[1] for ax in axes[0]] == ["attn QKV", "attn out", "MLP up", "MLP down"]
+    red = lambda ax: sorted(ln.get_xdata()[0] for ln in ax.lines)   # noqa: E731
+    assert red(axes[0, 0]) == pytest.approx([-9.0, math.log2(448)])      # E4M3: 2^-9 .. 448
+    assert red(axes[2, 0]) == pytest.approx([-16.0, math.log2(57344)])   # E5M2: 2^-16 .. 57344
+    from matplotlib.patches import StepPatch
+
+    steps = [p for p in axes[0, 0].patches if isinstance(p, StepPatch)]   # one line per block, the last step (40)
+    assert len(steps) == 2
+    vals, edges, _ = steps[0].get_data()
+    d = _tensor_hist_diag()
+    ref = d[(d.step == 40) & (d.layer == LAYERS[0]) & (d.role == "X")]
+    assert edges[0] == ref.metric.str.split(":").str[1].astype(int).min()
+    assert np.nansum(vals) == pytest.approx(1.0)
+
+
+def test_tensor_hist_names_a_missing_histogram():
+    with pytest.raises(ValueError, match="numerics monitor"):
+        ppub.tensor_hist(_diag(), "E4M3")
+
+
+def test_hp_block_gaps_pairs_by_seed_and_keeps_a_diverged_seed():
+    g = ppub.hp_block_gaps(_hp_index())
+    assert len(g) == 6 and set(g["where"]) == {"first", "last"} and set(g.k) == {1}
+    last = g[g["where"] == "last"].sort_values("seed")
+    assert last.gap.to_numpy() == pytest.approx([-0.02] * 3)   # the control and the schedule point are left out
+    first = g[g["where"] == "first"].set_index("seed")
+    assert first.loc[2, "diverged"] and math.isnan(first.loc[2, "gap"])
+    assert first.loc[0, "gap"] == pytest.approx(-0.005)
+
+
+def test_layer_sensitivity_orders_depth_and_means_over_the_blocks_linears():
+    fig = ppub.layer_sensitivity(_sqnr_diags(), ppub.hp_block_gaps(_hp_index()))
+    x_ax = fig.axes[0]
+    assert [t.get_text() for t in x_ax.get_xticklabels()] == ["block 0", "block 1", "LM head"]
+    e4m3 = x_ax.containers[1]                       # errorbar containers in run order: E2M5, E4M3, E7M0
+    xs, ys = e4m3.lines[0].get_data()
+    # block 0: X of four Linears at 30 + 0.5·(0..3), mean over steps 10, 20 adds 1.5
+    assert list(xs) == [0.0, 1.0, 2.0] and ys[0] == pytest.approx(30 + 0.75 + 1.5)
+    gap_ax = fig.axes[-1]
+    assert any("1 diverged seed" in t.get_text() for t in gap_ax.get_legend().get_texts())

@@ -3,8 +3,11 @@ ULP = neighbour difference, Bernoulli mean/variance of stochastic rounding (4σ 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+import torch
 
 from altgrad_lib.numerics import anatomy
 from altgrad_lib.numerics.formats import BUILTIN_FORMATS, get_format
@@ -98,3 +101,21 @@ def test_notebook01_pipeline_runs_for_every_format(name):
     sr = anatomy.sr_bias_variance(f, n_samples=64)
     assert len(sr) >= 4 and sr.x.between(sr.lo, sr.hi).all()
     assert anatomy.format_overview(f).loc["name", "value"] == f.name
+
+
+@pytest.mark.parametrize("name", ["E4M3", "E5M2", "E3M4", "E2M5"])
+def test_expected_sqnr_matches_monte_carlo_rounding(name):
+    """Monte Carlo: 400k values log-uniform over whole normal binades below max, rounded by ml_dtypes'/torch's
+    cast of the format (torch.float8 for E4M3/E5M2) or our RNE (E3M4, E2M5), SQNR measured directly; the formula
+    is its expectation, so the two agree within 0.1 dB (the Monte-Carlo sd here is ~0.01 dB)."""
+    f = get_format(name)
+    lo = math.ceil(math.log2(f.min_normal))
+    n_binades = min(3, math.floor(math.log2(f.max)) - lo)   # whole binades below max (E2M5's top one ends at 7.75)
+    u = torch.rand(400_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x = torch.exp2(u * n_binades + lo)
+    if name in ("E4M3", "E5M2"):
+        q = x.float().to(torch.float8_e4m3fn if name == "E4M3" else torch.float8_e5m2).double()
+    else:
+        q = f.quantize(x.float()).double()
+    measured = 10 * math.log10(float((x * x).sum() / ((x - q) ** 2).sum()))
+    assert anatomy.expected_sqnr_db(f) == pytest.approx(measured, abs=0.1)

@@ -134,3 +134,24 @@ def test_value_usage_and_unmoved_counts_match_a_python_loop():
     brute = [i for i in range(len(q0)) if bool(asked[i])]
     assert int(n) == len(brute) and int(stuck) == sum(1 for i in brute if q0[i] == q1[i])
     assert 0 < int(stuck) < int(n)
+
+
+@pytest.mark.parametrize("name, dtype", [("E4M3", ml_dtypes.float8_e4m3fn), ("E5M2", ml_dtypes.float8_e5m2)])
+def test_scaled_log2_hist_matches_numpy_over_the_formats_window(name, dtype):
+    """floor(log2 |x·s|) counted by numpy on the float32 product, clamped to ml_dtypes' window (smallest subnormal
+    .. max) widened by WINDOW_MARGIN binades; zeros and non-finite values not counted."""
+    fi = ml_dtypes.finfo(dtype)
+    lo = math.floor(math.log2(float(fi.smallest_subnormal))) - grid.WINDOW_MARGIN
+    hi = math.floor(math.log2(float(fi.max))) + grid.WINDOW_MARGIN
+    assert grid.window_bins(get_format(name)) == (lo, hi)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(4000) * np.exp2(rng.uniform(-30, 30, 4000))).astype(np.float32)
+    x[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0 ** -40, 2.0 ** 40]
+    s = np.float32(3.7)
+    xs = np.abs(x * s)                                     # float32, as the quantizer's working precision
+    keep = np.isfinite(xs) & (xs > 0)
+    k = np.clip(np.floor(np.log2(xs[keep].astype(np.float64))), lo, hi).astype(int)
+    ref = np.bincount(k - lo, minlength=hi - lo + 1)
+    got = grid.scaled_log2_hist(torch.from_numpy(x), torch.tensor(s), get_format(name))
+    assert got.tolist() == ref.tolist() and got.sum() == len(x) - 5
+    assert ref[0] > 0 and ref[-1] > 0                      # both end bins collect what lies beyond

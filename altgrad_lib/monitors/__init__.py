@@ -27,7 +27,8 @@ What is written (next to metrics.csv; `read_diagnostics(run_dir)`, `read_events(
 Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fractions, empty bins omitted):
     counters     [X|W|dY] ctr.sat_frac ctr.flush_frac ctr.eps_hits ctr.scale ctr.amax
     numerics     [X|W|dY] overflow_frac underflow_frac flush_frac subnormal_frac nan_in inf_in nan_out inf_out
-                 amax scale eps_hits sqnr_db mse; block-scaled operands also blk_log2s_mean/_std/_min/_max
+                 amax scale eps_hits sqnr_db mse hist.log2xs:<k> (|x·s| per binade over the format's window);
+                 block-scaled operands also blk_log2s_mean/_std/_min/_max
                  (log2 block scales) blk_flush_mean/_std/_max/_any (per-block fraction flushed to 0)
     gradients    [weight|bias] grad_norm grad_mean grad_var grad_to_weight; [""] grad_norm_total clipped clipped_frac
     shadow       [weight|bias] grad_snr_db grad_cos; layer "*": the same over all parameters

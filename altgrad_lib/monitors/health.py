@@ -11,6 +11,9 @@ tensor_health(x, y, s, fmt) compares a tensor x with its fake-quantized value y 
     eps_hits         how often the amax hit the scaling eps floor in this call
     sqnr_db          10·log10(Σx² / Σ(x − y)²) over elements finite on both sides (quant.sqnr_db's definition)
     mse              Σ(x − y)² / (their number), over the same elements (TE's tensor stats log it too)
+    hist.log2xs:<k>  fraction of the non-zero finite elements with floor(log2 |x·s|) = k: the tensor as the format sees
+                     it, over the format's fixed window bins (grid_metrics.window_bins: min subnormal .. max and 4
+                     binades beyond each end, which hold everything further out); only non-empty bins are written
 Block-scaled operands (nvfp4 / mx, probe.py): s is the per-element block scale, the row-wise copy is measured,
 blk_log2s_mean / _std / _min / _max describe log2 of the block scales (block_scaling.block_scale_stats), and
 blk_flush_mean / _std / _max / _any the per-block underflow: the fraction of a block's elements flushed to 0,
@@ -84,6 +87,8 @@ class NumericsMonitor(Monitor):
         for (fqn, role), stats in ctx.cache["replay"]["health"].items():
             for metric, v in stats.items():
                 ctx.emit(fqn, role, metric, v)
+        for (fqn, role), (counts, labels) in ctx.cache["replay"].get("hist", {}).items():
+            ctx.emit_hist(fqn, role, "hist.log2xs", counts, labels)
 
 
 _COUNTERS = ("n_elements", "n_saturated", "n_underflow")

@@ -7,9 +7,12 @@ so the replay sees exactly what the training step saw: same batch, weights, scal
 masks. The torch RNG is restored afterwards and the live model, its grads and its quantizers are never
 written. The copy is eager even when training is compiled, which is how dY statistics stay available there.
 
-    replay(ctx, ...)     quantized forward (+ backward for dY) with hooks: per-tensor health (X, W, dY),
-                         each Linear's input kurtosis, per-head attention entropy, MLP units that fired
+    replay(ctx, ...)     quantized forward (+ backward for dY) with hooks: per-tensor health (X, W, dY) and
+                         log2 |x·s| histogram over the format's window, each Linear's input kurtosis, per-head
+                         attention entropy, MLP units that fired
     shadow_grads(ctx)    FP32 shadow: quantizers removed, autocast off; gradients by name
+    layer_histograms(recipe, x, w, dy)   the numerics monitor's hist.log2xs rows of one QuantizedLinear on given
+                         operands (notebook 01: the fidelity report's synthetic ones, no model trained)
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import contextlib
 import copy
 from typing import Any, Callable, Iterator
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -24,8 +28,10 @@ from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.model import MLP, CausalSelfAttention
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats
+from altgrad_lib.numerics.grid_metrics import scaled_log2_hist, window_bins
 from altgrad_lib.numerics.quant import QuantEvent
 from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.quantize.recipes import SUFFIX_TO_CLASS, get_policy
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
 
@@ -70,16 +76,16 @@ class Probe:
     # -- quantized replay --------------------------------------------------------------------------------
     def replay(self, x: torch.Tensor, y: torch.Tensor, snap: dict[str, Any] | None, *, numerics: bool,
                activations: bool) -> dict[str, Any]:
-        """{"health": {(fqn, role): {metric: tensor}}, "kurtosis": {fqn: tensor},
-        "attn_entropy": {fqn: (nh,) tensor}, "fired": {fqn: (hidden,) bool}}."""
-        out: dict[str, Any] = {"health": {}, "kurtosis": {}, "attn_entropy": {}, "fired": {}}
+        """{"health": {(fqn, role): {metric: tensor}}, "hist": {(fqn, role): (counts, bin labels)},
+        "kurtosis": {fqn: tensor}, "attn_entropy": {fqn: (nh,) tensor}, "fired": {fqn: (hidden,) bool}}."""
+        out: dict[str, Any] = {"health": {}, "hist": {}, "kurtosis": {}, "attn_entropy": {}, "fired": {}}
         self._load(snap)
         handles: list[Any] = []
         if numerics:
             for fqn, mod in _quantized_sim(self.copy).items():
                 points = [("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)]
                 points += [(override_label(g, r), q) for g, r, q in override_quantizers(mod)]   # per-GEMM overrides
-                handles += [q.observe(_health_observer(q, fqn, role, out["health"])) for role, q in points
+                handles += [q.observe(_health_observer(q, fqn, role, out["health"], out["hist"])) for role, q in points
                             if q is not None]
         if activations:
             for fqn, mod in self.copy.named_modules():
@@ -139,11 +145,14 @@ def _qk(c_attn_out: torch.Tensor, n_head: int) -> tuple[torch.Tensor, torch.Tens
     return q, k
 
 
-def _health_observer(q: nn.Module, fqn: str, role: str, sink: dict) -> Callable[[QuantEvent], None]:
+def _health_observer(q: nn.Module, fqn: str, role: str, sink: dict, hists: dict) -> Callable[[QuantEvent], None]:
     """Quantizer.observe callback: the health of the operand's last quantization in the step; of a block-scaled
     operand (nvfp4 / mx) its first (row-wise) copy, with the per-element block scale as tensor_health's s, plus
-    the spread of the block scales (log2) and the per-block flush fractions."""
+    the spread of the block scales (log2) and the per-block flush fractions. Into `hists`, of the same call: the
+    counts of floor(log2 |x·s|) over the format's window (grid_metrics.scaled_log2_hist) and their bin labels."""
     fmt = q.spec.fmt
+    lo, hi = window_bins(fmt)
+    labels = list(range(lo, hi + 1))
 
     def seen(ev: QuantEvent) -> None:
         if q.is_block:
@@ -155,4 +164,37 @@ def _health_observer(q: nn.Module, fqn: str, role: str, sink: dict) -> Callable[
         else:
             h = tensor_health(ev.x, ev.y, ev.scale, fmt, ev.eps_hits)
         sink[(fqn, role)] = h
+        hists[(fqn, role)] = (scaled_log2_hist(ev.x, ev.scale, fmt), labels)
     return seen
+
+
+def layer_histograms(recipe: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, layer_class: str = "mlp_up",
+                     seed: int = 0) -> pd.DataFrame:
+    """The numerics monitor's `hist.log2xs:<k>` rows (step 0; columns of read_diagnostics) of X (T, in), W (out, in)
+    and dY (T, out) of one QuantizedLinear of `recipe`'s `layer_class`, through the same observer as a run's replay:
+    one forward and one backward. No model, no training: what the format's window does to known operands (notebook
+    01 passes the fidelity report's synthetic ones, quantize/fidelity.synthetic_operand)."""
+    spec = get_policy(recipe, seed=seed).spec_for(layer_class)
+    if spec is None:
+        raise ValueError(f"recipe {recipe!r} keeps {layer_class!r} in high precision: no operand to histogram")
+    fqn = f"transformer.h.0.{next(k for k, v in SUFFIX_TO_CLASS.items() if v == layer_class)}"
+    mod = QuantizedLinear(w.shape[1], w.shape[0], bias=False, layer_spec=spec, layer_class=layer_class, fqn=fqn,
+                          seed=seed)
+    with torch.no_grad():
+        mod.weight.copy_(w)
+    health: dict = {}
+    hists: dict = {}
+    points = [("X", mod.x_quant), ("W", mod.w_quant), ("dY", mod.g_quant)]
+    points += [(override_label(g, r), q) for g, r, q in override_quantizers(mod)]
+    handles = [q.observe(_health_observer(q, fqn, role, health, hists)) for role, q in points if q is not None]
+    try:
+        xr = x.clone().requires_grad_(True)
+        mod(xr).backward(dy)
+    finally:
+        for h in handles:
+            h.remove()
+    rows = []
+    for (layer, role), (counts, labels) in hists.items():
+        frac = counts.double() / counts.sum().clamp_min(1)
+        rows += [(0, layer, role, f"hist.log2xs:{b}", float(f)) for b, f in zip(labels, frac.tolist()) if f]
+    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])

@@ -9,7 +9,8 @@ No logic lives here. Every name is imported from the module that owns it, so the
   - studies/variant_runs : train_variants (a notebook's variants x seeds through the study layer)
   - studies/until_resolved : train_until_resolved (train_variants with seeds until resolved), all_seeds
   - studies/claims      : the paired claims table, the frozen-blocks control check, own-seed gaps
-  - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance
+  - numerics/anatomy    : binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance,
+                          the rounding SQNR of a mantissa width (expected_sqnr_db)
   - numerics/oracles    : our rounding vs torch float8 dtypes, ml_dtypes and gfloat (shared with the tests)
   - training/build     : the GPTConfig of a TrainConfig
   - quantize/layer_sqnr : per-Linear SQNR of a quantized copy vs FP32 (`sqnr_db` itself is numerics.quant.sqnr_db)
@@ -25,8 +26,9 @@ from altgrad_lib.notebook.tables import (corpus_summary, git_sha, load_trained_m
                                          throughput, train_config_from)
 from altgrad_lib.notebook.table_view import Table, table
 from altgrad_lib.notebook.names import run_label, term, unigram_entropy_name
-from altgrad_lib.numerics.anatomy import (binade_counts, format_overview, log_uniform, positive_values,
-                                          rounding_error, sr_bias_variance, sr_probe_points, ulp_at_grid)
+from altgrad_lib.numerics.anatomy import (binade_counts, expected_sqnr_db, format_overview, log_uniform,
+                                          positive_values, rounding_error, sr_bias_variance, sr_probe_points,
+                                          ulp_at_grid)
 from altgrad_lib.numerics.oracles import (REFERENCES, Reference, all_bf16_values, count_mismatches,
                                           gfloat_format_info, matching_references, oracle_agreement)
 from altgrad_lib.numerics.quant import sqnr_db

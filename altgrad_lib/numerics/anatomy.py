@@ -1,4 +1,5 @@
-"""Format anatomy: binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance.
+"""Format anatomy: binades, rounding error, ULP up/down (stiffness), stochastic-rounding bias/variance, and the
+rounding SQNR a format's mantissa gives (expected_sqnr_db: what a measured per-tensor SQNR is compared with).
 
 The numbers behind notebook 01's tables and figures; one row per observation (pandas), so they can be
 printed, plotted and asserted on (tests/test_numerics_anatomy.py).
@@ -120,6 +121,16 @@ def sr_bias_variance(fmt: FloatFormat | str, n_samples: int = 4096, seed: int = 
     out["var_ratio"] = out["var"] / out.var_theory
     out["bias_z"] = (out["mean"] - out.x) / np.sqrt(out.var_theory / n_samples)
     return out
+
+
+def expected_sqnr_db(fmt: FloatFormat | str) -> float:
+    """SQNR = Σx² / Σ(x − Q(x))² (dB) of round-to-nearest on an m-mantissa-bit grid for values spread log-uniformly
+    over whole normal binades: in binade 2^e the error is uniform over ±ulp/2 (power ulp²/12, ulp = 2^(e−m)) and the
+    signal power is 2^2e·E[s²] with E[s²] = 3 / (2 ln 2) for the significand s log-uniform on [1, 2), so
+    SQNR = 10·log10(12 · 2^2m · 3 / (2 ln 2)) = 6.02·m + 14.14 dB, whatever the binades. Data that is not
+    log-uniform moves it by a fraction of a dB; subnormals, flushes and saturation add noise on top."""
+    m = get_format(fmt).mbits
+    return 10 * math.log10(12 * 2.0 ** (2 * m) * 3 / (2 * math.log(2)))
 
 
 def format_overview(fmt: FloatFormat | str) -> pd.DataFrame:

@@ -18,6 +18,9 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     code_usage(codes, fmt)              counts per code (2**bits,); hist_entropy_bits(counts)
     capacity_use(counts, fmt)           distinct codes used / codes holding a finite value
     log2_hist(v, lo, hi)                counts of floor(log2 v) clamped to [lo, hi] (v > 0)
+    window_bins(fmt)                    the log2 bins of a scaled tensor's histogram: the format's window
+                                        (min subnormal .. max) and WINDOW_MARGIN binades beyond each end
+    scaled_log2_hist(x, s, fmt)         counts of floor(log2 |x·s|) over window_bins(fmt): what the format sees
     hist_entropy_bits(counts)           −Σ p·log2 p
     grad_stiffness_corr(g, w, fmt, s)   Pearson correlation of log2|g| and log2 S over g ≠ 0
 
@@ -32,6 +35,7 @@ update is below half an ULP); the optimizer's counts what happened (its update w
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -154,6 +158,25 @@ def log2_hist(v: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
     v = v[(v > 0) & torch.isfinite(v)]
     e = torch.frexp(v).exponent - 1            # exact floor(log2 v), no rounding of a log near powers of two
     return torch.bincount(e.clamp(lo, hi).long() - lo, minlength=hi - lo + 1)
+
+
+WINDOW_MARGIN = 4   # binades drawn beyond the format's window on each side; the end bins hold everything further out
+
+
+def window_bins(fmt: Any) -> tuple[int, int]:
+    """(lo, hi): floor(log2 min_subnormal) − WINDOW_MARGIN .. floor(log2 max) + WINDOW_MARGIN. Fixed by the format
+    alone (never by the data), so every step and run of one format shares its bins; a fixed [-24, 8] would cut
+    E5M2's max (2^15.8) and E7M0's whole window."""
+    return (math.floor(math.log2(fmt.min_subnormal)) - WINDOW_MARGIN,
+            math.floor(math.log2(fmt.max)) + WINDOW_MARGIN)
+
+
+def scaled_log2_hist(x: torch.Tensor, s: Any, fmt: Any) -> torch.Tensor:
+    """Counts of floor(log2 |x·s|) over window_bins(fmt) (lo..hi, ends clamped), x·s in the quantizer's working
+    precision (float32; float64 for a float64 x); exact zeros and non-finite values are not counted."""
+    wdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xs = x.detach().to(wdt) * torch.as_tensor(s, device=x.device).detach().to(wdt)
+    return log2_hist(xs.abs(), *window_bins(fmt))
 
 
 def grad_stiffness_corr(g: torch.Tensor, w: torch.Tensor, fmt: Any, s: Any = 1.0) -> torch.Tensor:
