@@ -243,3 +243,20 @@ def test_claims_report_of_a_study(tmp_path):
     pd.testing.assert_frame_equal(rep.claims, table)
     assert [*rep.lines, *rep.rules] == lines and rep.rules == [claims.describe(table)]
     assert rep.lines[-1].startswith("control check:") and list(rep.tables()[1].columns[:2]) == ["comparison", "level"]
+
+
+def test_claims_tables_drop_a_key_the_level_spells():
+    """05's rows are labelled "<FMT> <variant>" and also carry format / variant columns: the narrow tables lead with
+    the level and the keys it does not spell (lr here); a key the caller names stays."""
+    rows = []
+    for lr in (1e-3, 2e-3):
+        for s in range(3):
+            for fmt, variant, v in (("E4M3", "adamw fp32", 5.0), ("E4M3", "adamw grid_sr", 5.01 + 0.001 * s)):
+                rows.append({"label": f"{fmt} {variant}", "format": fmt, "variant": variant, "lr": lr, "seed": s,
+                             "final_val_loss": v + 0.1 * s})
+    t = claims.claims_table(pd.DataFrame(rows), "label", "E4M3 adamw fp32", by=["lr"])
+    t = t.assign(format="E4M3", variant=t.level.str.removeprefix("E4M3 "), reference="E4M3 adamw fp32")   # as
+    # variants.reference_claims names each row
+    assert list(claims_view.readable(t).columns[:5]) == ["lr", "format", "variant", "reference", "level"]   # all
+    assert [list(x.columns[:3]) for x in claims_view.claims_tables(t)] == [["lr", "reference", "level"]] * 3
+    assert list(claims_view.claims_tables(t, keys=["format"])[0].columns[:4]) == ["format", "lr", "reference", "level"]

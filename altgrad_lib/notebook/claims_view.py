@@ -143,7 +143,7 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
 def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
     """The headline result of a claims notebook (its cell tagged `headline`, read by notebook/report.py): the
     status line (`claims.report_lines(...)[0]`) and one verdict sentence per row."""
-    return "\n".join([*lines[:1], *(verdict_sentence(table, level) for level in table.level)])
+    return "\n".join([*lines[:1], *(verdict_sentence(table, level) for level in table.get("level", ()))])
 
 
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
@@ -191,13 +191,16 @@ _CAPTIONS = ("Verdicts against the baseline of the same seed, the CI at the leve
 
 
 def claims_tables(table: pd.DataFrame, keys: Sequence[str] = ()) -> list[tv.Table]:
-    """`readable(table, keys)` as three narrow Tables (verdicts, seeds, tests), each led by the keys and the level,
-    with the same digits; a column with one value in every row (the value compared, the smoke flag) is said once in
+    """`readable(table, keys)` as three narrow Tables (verdicts, seeds, tests), each led by the keys and the level
+    (less a `by` key every level spells as a word: format "E4M3" of level "E4M3 adamw fp32"), with the same digits; a
+    column with one value in every row (the value compared, the smoke flag) is said once in
     the first caption instead of down a column."""
     full = readable(table, keys)
     if table.empty:
         return [full]
-    lead = list(full._keys)
+    level = " " + full.level.astype(str) + " "   # a `by` key the level already spells (05's "E4M3 adamw fp32")
+    lead = [k for k in full._keys if k in keys or k == "level"
+            or not all(f" {v} " in lv for v, lv in zip(full[k].astype(str), level))]
     f = pd.DataFrame(full).rename(columns={"equivalent within (90 % CI)": "supported δ"})
     f["beats control"] = f.control.map(lambda c: c.removeprefix(_BEAT) if c.startswith(_BEAT) else c)
     const = [c for c in ("value", "smoke") if f[c].nunique() == 1]
@@ -319,7 +322,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
                  claims.positive_control_lines(table) if len(table) else [])
         rule_lines = _rules_list(rules(table) if callable(rules) else
                                  claims.describe(table) if rules is None else rules)
-    unknown = [k for k in keys if k not in table.columns]
+    unknown = [k for k in keys if k not in table.columns] if len(table) else []   # no comparison: no columns
     if unknown:
         raise ValueError(f"claims_report: keys={unknown} are not claims columns; valid choices: {list(table.columns)}")
     rep = ClaimsReport(table, list(lines), list(rule_lines), ctl, clear, sentence, list(keys))
