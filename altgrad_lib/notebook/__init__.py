@@ -6,6 +6,7 @@
     plots.py              figures of formats and training curves
     plots_diagnostics.py  figures of the monitors' diagnostics.csv
     dashboard.py          the ipywidgets dashboard of notebook 06 (heatmaps, drill-down); groups runs by configuration
-    claims_view.py        the claims table in readable columns, the status banner filled in from the claims
+    claims_view.py        claims_report (a notebook's claims block in one call): the claims table in narrow
+                          readable tables, the status banner filled in from the claims
     optim_view.py         notebook 05's optimizer statistics: curves, step sizes in ULPs, results-file tables
 """

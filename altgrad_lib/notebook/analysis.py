@@ -4,6 +4,7 @@ No logic lives here. Every name is imported from the module that owns it, so the
 
   - notebook/tables     : provenance banner, loss / summary / model tables, trained-model loading
   - notebook/table_view : `table(frame)`: any frame displayed with publishable digits, narrow, verdict first
+  - notebook/claims_view : claims_report: a notebook's claims block (control check, claims, headline, tables, rules)
   - notebook/names      : one name per term (term, unigram_entropy_name) and runs named by what they are (run_label)
   - studies/results     : tidy run frames (one row per run), final metrics, metric-name lookup
   - studies/variant_runs : train_variants (a notebook's variants x seeds through the study layer)
@@ -25,6 +26,7 @@ from altgrad_lib.notebook.tables import (corpus_summary, git_sha, load_trained_m
                                          params_hash, provenance_banner, quantization_table, run_summary,
                                          throughput, train_config_from)
 from altgrad_lib.notebook.table_view import Table, table
+from altgrad_lib.notebook.claims_view import ClaimsReport, claims_report
 from altgrad_lib.notebook.names import run_label, term, unigram_entropy_name
 from altgrad_lib.numerics.anatomy import (binade_counts, expected_sqnr_db, format_overview, log_uniform,
                                           positive_values, rounding_error, sr_bias_variance, sr_probe_points,

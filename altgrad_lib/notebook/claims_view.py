@@ -2,13 +2,19 @@
 table (studies/claims.py) in readable columns with its δ, MDE, diverged seeds, smoke flag and the CI at the level of
 each verdict.
 
+`claims_report(...)` is a notebook's whole claims block in one call: the frozen-blocks control check, the claims
+table (or one the caller computed: seeds until resolved, a study file's comparisons), the headline lines, the status
+banner, three narrow tables (verdicts, seeds, tests: each fits a JupyterLab column) and the rules it was judged by
+(δ, MDE, α) under them; it returns a `ClaimsReport` whose methods give the sentences the notebook prints later.
+
 `StatusBanner` displays a placeholder with a display id in the notebook's first code cell; `update(lines)` replaces
 it in place once the runs are trained and judged (Jupyter and papermill/nbclient both honour display updates), so
 the first lines of an executed notebook say whether its runs can carry claims, computed, never typed.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -137,7 +143,7 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
 def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
     """The headline result of a claims notebook (its cell tagged `headline`, read by notebook/report.py): the
     status line (`claims.report_lines(...)[0]`) and one verdict sentence per row."""
-    return "\n".join([lines[0], *(verdict_sentence(table, level) for level in table.level)])
+    return "\n".join([*lines[:1], *(verdict_sentence(table, level) for level in table.get("level", ()))])
 
 
 def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
@@ -170,6 +176,164 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
                        f"{got} ({nums})")
     return out
 
+# readable's columns, in three tables a JupyterLab column holds (~tv.WIDTH characters each): what was found, what the
+# seeds did, the tests behind the verdict. The `keys` and `level` lead each one.
+VERDICT_COLUMNS = ("verdict", "gap nats [CI]", "CI")
+SEED_COLUMNS = ("diverged", "baseline diverged", "beats control", "signs", "p sign-flip")
+TEST_COLUMNS = ("n pairs", "p paired", "p Holm", "p Welch", "δ nats", "p TOST", "supported δ", "MDE nats",
+                "gap / window")
+_BEAT = "beat the frozen-blocks control in "
+_CAPTIONS = ("Verdicts against the baseline of the same seed, the CI at the level each verdict uses",
+             "Seeds: diverged seeds (the row's, its baseline's), the frozen-blocks control beaten in k/n seeds, "
+             "the signs of the paired gaps and their exact sign-flip p",
+             "Tests: pairs, paired-t / Holm / Welch p, TOST p within ±δ, the smallest δ the data support (90 % CI), "
+             "the minimum detectable effect (nats), the gap over the hp-vs-control window (information only)")
+
+
+def claims_tables(table: pd.DataFrame, keys: Sequence[str] = ()) -> list[tv.Table]:
+    """`readable(table, keys)` as three narrow Tables (verdicts, seeds, tests), each led by the keys and the level
+    (less a `by` key every level spells as a word: format "E4M3" of level "E4M3 adamw fp32"), with the same digits; a
+    column with one value in every row (the value compared, the smoke flag) is said once in
+    the first caption instead of down a column."""
+    full = readable(table, keys)
+    if table.empty:
+        return [full]
+    level = " " + full.level.astype(str) + " "   # a `by` key the level already spells (05's "E4M3 adamw fp32")
+    lead = [k for k in full._keys if k in keys or k == "level"
+            or not all(f" {v} " in lv for v, lv in zip(full[k].astype(str), level))]
+    f = pd.DataFrame(full).rename(columns={"equivalent within (90 % CI)": "supported δ"})
+    f["beats control"] = f.control.map(lambda c: c.removeprefix(_BEAT) if c.startswith(_BEAT) else c)
+    const = [c for c in ("value", "smoke") if f[c].nunique() == 1]
+    said = {"value": lambda v: f"value compared: {v}", "smoke": lambda v: "smoke test: " + ("yes" if v else "no")}
+    note = "; ".join(said[c](f[c].iloc[0]) for c in const)
+    cols = (VERDICT_COLUMNS, SEED_COLUMNS, (*TEST_COLUMNS, *(c for c in ("value", "smoke") if c not in const)))
+    caps = (_CAPTIONS[0] + (f"\n({note})" if note else ""), *_CAPTIONS[1:])
+    return [tv.table(f[[*lead, *c]], keys=lead, caption=cap) for c, cap in zip(cols, caps)]
+
+
+def _rules_list(rules: Any) -> list[str]:
+    return [rules] if isinstance(rules, str) else list(rules)
+
+
+@dataclass(repr=False)
+class ClaimsReport:
+    """What `claims_report` computed: the claims table (studies/claims.py columns), the control check (per-seed
+    table, clear, sentence; None where none was run), the headline `lines` (the status banner's) and the `rules` the
+    table was judged by (δ, MDE, α: claims.describe, or the sequential rules of a seed plan)."""
+
+    claims: pd.DataFrame
+    lines: list[str]
+    rules: list[str]
+    control: pd.DataFrame | None = None
+    clear: bool | None = None
+    control_sentence: str = ""
+    keys: list[str] = field(default_factory=list)
+
+    def tables(self) -> list[tv.Table]:
+        """The control check per seed (when one was run), then claims_tables."""
+        out = []
+        if self.control is not None and len(self.control):
+            ctl = self.control.rename(columns={"baseline": "baseline loss", "control": "control loss",
+                                               "margin": "margin nats"})
+            out.append(tv.table(ctl, caption="Control check per seed: the baseline's loss, its frozen-blocks "
+                                             "control's, the margin (nats)"))
+        return out + claims_tables(self.claims, self.keys)
+
+    def show(self) -> None:
+        """The headline lines, the tables (HTML in JupyterLab, narrow text blocks elsewhere), the rules under them."""
+        from IPython.display import display   # IPython: only where a report is shown (a notebook has it)
+
+        if self.lines:
+            print("\n".join(self.lines))
+        for t in self.tables():
+            display(t)
+        print("\n".join(self.rules))
+
+    def text(self) -> str:
+        """Everything `show` displays, as text."""
+        return "\n\n".join([*(["\n".join(self.lines)] if self.lines else []), *(str(t) for t in self.tables()),
+                            "\n".join(self.rules)])
+
+    def status(self) -> str:
+        """The status banner's text without Markdown bold: SMOKE TEST / Claims, then the headline lines."""
+        return status_markdown(self.lines).replace("**", "")
+
+    def verdict(self, level: Any) -> str:
+        """verdict_sentence of one row."""
+        return verdict_sentence(self.claims, level)
+
+    def summary(self) -> str:
+        """The status, then one verdict sentence per row: a notebook's take-away."""
+        return "\n".join([self.status(), *(self.verdict(lv) for lv in self.claims.get("level", []))])
+
+    def headline(self) -> str:
+        """claims_headline: the first status line and one verdict sentence per row (the `headline` cell)."""
+        return claims_headline(self.claims, self.lines)
+
+    def __repr__(self) -> str:
+        return f"ClaimsReport({len(self.claims)} row(s); {self.lines[0] if self.lines else 'no headline'})"
+
+
+def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, baseline: Any = None, *,
+                  control_level: Any = None, entropy: float | None = None, value: str = "final_val_loss",
+                  by: Sequence[str] = (), delta: float | None = None, comparison: str = "",
+                  positive_controls: Sequence[Any] = (), claims_table: pd.DataFrame | None = None,
+                  rules: str | Sequence[str] | Callable[[pd.DataFrame], Any] | None = None, study: Any = None,
+                  keys: Sequence[str] = (), status: StatusBanner | None = None, write: Any = None,
+                  show: bool = True) -> ClaimsReport:
+    """A notebook's claims block in one call: the control check of `baseline` (claims.control_check on `frame`,
+    `control_level` and `entropy` as there), the claims table (claims.claims_table with `by`, `value`, `delta`,
+    `comparison`, `positive_controls`, smoke when the control check failed), the headline lines (claims.report_lines),
+    shown with the tables and the rules (δ, MDE, α) under them; `status`: a StatusBanner updated with the lines.
+
+    `claims_table`: a table computed elsewhere (train_until_resolved's, with the control check of its own looks),
+    used as is; with `comparison`, only that comparison's rows. `frame` None: no control check (an ablation against
+    another level). `study`: a Study whose comparisons and control give the table (Study.report). `rules`: the rules'
+    text, or a function of the table (a seed plan's `describe`), default claims.describe. `keys`: claims columns that
+    lead each row. `write`: a path for claims.csv. `show` False: compute only.
+    """
+    if study is not None:
+        if frame is None:
+            raise ValueError("claims_report: study= needs frame= (the study's index)")
+        ctl, clear, sentence = study.control(frame, entropy)
+        table, lines = study.report(frame, entropy, write=False)
+        n = len(claims.report_lines(table, clear, sentence)) - 1   # Study.report: these lines, then its rules
+        lines, rule_lines = lines[:n], lines[n:]
+    else:
+        if claims_table is None and (frame is None or axis is None or baseline is None):
+            raise ValueError("claims_report: give frame, axis and baseline (the runs to judge) or claims_table= "
+                             "(a table computed elsewhere)")
+        ctl, clear, sentence = (claims.control_check(frame, axis, baseline, value, entropy=entropy,
+                                                     control_level=control_level)
+                                if frame is not None and axis is not None else (None, None, ""))
+        if claims_table is None:
+            table = claims.claims_table(frame, axis, baseline, by=by, value=value, delta=delta,
+                                        positive_controls=positive_controls, comparison=comparison,
+                                        control_level=control_level, smoke=clear is False)
+        else:
+            table = claims_table
+            if comparison:
+                known = sorted(map(str, pd.unique(table.comparison))) if "comparison" in table else []
+                if comparison not in known:
+                    raise ValueError(f"claims_report: comparison={comparison!r} is not in the table; valid "
+                                     f"choices: {known}")
+                table = table[table.comparison == comparison].reset_index(drop=True)
+        lines = (claims.report_lines(table, clear, sentence)[:-1] if ctl is not None else
+                 claims.positive_control_lines(table) if len(table) else [])
+        rule_lines = _rules_list(rules(table) if callable(rules) else
+                                 claims.describe(table) if rules is None else rules)
+    unknown = [k for k in keys if k not in table.columns] if len(table) else []   # no comparison: no columns
+    if unknown:
+        raise ValueError(f"claims_report: keys={unknown} are not claims columns; valid choices: {list(table.columns)}")
+    rep = ClaimsReport(table, list(lines), list(rule_lines), ctl, clear, sentence, list(keys))
+    if write is not None:
+        claims.write_claims(table, write)
+    if status is not None:
+        status.update(rep.lines)
+    if show:
+        rep.show()
+    return rep
+
 
 def paper_view(table: pd.DataFrame) -> tv.Table:
     """studies.papers.paper_table as a narrow table: the level and its baseline, what the paper found, what AltGrad
@@ -189,4 +353,5 @@ def paper_view(table: pd.DataFrame) -> tv.Table:
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "claims_headline", "expectation_lines", "paper_view"]
+           "claims_headline", "expectation_lines", "paper_view", "VERDICT_COLUMNS", "SEED_COLUMNS", "TEST_COLUMNS",
+           "claims_tables", "ClaimsReport", "claims_report"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import textwrap
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -257,8 +258,8 @@ class Table(pd.DataFrame):
         blocks.append(cur)
         out = io.StringIO()
         cap = getattr(self, "_caption", "") or ""
-        if cap:
-            out.write(cap + "\n")
+        if cap:   # wrapped like the rows: a caption is no wider than the table may be
+            out.write("\n".join(textwrap.fill(line, width) for line in cap.splitlines()) + "\n")
         for i, b in enumerate(blocks):
             if i:
                 out.write("\n\n")
