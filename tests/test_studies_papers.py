@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.notebook import claims_view, table_view
-from altgrad_lib.studies.papers import AGREEMENTS, agreement, agreement_counts, load_claims, paper_table
+from altgrad_lib.studies.papers import (AGREEMENTS, agreement, agreement_counts, load_claims, load_results,
+                                      paper_table)
 from altgrad_lib.studies.runs import index_row
 from altgrad_lib.studies.study import PAPER_FINDINGS, Study
 
@@ -127,3 +128,9 @@ def test_load_claims_prefers_this_machines_runs_then_the_committed_copy(tmp_path
     assert source == "results/claims.csv (committed)"
     t = paper_table(study, claims).set_index("level")
     assert t.loc["mxfp8:rceil", "agreement"] == "agrees"     # paper: not_worse
+    index = tmp_path / "results" / "study.csv"
+    pd.DataFrame([{"run": "nvfp4-s0", "recipe": "nvfp4", "seed": 0, "final_val_loss": 2.5}]).to_csv(index, index=False)
+    frame, source = load_results(study, index)
+    assert source == "results/study.csv (committed)" and frame.final_val_loss.iloc[0] == 2.5
+    with pytest.raises(FileNotFoundError, match="no results: not run here"):
+        load_results(study, tmp_path / "nope.csv")

@@ -91,11 +91,22 @@ def load_claims(study: Any, committed: str | Path) -> tuple[pd.DataFrame, str]:
     claims.csv, e.g. bench/results/); one line naming both places when neither exists."""
     if study.index_path.exists():
         return study.report(write=False)[0], f"this machine's runs of study {study.name!r} (its index in the outputs)"
+    return _committed(study, committed), f"{Path(committed).parent.name}/{Path(committed).name} (committed)"
+
+
+def load_results(study: Any, committed: str | Path) -> tuple[pd.DataFrame, str]:
+    """(the study's index: one row per run, where it comes from), as load_claims: this machine's study.csv, else the
+    copy committed at `committed` (without its run_dir column: machine paths are not committed)."""
+    if study.index_path.exists():
+        return study.results(), f"this machine's runs of study {study.name!r} (its index in the outputs)"
+    return _committed(study, committed), f"{Path(committed).parent.name}/{Path(committed).name} (committed)"
+
+
+def _committed(study: Any, committed: str | Path) -> pd.DataFrame:
     path = Path(committed)
-    if path.exists():
-        return pd.read_csv(path, float_precision="round_trip"), f"{path.parent.name}/{path.name} (committed)"
-    raise FileNotFoundError(f"study {study.name!r} has no claims: not run here (no {study.index_path.name} under its "
-                            f"outputs) and no committed copy at {path}; run `altgrad study -f` on its file")
+    if not path.exists():
+        raise FileNotFoundError(f"study {study.name!r} has no results: not run here (no {study.index_path.name} under "
+                                f"its outputs) and no committed copy at {path}; run `altgrad study -f` on its file")
+    return pd.read_csv(path, float_precision="round_trip")
 
-
-__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts", "load_claims"]
+__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts", "load_claims", "load_results"]
