@@ -1,12 +1,15 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
 Its parts are built and validated once, in `__post_init__`, as typed frozen sub-configs that the code below the
-training layer takes instead of the whole config: `model_config` (ModelConfig: training/build.py), `optim_config`
-(optim/config.OptimConfig: optim/factory.build_optimizer) and `diagnostics_config` (monitors/config.DiagnosticsConfig:
-monitors/diagnostics.Diagnostics). They are views: the fields (and so config.yaml and the config hash) are unchanged.
+training layer takes instead of the whole config: `model_config` (sub_configs.ModelConfig: training/build.py),
+`data_config` (sub_configs.DataConfig: training/data.py, preflight's corpus), `optim_config` (optim/config.OptimConfig:
+optim/factory.build_optimizer), `diagnostics_config` (monitors/config.DiagnosticsConfig: monitors/diagnostics) and
+`quant_policy` (the recipe resolved to a quantize/recipes.QuantPolicy: build_model, preflight). They are views: the
+fields (and so config.yaml and the config hash) are unchanged.
 
 Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
-format, is checked by the torch-based parsers, imported only then); `altgrad_lib.training.loop` re-exports it.
+format, is checked by the torch-based parsers, imported only then; so is the QuantPolicy of a plain named recipe,
+resolved on first use); `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 import types
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -32,6 +35,11 @@ from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_y
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
+from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
+from altgrad_lib.training.tokenizers import canonical_tokenizer_name   # imports tiktoken, not torch
+
+if TYPE_CHECKING:   # quantize.recipes imports torch; TrainConfig resolves its QuantPolicy only where torch is in
+    from altgrad_lib.quantize.recipes import QuantPolicy
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
@@ -67,20 +75,6 @@ def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
     """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
     return [(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory(), f.metadata["help"],
              f.metadata["choices"]) for f in fields(TrainConfig)]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The GPT's shape (training/build.gpt_config adds the tokenizer's vocab size): TrainConfig's model keys."""
-
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    mlp: str
-    tie_weights: bool
-    dropout: float
-    bias: bool
 
 
 @dataclass(frozen=True)
@@ -236,6 +230,16 @@ class TrainConfig:
         object.__setattr__(self, "_model_config", ModelConfig(
             n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size, mlp=self.mlp,
             tie_weights=self.tie_weights, dropout=self.dropout, bias=self.bias))
+        try:   # one line naming the valid names; the field keeps its spelling (and the hash), the part is canonical
+            tok = canonical_tokenizer_name(self.tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"TrainConfig.tokenizer: {one_line(e)}") from e
+        object.__setattr__(self, "_data_config", DataConfig(
+            corpus=self.corpus, tokenizer=tok, max_docs=self.max_docs, block_size=self.block_size,
+            batch_size=self.batch_size, seed=self.seed, eval_iters=self.eval_iters))
+        # a recipe parsed above (torch imported) is resolved here; a plain named one cannot fail and would import
+        # torch only to resolve it: on first use (quant_policy)
+        object.__setattr__(self, "_quant_policy", None if self.recipe in NAMED_RECIPES else _resolve_policy(self))
 
     # -- the typed parts (built once above; the fields stay the record)
     @property
@@ -250,6 +254,19 @@ class TrainConfig:
     @property
     def model_config(self) -> ModelConfig:
         return self._model_config
+
+    @property
+    def data_config(self) -> DataConfig:
+        return self._data_config
+
+    @property
+    def quant_policy(self) -> QuantPolicy:
+        """The recipe resolved with this run's backend and seed (quantize.recipes.get_policy): what build_model
+        and preflight take. One object per config: resolved in __post_init__, or for a plain named recipe (hp,
+        fp8_hybrid, ...: nothing to get wrong, and torch to import) on first use."""
+        if self._quant_policy is None:
+            object.__setattr__(self, "_quant_policy", _resolve_policy(self))
+        return self._quant_policy
 
     # -- construction
     @classmethod
@@ -339,6 +356,14 @@ class TrainConfig:
         return (f"{self.recipe_name}[{self.backend}] L{self.n_layer}H{self.n_head}C{self.n_embd}T{self.block_size}"
                 f"-{self.mlp} {self.corpus}/{self.tokenizer} B{self.batch_size} steps={self.max_steps} "
                 f"lr={self.lr:g} {self.precision} seed={self.seed}")
+
+
+def _resolve_policy(cfg: TrainConfig) -> QuantPolicy:
+    from altgrad_lib.quantize.recipes import get_policy   # local: imports torch (module docstring)
+    try:   # the recipe is canonical and checked by now: a failure here would be a recipe x backend / seed mistake
+        return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r}: {one_line(e)}") from e
 
 
 def _field_types() -> dict[str, Any]:
