@@ -1,6 +1,7 @@
 """Layer 4, training: one run, from a validated config to a run directory that resumes exactly.
 
     config.py      TrainConfig: the frozen, validated config every notebook / YAML / CLI call goes through
+    sub_configs.py ModelConfig, DataConfig: TrainConfig's model and data parts, as build.py and data.py take them
     loop.py        train(): preflight, build, the step loop, eval, checkpoints, divergence records
     build.py       the GPTConfig and the quantized GPT of a TrainConfig
     preflight.py   every check a config can pass before its run directory exists (incl. memory / time estimates)

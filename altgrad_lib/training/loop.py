@@ -263,7 +263,7 @@ def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: Bui
         run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
                     stop)
         if verbose and run.status == "completed":
-            v, u = run.final_val_loss, uniform_loss(cfg.tokenizer)
+            v, u = run.final_val_loss, uniform_loss(cfg.data_config.tokenizer)
             _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
             if v is not None and v > u:   # a study indexes it as did_not_learn (studies/results.run_status)
                 _log(f"note: {run_dir.name} did not learn: its val/loss {v:.4f} is above ln(V) = {u:.4f}, the loss "
