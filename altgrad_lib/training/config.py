@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Union, get_args, get_origin, get
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS,
-                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS)
+                                 PRECISIONS, RECIPE_ALIASES, RECIPES, SCHEDULE_GEMMS, TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.monitors.config import DiagnosticsConfig
@@ -38,7 +38,7 @@ from altgrad_lib.paths import runs_dir
 from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
 from altgrad_lib.training.tokenizers import canonical_tokenizer_name   # imports tiktoken, not torch
 
-if TYPE_CHECKING:   # quantize.recipes imports torch; TrainConfig resolves its QuantPolicy only where torch is in
+if TYPE_CHECKING:   # imports torch: the QuantPolicy is resolved only where torch is in (module docstring)
     from altgrad_lib.quantize.recipes import QuantPolicy
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
@@ -54,8 +54,6 @@ NUMERICS_VERSION = 3
 KEY_ALIASES = {"compile_model": "compile"}
 # fields added after runs existed: hashed only when set, so every earlier run keeps its hash (and run name)
 _HASHED_IF_SET = {"optimizer": "adamw", "optim": {}, "precision_schedule": {}}
-# precision_schedule keys -> the GEMMs they put in high precision from their step on (GemmOptions.hp_gemms)
-SCHEDULE_GEMMS = {"fwd_hp_from": ("fprop",), "bwd_hp_from": ("dgrad", "wgrad")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,16 +225,12 @@ class TrainConfig:
         if isinstance(self.diagnostics, dict):
             object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
         object.__setattr__(self, "_diagnostics_config", diag)
-        object.__setattr__(self, "_model_config", ModelConfig(
-            n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size, mlp=self.mlp,
-            tie_weights=self.tie_weights, dropout=self.dropout, bias=self.bias))
+        object.__setattr__(self, "_model_config", _part(ModelConfig, self))
         try:   # one line naming the valid names; the field keeps its spelling (and the hash), the part is canonical
-            tok = canonical_tokenizer_name(self.tokenizer)
+            object.__setattr__(self, "_data_config", _part(DataConfig, self, tokenizer=canonical_tokenizer_name(
+                self.tokenizer)))
         except ValueError as e:
             raise ConfigError(f"TrainConfig.tokenizer: {one_line(e)}") from e
-        object.__setattr__(self, "_data_config", DataConfig(
-            corpus=self.corpus, tokenizer=tok, max_docs=self.max_docs, block_size=self.block_size,
-            batch_size=self.batch_size, seed=self.seed, eval_iters=self.eval_iters))
         # a recipe parsed above (torch imported) is resolved here; a plain named one cannot fail and would import
         # torch only to resolve it: on first use (quant_policy)
         object.__setattr__(self, "_quant_policy", None if self.recipe in NAMED_RECIPES else _resolve_policy(self))
@@ -356,6 +350,11 @@ class TrainConfig:
         return (f"{self.recipe_name}[{self.backend}] L{self.n_layer}H{self.n_head}C{self.n_embd}T{self.block_size}"
                 f"-{self.mlp} {self.corpus}/{self.tokenizer} B{self.batch_size} steps={self.max_steps} "
                 f"lr={self.lr:g} {self.precision} seed={self.seed}")
+
+
+def _part(cls: type, cfg: TrainConfig, **resolved: Any) -> Any:
+    """A sub-config of `cfg`: its fields are TrainConfig keys of the same name, `resolved` the ones spelled anew."""
+    return cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)}, **resolved})
 
 
 def _resolve_policy(cfg: TrainConfig) -> QuantPolicy:
@@ -499,17 +498,3 @@ def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
                               f"[1, max_steps={cfg.max_steps}]")
         out[key] = v
     return out
-
-
-def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
-    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
-    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
-
-
-def lr_at(it: int, cfg: TrainConfig) -> float:
-    """Linear warmup over warmup_steps, then cosine from lr to min_lr at max_steps (it is 0-based)."""
-    if it < cfg.warmup_steps:
-        return cfg.lr * (it + 1) / (cfg.warmup_steps + 1)
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
-    ratio = min(1.0, (it - cfg.warmup_steps) / span)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)

@@ -32,17 +32,17 @@ from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.quantize.linear import set_hp_gemms, set_rng_step
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.config import (NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, hp_gemms_at, lr_at,
-                                         schedule_steps)
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, schedule_steps
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import BuiltModel, check_device, preflight
 from altgrad_lib.training.progress import progress_bar
-from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
                                           run_dir_is_free, write_config_yaml)
+from altgrad_lib.training.schedules import hp_gemms_at, lr_at
+from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import uniform_loss
 from altgrad_lib.training.tracking import mirrored   # logger="none": the plain writer, no tracker package imported
 
