@@ -34,7 +34,7 @@ from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.sub_configs import DataConfig
-from altgrad_lib.training.tokenizers import get_tokenizer, parse_tokenizer_name
+from altgrad_lib.training.tokenizers import get_tokenizer
 
 ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
 WARN_FRACTION = 0.5               # warn above this share of the available memory, refuse above 1
@@ -91,7 +91,7 @@ def check_device(name: str) -> torch.device:
 
 def vocab_size_of(data: DataConfig) -> int:
     """The vocabulary of `data`'s tokenizer (TrainConfig.data_config), before any corpus is built."""
-    with as_config_error("TrainConfig.tokenizer", (RuntimeError, OSError)):   # the r50k ranks could not be read
+    with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):   # r50k ranks unreadable
         return get_tokenizer(data.tokenizer).n_vocab
 
 
@@ -137,13 +137,10 @@ def check_optimizer(cfg: TrainConfig, policy: QuantPolicy | None = None, model: 
 
 
 def check_settings(cfg: TrainConfig) -> QuantPolicy:
-    """Every setting of `cfg` that needs no data, device or directory: recipe x backend (and that it quantizes
-    something on this model), tokenizer name, optimizer. `altgrad study` checks each point with it before training
-    any; returns the policy."""
+    """Every setting of `cfg` that needs no data, device or directory (the tokenizer's name: TrainConfig itself):
+    recipe x backend (and that it quantizes something on this model), optimizer. `altgrad study` checks each point
+    with it before training any; returns the policy."""
     policy = check_policy(cfg)
-
-    with as_config_error("TrainConfig.tokenizer"):
-        parse_tokenizer_name(cfg.tokenizer)
     model, rows = tiny_model(cfg, policy)
     check_quantizes_something(cfg, policy, rows)
     for key, n in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks)):
