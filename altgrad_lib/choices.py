@@ -43,6 +43,8 @@ RHT_RNG = ("fixed", "per_step")           # GemmOptions.rht_rng: one sign vector
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES),
            *BLOCK_RECIPE_ALIASES,
            "<any of these>[:hp_first=<N>][:hp_last=<N>][:hp_layers=<block|module>+...]")   # quantize.recipes
+# TrainConfig.precision_schedule keys -> the GEMMs they put in high precision from their step on (GemmOptions.hp_gemms)
+SCHEDULE_GEMMS = {"fwd_hp_from": ("fprop",), "bwd_hp_from": ("dgrad", "wgrad")}                # training.schedules
 CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                          # data.load_corpus
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)

@@ -43,7 +43,7 @@ from altgrad_lib.monitors import curvature as cv
 from altgrad_lib.monitors import read_events
 from altgrad_lib.monitors.events import first_alarms, warning_outcome
 from altgrad_lib.paths import outputs_dir
-from altgrad_lib.training.loop import VAL_SEED, TrainConfig, train
+from altgrad_lib.training.loop import TrainConfig, train
 
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8, max_docs=200, tokenizer="gpt2-512",
             warmup_steps=30, eval_interval=0, eval_iters=2, ckpt_interval=0, lr=1e-3, min_lr=1e-4, grad_clip=1.0)
@@ -53,8 +53,8 @@ ALARM_COLS = ("kurtosis", "attn_entropy", "grad_norm", "lr_lambda", "lr_lambda_a
 def measure(cfg: TrainConfig, interval: int, iters: int, adam: bool) -> tuple[pd.DataFrame, dict]:
     import altgrad_lib.training.loop as tr
 
-    corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
-    batch = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED, step=0)
+    corpus = TokenCorpus.for_data(cfg.data_config)
+    batch = next(corpus.val_batches(cfg.data_config))   # the run's first val batch
     holder: dict = {}
     rows: list[dict] = []
     adam_limit = cv.adam_stability_limit(cfg.beta1)

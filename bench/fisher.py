@@ -58,11 +58,10 @@ def measure(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, step: int,
 
 def run_one(recipe: str, seed: int, steps: int, interval: int, samples: int, repeat: int) -> tuple[pd.DataFrame, dict]:
     from altgrad_lib.training.data import TokenCorpus
-    from altgrad_lib.training.loop import VAL_SEED
 
     cfg = TrainConfig.from_dict({**CPU_PROFILE, "recipe": recipe, "seed": seed, "max_steps": steps})
-    corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
-    x, y = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED, step=0)   # one fixed probe
+    corpus = TokenCorpus.for_data(cfg.data_config)
+    x, y = next(corpus.val_batches(cfg.data_config))   # one fixed probe: the run's first val batch
     holder: dict = {}
     rows: list[dict] = []
     spent = [0.0]

@@ -145,8 +145,7 @@ def val_losses(cfg: TrainConfig, n: int) -> np.ndarray:
 
     from altgrad_lib.quantize.recipes import get_policy
     from altgrad_lib.training.build import build_model
-    from altgrad_lib.training.data import TokenCorpus
-    from altgrad_lib.training.loop import VAL_SEED
+    from altgrad_lib.training.data import VAL_SEED, TokenCorpus
 
     corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer)
     model, _ = build_model(cfg.model_config, corpus.vocab_size, get_policy(cfg.recipe), verbose=False)

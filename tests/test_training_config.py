@@ -8,7 +8,8 @@ import yaml
 
 from altgrad_lib.errors import ConfigError, ConfigTypeError
 from altgrad_lib.monitors.config import DiagnosticsConfig
-from altgrad_lib.training.config import KEY_ALIASES, TrainConfig, key_docs, lr_at
+from altgrad_lib.training.config import KEY_ALIASES, TrainConfig, key_docs
+from altgrad_lib.training.schedules import lr_at
 
 
 def test_config_unknown_key_lists_valid_keys():

@@ -11,8 +11,9 @@ import torch
 from helpers import Crash, assert_same_state, crash_at
 
 from altgrad_lib.errors import ConfigError
-from altgrad_lib.training.config import hp_gemms_at, schedule_steps
+from altgrad_lib.training.config import schedule_steps
 from altgrad_lib.training.loop import TrainConfig, train
+from altgrad_lib.training.schedules import hp_gemms_at
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=6, warmup_steps=1, eval_interval=3, eval_iters=2, ckpt_interval=2)

@@ -154,6 +154,6 @@ def _budget(points: list, workers: int, threads: int | None = None, holm_rows: i
         def expand(self):
             return points
 
-    return study_budget(_Points(), get_tokenizer(cfg.tokenizer).n_vocab, workers=n,
+    return study_budget(_Points(), get_tokenizer(cfg.data_config.tokenizer).n_vocab, workers=n,
                         threads=threads or (default_threads(n) if n > 1 else None), driver_s=process_age_seconds(),
                         holm_rows=holm_rows)

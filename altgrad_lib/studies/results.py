@@ -78,7 +78,7 @@ def run_frame(runs: Iterable[Any] | Mapping[str, Any], keys: Iterable[str] = RUN
         row["status"] = ""   # (column order: status before the final numbers)
         row.update(final_metrics(run))
         row["status"] = run_status(getattr(run, "status", "incomplete"), getattr(run, "final_val_loss", None),
-                                   cfg.tokenizer)
+                                   cfg.data_config.tokenizer)
         if row["status"] not in ("completed", DID_NOT_LEARN):   # a run that did not learn keeps its numbers
             row.update(final_train_loss=math.nan, final_val_loss=math.nan, val_ppl=math.nan)
         rows.append(row)

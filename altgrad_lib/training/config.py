@@ -1,12 +1,15 @@
 """TrainConfig: the flat, frozen, validated training config (maps 1:1 onto YAML / papermill parameters).
 
 Its parts are built and validated once, in `__post_init__`, as typed frozen sub-configs that the code below the
-training layer takes instead of the whole config: `model_config` (ModelConfig: training/build.py), `optim_config`
-(optim/config.OptimConfig: optim/factory.build_optimizer) and `diagnostics_config` (monitors/config.DiagnosticsConfig:
-monitors/diagnostics.Diagnostics). They are views: the fields (and so config.yaml and the config hash) are unchanged.
+training layer takes instead of the whole config: `model_config` (sub_configs.ModelConfig: training/build.py),
+`data_config` (sub_configs.DataConfig: training/data.py, preflight's corpus), `optim_config` (optim/config.OptimConfig:
+optim/factory.build_optimizer), `diagnostics_config` (monitors/config.DiagnosticsConfig: monitors/diagnostics) and
+`quant_policy` (the recipe resolved to a quantize/recipes.QuantPolicy: build_model, preflight). They are views: the
+fields (and so config.yaml and the config hash) are unchanged.
 
 Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
-format, is checked by the torch-based parsers, imported only then); `altgrad_lib.training.loop` re-exports it.
+format, is checked by the torch-based parsers, imported only then; so is the QuantPolicy of a plain named recipe,
+resolved on first use); `altgrad_lib.training.loop` re-exports it.
 Unknown keys and wrongly typed values fail at once, naming the valid keys (types come from the annotations).
 """
 from __future__ import annotations
@@ -21,17 +24,22 @@ import re
 import types
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Mapping, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES, OPTIMIZERS,
-                                 PRECISIONS, RECIPE_ALIASES, RECIPES, TOKENIZERS)
+                                 PRECISIONS, RECIPE_ALIASES, RECIPES, SCHEDULE_GEMMS, TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
+from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
+from altgrad_lib.training.tokenizers import canonical_tokenizer_name   # imports tiktoken, not torch
+
+if TYPE_CHECKING:   # imports torch: the QuantPolicy is resolved only where torch is in (module docstring)
+    from altgrad_lib.quantize.recipes import QuantPolicy
 
 # fields that do not change any number the run produces; everything else goes into config_hash()
 NON_RESULT_FIELDS = ("run_name", "out_dir", "ckpt_interval", "log_interval", "grad_guard_interval", "logger",
@@ -46,8 +54,6 @@ NUMERICS_VERSION = 3
 KEY_ALIASES = {"compile_model": "compile"}
 # fields added after runs existed: hashed only when set, so every earlier run keeps its hash (and run name)
 _HASHED_IF_SET = {"optimizer": "adamw", "optim": {}, "precision_schedule": {}}
-# precision_schedule keys -> the GEMMs they put in high precision from their step on (GemmOptions.hp_gemms)
-SCHEDULE_GEMMS = {"fwd_hp_from": ("fprop",), "bwd_hp_from": ("dgrad", "wgrad")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -67,20 +73,6 @@ def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
     """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
     return [(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory(), f.metadata["help"],
              f.metadata["choices"]) for f in fields(TrainConfig)]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The GPT's shape (training/build.gpt_config adds the tokenizer's vocab size): TrainConfig's model keys."""
-
-    n_layer: int
-    n_head: int
-    n_embd: int
-    block_size: int
-    mlp: str
-    tie_weights: bool
-    dropout: float
-    bias: bool
 
 
 @dataclass(frozen=True)
@@ -233,9 +225,15 @@ class TrainConfig:
         if isinstance(self.diagnostics, dict):
             object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
         object.__setattr__(self, "_diagnostics_config", diag)
-        object.__setattr__(self, "_model_config", ModelConfig(
-            n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd, block_size=self.block_size, mlp=self.mlp,
-            tie_weights=self.tie_weights, dropout=self.dropout, bias=self.bias))
+        object.__setattr__(self, "_model_config", _part(ModelConfig, self))
+        try:   # one line naming the valid names; the field keeps its spelling (and the hash), the part is canonical
+            object.__setattr__(self, "_data_config", _part(DataConfig, self, tokenizer=canonical_tokenizer_name(
+                self.tokenizer)))
+        except ValueError as e:
+            raise ConfigError(f"TrainConfig.tokenizer: {one_line(e)}") from e
+        # a recipe parsed above (torch imported) is resolved here; a plain named one cannot fail and would import
+        # torch only to resolve it: on first use (quant_policy)
+        object.__setattr__(self, "_quant_policy", None if self.recipe in NAMED_RECIPES else _resolve_policy(self))
 
     # -- the typed parts (built once above; the fields stay the record)
     @property
@@ -250,6 +248,19 @@ class TrainConfig:
     @property
     def model_config(self) -> ModelConfig:
         return self._model_config
+
+    @property
+    def data_config(self) -> DataConfig:
+        return self._data_config
+
+    @property
+    def quant_policy(self) -> QuantPolicy:
+        """The recipe resolved with this run's backend and seed (quantize.recipes.get_policy): what build_model
+        and preflight take. One object per config: resolved in __post_init__, or for a plain named recipe (hp,
+        fp8_hybrid, ...: nothing to get wrong, and torch to import) on first use."""
+        if self._quant_policy is None:
+            object.__setattr__(self, "_quant_policy", _resolve_policy(self))
+        return self._quant_policy
 
     # -- construction
     @classmethod
@@ -339,6 +350,19 @@ class TrainConfig:
         return (f"{self.recipe_name}[{self.backend}] L{self.n_layer}H{self.n_head}C{self.n_embd}T{self.block_size}"
                 f"-{self.mlp} {self.corpus}/{self.tokenizer} B{self.batch_size} steps={self.max_steps} "
                 f"lr={self.lr:g} {self.precision} seed={self.seed}")
+
+
+def _part(cls: type, cfg: TrainConfig, **resolved: Any) -> Any:
+    """A sub-config of `cfg`: its fields are TrainConfig keys of the same name, `resolved` the ones spelled anew."""
+    return cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)}, **resolved})
+
+
+def _resolve_policy(cfg: TrainConfig) -> QuantPolicy:
+    from altgrad_lib.quantize.recipes import get_policy   # local: imports torch (module docstring)
+    try:   # the recipe is canonical and checked by now: a failure here would be a recipe x backend / seed mistake
+        return get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r}: {one_line(e)}") from e
 
 
 def _field_types() -> dict[str, Any]:
@@ -474,17 +498,3 @@ def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
                               f"[1, max_steps={cfg.max_steps}]")
         out[key] = v
     return out
-
-
-def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
-    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
-    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
-
-
-def lr_at(it: int, cfg: TrainConfig) -> float:
-    """Linear warmup over warmup_steps, then cosine from lr to min_lr at max_steps (it is 0-based)."""
-    if it < cfg.warmup_steps:
-        return cfg.lr * (it + 1) / (cfg.warmup_steps + 1)
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
-    ratio = min(1.0, (it - cfg.warmup_steps) / span)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)

@@ -35,10 +35,11 @@ import numpy as np
 from altgrad_lib.choices import CORPORA   # re-exported (__all__)
 from altgrad_lib.io import atomic_file, atomic_write_text
 from altgrad_lib.training.progress import progress_bar
+from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
 
 __all__ = [
-    "CORPORA", "CORPUS_CREDITS", "DEFAULT_CORPUS", "DEFAULT_TOKENIZER", "TokenCorpus", "corpus_stats",
+    "CORPORA", "CORPUS_CREDITS", "DEFAULT_CORPUS", "DEFAULT_TOKENIZER", "VAL_SEED", "TokenCorpus", "corpus_stats",
     "get_tokenizer", "license_family", "load_corpus",
 ]
 
@@ -59,6 +60,7 @@ VAL_FRACTION = 0.05
 MIN_CHARS = 100  # licence texts shorter than this are mostly stubs ("see LICENSE file")
 CACHE_FORMAT = 1  # bump when the on-disk layout or tokenization changes
 SPLITS = ("train", "val")
+VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
 _SPLIT_ALIASES = {"train": "train", "val": "val", "validation": "val"}
 _VERSION_TOKEN = re.compile(r"^v?\d+(\.\d+)*[a-z]?$")
 _SUFFIXES = ("-only", "-or-later", "-plus", "+")
@@ -393,6 +395,11 @@ class TokenCorpus:
                    eot=int(meta["eot"]), tokenizer_name=tok_name, corpus_name=str(corpus), meta=meta,
                    cache_dir=d, from_cache=from_cache)
 
+    @classmethod
+    def for_data(cls, data: DataConfig, progress: bool = False) -> TokenCorpus:
+        """The corpus of a run's data part (TrainConfig.data_config)."""
+        return cls.build(data.corpus, data.tokenizer, max_docs=data.max_docs, progress=progress)
+
     def split_data(self, split: str) -> np.ndarray:
         key = _SPLIT_ALIASES.get(split)
         if key is None:
@@ -418,10 +425,19 @@ class TokenCorpus:
             x, y = x.to(device), y.to(device)
         return x, y
 
-    def eval_batches(self, split: str, n_batches: int, batch_size: int, block_size: int, seed: int):
+    def eval_batches(self, split: str, n_batches: int, batch_size: int, block_size: int, seed: int, device=None):
         """The same `n_batches` (x, y) batches every time: get_batch with step = eval index 0..n-1."""
         for i in range(n_batches):
-            yield self.get_batch(split, batch_size, block_size, seed=seed, step=i)
+            yield self.get_batch(split, batch_size, block_size, seed=seed, step=i, device=device)
+
+    def train_batch(self, data: DataConfig, step: int, device=None):
+        """The training batch of 0-based `step` of a run with data part `data` (TrainConfig.data_config)."""
+        return self.get_batch("train", data.batch_size, data.block_size, seed=data.seed, step=step, device=device)
+
+    def val_batches(self, data: DataConfig, device=None):
+        """The run's eval_iters validation batches: the same in every eval, and for every seed (VAL_SEED)."""
+        return self.eval_batches("val", data.eval_iters, data.batch_size, data.block_size, seed=VAL_SEED,
+                                 device=device)
 
     def unigram_entropy(self, split: str = "train") -> float:
         """Entropy (nats/token) of the split's unigram token distribution: a no-context loss baseline."""

@@ -8,6 +8,7 @@ A finished run with the same config hash is returned without retraining.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import random
@@ -31,8 +32,8 @@ from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.quantize.linear import set_hp_gemms, set_rng_step
 from altgrad_lib.state import restore_snapshot, snapshot_state
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.config import (NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, hp_gemms_at, lr_at,
-                                         schedule_steps)
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, schedule_steps
+from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
 from altgrad_lib.training.preflight import BuiltModel, check_device, preflight
@@ -40,11 +41,10 @@ from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
                                           run_dir_is_free, write_config_yaml)
+from altgrad_lib.training.schedules import hp_gemms_at, lr_at
+from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import uniform_loss
 from altgrad_lib.training.tracking import mirrored   # logger="none": the plain writer, no tracker package imported
-
-VAL_SEED = 0  # val batches are the same for every run, so val/loss is comparable across seeds and recipes
-
 
 # ----------------------------------------------------------------------------------------------
 # train
@@ -87,18 +87,18 @@ def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractCont
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, corpus: Any, cfg: TrainConfig, device: torch.device) -> dict[str, float]:
-    """Mean loss over eval_iters fixed val batches (the same batches at every eval and in every run)."""
+def evaluate(model: torch.nn.Module, corpus: TokenCorpus, data: DataConfig, device: torch.device,
+             autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, float]:
+    """Mean loss over `data`'s eval_iters fixed val batches (the same batches at every eval and in every run)."""
     was_training = model.training
     model.eval()
     total = 0.0
-    for i in range(cfg.eval_iters):
-        x, y = corpus.get_batch("val", cfg.batch_size, cfg.block_size, seed=VAL_SEED, step=i, device=device)
-        with _autocast(cfg, device):
+    for x, y in corpus.val_batches(data, device):
+        with autocast():
             _, loss = model(x, y)
         total += float(loss.item())
     model.train(was_training)
-    mean = total / cfg.eval_iters
+    mean = total / data.eval_iters
     return {"val/loss": mean, "val/ppl": perplexity(mean)}
 
 
@@ -171,7 +171,7 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
             return _train_locked(cfg, corpus, policy, built, resume, progress, verbose, on_model, on_step, stop)
 
 
-def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel, resume: bool,
+def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: BuiltModel, resume: bool,
                   progress: bool | None, verbose: bool,
                   on_model: Callable[[torch.nn.Module], None] | None,
                   on_step: Callable[[int, dict[str, float]], None] | None, stop: InterruptScope) -> Run:
@@ -263,7 +263,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel,
         run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
                     stop)
         if verbose and run.status == "completed":
-            v, u = run.final_val_loss, uniform_loss(cfg.tokenizer)
+            v, u = run.final_val_loss, uniform_loss(cfg.data_config.tokenizer)
             _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
             if v is not None and v > u:   # a study indexes it as did_not_learn (studies/results.run_status)
                 _log(f"note: {run_dir.name} did not learn: its val/loss {v:.4f} is above ln(V) = {u:.4f}, the loss "
@@ -274,7 +274,7 @@ def _train_locked(cfg: TrainConfig, corpus: Any, policy: Any, built: BuiltModel,
             torch.use_deterministic_algorithms(prev_det)
 
 
-def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any, model: torch.nn.Module,
+def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: TokenCorpus, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
           on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
     sched = schedule_steps(cfg)   # {} unless precision_schedule: then the GEMMs' phase is a function of the step
@@ -285,6 +285,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
     quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
     tokens_per_step = cfg.batch_size * cfg.block_size
+    autocast = functools.partial(_autocast, cfg, device)
     t_run = time.perf_counter()
     model.train()
     with mirrored(MetricsWriter(run_dir / METRICS_FILE), cfg.logger, run_dir, cfg.to_dict()) as writer:
@@ -302,7 +303,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
         if stop:   # a signal during setup: nothing new to save
             raise Interrupted(f"interrupted by {stop.name} at step {start}; {RESUME_HINT}", start)
         if start == 0:
-            val0 = evaluate(fwd, corpus, cfg, device)
+            val0 = evaluate(fwd, corpus, cfg.data_config, device, autocast)
             writer.log(0, val0)
             if not math.isfinite(val0["val/loss"]):
                 return _finish_diverged(cfg, h, run_dir, ckpt_path, 0, val0["val/loss"], math.nan, 0.0,
@@ -314,8 +315,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 lr = lr_at(it, cfg)
                 for g in optimizer.param_groups:
                     g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
-                x, y = corpus.get_batch("train", cfg.batch_size, cfg.block_size, seed=cfg.seed, step=it,
-                                        device=device)                                   # (B, T)
+                x, y = corpus.train_batch(cfg.data_config, it, device)                   # (B, T)
                 set_rng_step(model, it)   # step-keyed RNGs (per-step RHT signs, per-call SR): a resume draws the same
                 if sched and set_hp_gemms(model, hp_gemms_at(step, sched)):
                     _log(f"step {step}: precision_schedule {cfg.precision_schedule} -> GEMMs in high precision: "
@@ -326,7 +326,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 snap = snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
-                with _autocast(cfg, device):
+                with autocast():
                     _, loss = fwd(x, y)
                 loss.backward()
                 diag.after_backward(step, x, y, snap)   # grads before clipping; nothing on steps it skips
@@ -338,7 +338,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                 if not (math.isfinite(loss_v) and math.isfinite(grad_norm)):
                     writer.log(step, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": grad_norm})
                     diag.after_step(step, loss_v, grad_norm, lr)   # the divergence step's rows and events
-                    record = diagnose_nonfinite(model, snap, x, y, lambda: _autocast(cfg, device))
+                    record = diagnose_nonfinite(model, snap, x, y, autocast)
                     return _finish_diverged(cfg, h, run_dir, ckpt_path, step, loss_v, grad_norm, lr, record)
                 optimizer.step()
                 if device.type == "cuda":
@@ -350,7 +350,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Any,
                     m.update(step_metrics(optimizer))   # stall rate / Δcode when optim.track_stats
                     writer.log(step, {**m, "perf/tokens_per_s": tokens_per_step / max(dt, 1e-9)})
                 if (cfg.eval_interval and step % cfg.eval_interval == 0) or step == cfg.max_steps:
-                    val = evaluate(fwd, corpus, cfg, device)
+                    val = evaluate(fwd, corpus, cfg.data_config, device, autocast)
                     writer.log(step, val)
                     m.update(val)
                     if not math.isfinite(val["val/loss"]):   # a NaN/inf validation loss is a divergence too

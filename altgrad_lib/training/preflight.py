@@ -27,13 +27,14 @@ import torch
 from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
 from altgrad_lib.model import GPT, freeze_blocks
 from altgrad_lib.optim import factory   # factory.build_optimizer: as a module attribute, so tests can spy on it
-from altgrad_lib.quantize import recipes   # recipes.get_policy: likewise
+from altgrad_lib.quantize.recipes import QuantPolicy, layer_class_of
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
 from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import TokenCorpus
-from altgrad_lib.training.tokenizers import get_tokenizer, parse_tokenizer_name
+from altgrad_lib.training.sub_configs import DataConfig
+from altgrad_lib.training.tokenizers import get_tokenizer
 
 ACT_FLOATS_PER_TOKEN_LAYER = 18   # saved-for-backward floats per token per block, in units of n_embd
 WARN_FRACTION = 0.5               # warn above this share of the available memory, refuse above 1
@@ -54,10 +55,10 @@ def as_config_error(what: str, kinds: tuple[type[BaseException], ...] = (ValueEr
         raise ConfigError(f"{what}: {one_line(e)}") from e
 
 
-def check_policy(cfg: TrainConfig) -> Any:
-    """The recipe as a QuantPolicy; for a hardware backend every quantized operand must be one it can run."""
-    with as_config_error("TrainConfig.recipe"):
-        policy = recipes.get_policy(cfg.recipe, backend=cfg.backend, seed=cfg.seed)
+def check_policy(cfg: TrainConfig) -> QuantPolicy:
+    """The config's resolved recipe (TrainConfig.quant_policy); for a hardware backend every quantized operand must
+    be one it can run (hw_fp8 imports torch: checked here, not in TrainConfig)."""
+    policy = cfg.quant_policy
     if policy.backend != "sim":
         with as_config_error(f"TrainConfig.backend={policy.backend!r} with recipe {cfg.recipe_name!r}"):
             for cls, spec in policy.layers.items():
@@ -88,12 +89,13 @@ def check_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def vocab_size_of(tokenizer: str) -> int:
-    with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):
-        return get_tokenizer(tokenizer).n_vocab
+def vocab_size_of(data: DataConfig) -> int:
+    """The vocabulary of `data`'s tokenizer (TrainConfig.data_config), before any corpus is built."""
+    with as_config_error("TrainConfig.tokenizer", (ValueError, RuntimeError, OSError)):   # r50k ranks unreadable
+        return get_tokenizer(data.tokenizer).n_vocab
 
 
-def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
+def tiny_model(cfg: TrainConfig, policy: QuantPolicy) -> tuple[torch.nn.Module, list[dict[str, Any]]]:
     """The run's modules (every block: which weights the recipe quantizes, hp_last, what the factory puts on a grid)
     at a tiny width, quantized by `policy` and frozen as the run's; returns (model, quantize_model's rows). Widths
     are multiples of 16, as the FP8 GEMMs of the hardware backends need. The global RNG is left as it was."""
@@ -107,7 +109,7 @@ def tiny_model(cfg: TrainConfig, policy: Any) -> tuple[torch.nn.Module, list[dic
     return model, rows
 
 
-def check_quantizes_something(cfg: TrainConfig, policy: Any, rows: list[dict[str, Any]]) -> None:
+def check_quantizes_something(cfg: TrainConfig, policy: QuantPolicy, rows: list[dict[str, Any]]) -> None:
     """A recipe that quantizes some layer class but no Linear of this model (hp_last >= n_layer, with lm_head in
     high precision) would train an all-high-precision model under its name: refused."""
     if any(spec is not None for spec in policy.layers.values()) and all(r["backend"] == "-" for r in rows):
@@ -120,7 +122,7 @@ def check_quantizes_something(cfg: TrainConfig, policy: Any, rows: list[dict[str
                           f"{cfg.n_layer}, or recipe 'hp' for a high-precision run")
 
 
-def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module | None = None) -> None:
+def check_optimizer(cfg: TrainConfig, policy: QuantPolicy | None = None, model: torch.nn.Module | None = None) -> None:
     """Build the optimizer `cfg` asks for with optim.factory.build_optimizer itself (the code path of the run) on
     `model` (default: tiny_model's), then drop it: whatever the factory or an optimizer refuses (a grid storage
     with no weight format, block-scaled weights on a grid, a bad or unsigned format) fails here in one line, before
@@ -134,14 +136,11 @@ def check_optimizer(cfg: TrainConfig, policy: Any = None, model: torch.nn.Module
         factory.build_optimizer(model, cfg.optim_config, torch.device("cpu"))
 
 
-def check_settings(cfg: TrainConfig) -> Any:
-    """Every setting of `cfg` that needs no data, device or directory: recipe x backend (and that it quantizes
-    something on this model), tokenizer name, optimizer. `altgrad study` checks each point with it before training
-    any; returns the policy."""
+def check_settings(cfg: TrainConfig) -> QuantPolicy:
+    """Every setting of `cfg` that needs no data, device or directory (the tokenizer's name: TrainConfig itself):
+    recipe x backend (and that it quantizes something on this model), optimizer. `altgrad study` checks each point
+    with it before training any; returns the policy."""
     policy = check_policy(cfg)
-
-    with as_config_error("TrainConfig.tokenizer"):
-        parse_tokenizer_name(cfg.tokenizer)
     model, rows = tiny_model(cfg, policy)
     check_quantizes_something(cfg, policy, rows)
     for key, n in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks)):
@@ -152,7 +151,7 @@ def check_settings(cfg: TrainConfig) -> Any:
     return policy
 
 
-def check_config(cfg: TrainConfig) -> tuple[Any, torch.device]:
+def check_config(cfg: TrainConfig) -> tuple[QuantPolicy, torch.device]:
     """The cheap checks (no corpus, no full-size model): check_settings and the device. Used by --print-config."""
     return check_settings(cfg), check_device(cfg.device)
 
@@ -171,20 +170,20 @@ def count_params(cfg: TrainConfig, vocab_size: int, model: torch.nn.Module | Non
     return sum(p.numel() for p in (model or _meta_model(cfg, vocab_size)).parameters())
 
 
-def quantized_weight_numel(cfg: TrainConfig, vocab_size: int, policy: Any = None,
+def quantized_weight_numel(cfg: TrainConfig, vocab_size: int, policy: QuantPolicy | None = None,
                            model: torch.nn.Module | None = None) -> int:
     """Weights whose quantized copy a simulated quantized Linear saves for backward (`policy`: the resolved
     recipe, `model`: the meta model, when the caller has them)."""
     policy = policy if policy is not None else check_policy(cfg)
     n = 0
     for fqn, m in (model or _meta_model(cfg, vocab_size)).named_modules():
-        cls = recipes.layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
+        cls = layer_class_of(fqn) if isinstance(m, torch.nn.Linear) else None
         spec = policy.spec_for(cls) if cls is not None else None
         n += m.weight.numel() if spec is not None and spec.weight is not None else 0
     return n
 
 
-def estimate_memory(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> dict[str, float]:
+def estimate_memory(cfg: TrainConfig, vocab_size: int, policy: QuantPolicy | None = None) -> dict[str, float]:
     """Bytes a training step needs, by part (see the module docstring), and FLOPs per step."""
     meta = _meta_model(cfg, vocab_size)
     gcfg = meta.config
@@ -219,7 +218,7 @@ def _gib(b: float) -> str:
 
 
 def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, available: float | None = None,
-               policy: Any = None) -> dict:
+               policy: QuantPolicy | None = None) -> dict:
     """Refuse a run whose estimate does not fit the device; warn (SizeWarning) when it is huge or slow."""
     est = estimate_memory(cfg, vocab_size, policy)
     avail = available_memory(device) if available is None else available
@@ -244,14 +243,15 @@ def check_size(cfg: TrainConfig, vocab_size: int, device: torch.device, availabl
 # corpus, model, out_dir
 
 
-def build_corpus(cfg: TrainConfig) -> Any:
+def build_corpus(data: DataConfig) -> TokenCorpus:
+    """The corpus of `data` (TrainConfig.data_config), long enough for one block in each split."""
     with as_config_error("TrainConfig.corpus", (ValueError, RuntimeError, OSError)):
-        corpus = TokenCorpus.build(cfg.corpus, cfg.tokenizer, max_docs=cfg.max_docs, progress=False)
+        corpus = TokenCorpus.for_data(data)
     for split in ("train", "val"):
         n = len(corpus.split_data(split))
-        if n < cfg.block_size + 1:
-            raise ConfigError(f"corpus {cfg.corpus!r} (max_docs={cfg.max_docs}) has {n} {split} tokens, fewer than "
-                              f"block_size+1={cfg.block_size + 1}; lower block_size or raise max_docs")
+        if n < data.block_size + 1:
+            raise ConfigError(f"corpus {data.corpus!r} (max_docs={data.max_docs}) has {n} {split} tokens, fewer than "
+                              f"block_size+1={data.block_size + 1}; lower block_size or raise max_docs")
     return corpus
 
 
@@ -262,7 +262,7 @@ class BuiltModel(NamedTuple):
     rng_after: torch.Tensor         # the CPU RNG state right after the build from seed_everything(cfg.seed)
 
 
-def check_model(cfg: TrainConfig, vocab_size: int, policy: Any = None) -> BuiltModel:
+def check_model(cfg: TrainConfig, vocab_size: int, policy: QuantPolicy | None = None) -> BuiltModel:
     """Build the model and quantize it as train() will (shapes against FP8 GEMMs, ...), drawing the initial weights
     from torch.manual_seed(cfg.seed) as train()'s seed_everything does; returns it with the RNG state the build
     left, so train() continues from exactly there. The caller's global RNG is restored."""
@@ -285,9 +285,9 @@ def check_out_dir(out_dir: str | Path) -> None:
 
 
 class Preflight(NamedTuple):
-    corpus: Any
+    corpus: TokenCorpus
     device: torch.device
-    policy: Any                     # the recipe as a QuantPolicy, resolved once for every check and for train()
+    policy: QuantPolicy             # TrainConfig.quant_policy: resolved once, for every check and for train()
     built: BuiltModel               # the model train() trains (check_model)
 
 
@@ -296,9 +296,9 @@ def preflight(cfg: TrainConfig) -> Preflight:
     and the quantized model. Writes nothing but out_dir."""
     cfg = cfg.resolved()
     policy, device = check_config(cfg)
-    vocab = vocab_size_of(cfg.tokenizer)
+    vocab = vocab_size_of(cfg.data_config)
     check_size(cfg, vocab, device, policy=policy)
-    corpus = build_corpus(cfg)
+    corpus = build_corpus(cfg.data_config)
     built = check_model(cfg, corpus.vocab_size, policy)
     check_out_dir(cfg.out_dir)
     return Preflight(corpus, device, policy, built)

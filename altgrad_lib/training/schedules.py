@@ -1,0 +1,23 @@
+"""What changes with the step of a run: the learning rate (warmup + cosine) and the GEMMs precision_schedule puts in
+high precision (TrainConfig validates and resolves the schedule: config.schedule_steps)."""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from altgrad_lib.choices import SCHEDULE_GEMMS
+from altgrad_lib.training.config import TrainConfig
+
+
+def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
+    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
+    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
+
+
+def lr_at(it: int, cfg: TrainConfig) -> float:
+    """Linear warmup over warmup_steps, then cosine from lr to min_lr at max_steps (it is 0-based)."""
+    if it < cfg.warmup_steps:
+        return cfg.lr * (it + 1) / (cfg.warmup_steps + 1)
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    ratio = min(1.0, (it - cfg.warmup_steps) / span)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)

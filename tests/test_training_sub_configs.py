@@ -1,0 +1,112 @@
+"""TrainConfig's data part (data_config) and resolved recipe (quant_policy): frozen, built once with the config,
+mistakes refused at construction, and the code below them takes only its own part (not the whole TrainConfig)."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+from altgrad_lib.errors import ConfigError
+from altgrad_lib.monitors.config import DiagnosticsConfig
+from altgrad_lib.monitors.diagnostics import Diagnostics
+from altgrad_lib.optim.config import OptimConfig
+from altgrad_lib.optim.factory import build_optimizer
+from altgrad_lib.quantize.recipes import QuantPolicy, get_policy
+from altgrad_lib.training import loop, preflight
+from altgrad_lib.training.build import build_model, gpt_config
+from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.data import TokenCorpus
+from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
+
+E2M1 = {"name": "E2M1-XW", "layers": {"*": {"input": "E2M1", "weight": "E2M1"}, "lm_head": None}}
+
+
+def test_data_config_is_typed_frozen_canonical_and_built_once():
+    cfg = TrainConfig(corpus="licenses", tokenizer="gpt2-4k", max_docs=30, block_size=16, batch_size=3, seed=5,
+                      eval_iters=2)
+    assert cfg.data_config == DataConfig(corpus="licenses", tokenizer="gpt2-4096", max_docs=30, block_size=16,
+                                         batch_size=3, seed=5, eval_iters=2)
+    assert cfg.tokenizer == "gpt2-4k"                      # the field (config.yaml, the hash) keeps its spelling
+    assert cfg.data_config is cfg.data_config              # one object, built in __post_init__
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.data_config.batch_size = 4
+    assert "_data_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
+    assert cfg.replace(batch_size=4).data_config.batch_size == 4      # rebuilt with every new config
+
+
+@pytest.mark.parametrize("recipe", ["fmt:e4m3fn", "fp8_hybrid:hp_last=1", E2M1])
+def test_a_parsed_recipe_is_resolved_once_in_post_init(recipe):
+    cfg = TrainConfig(recipe=recipe, backend="sim", seed=7)
+    pol = vars(cfg)["_quant_policy"]                       # resolved before anyone asked for it
+    assert isinstance(pol, QuantPolicy) and cfg.quant_policy is pol and cfg.quant_policy is cfg.quant_policy
+    # the oracle: get_policy on the canonical recipe with the run's backend and seed, as preflight resolved it
+    assert pol == get_policy(cfg.recipe, backend="sim", seed=7) and pol.seed == 7
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pol.seed = 1
+    assert "_quant_policy" not in cfg.to_dict()
+
+
+def test_a_named_recipe_resolves_on_first_use_and_keeps_the_config_torch_free():
+    code = ("import sys; from altgrad_lib.training.config import TrainConfig; "
+            "c = TrainConfig(recipe='fp8_hybrid', backend='torchao', seed=3); c.data_config; "
+            "assert 'torch' not in sys.modules; p = c.quant_policy; "
+            "assert p is c.quant_policy and (p.name, p.backend, p.seed) == ('fp8_hybrid', 'torchao', 3), p")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
+@pytest.mark.parametrize("change,needles", [
+    (dict(tokenizer="gpt3"), ["TrainConfig.tokenizer", "'gpt3'", "valid", "gpt2-4k"]),
+    (dict(tokenizer="gpt2-100"), ["TrainConfig.tokenizer", "N=100", "256 <= N"]),
+    (dict(recipe="fp8_hybird"), ["TrainConfig.recipe", "fp8_hybird", "fp8_hybrid", "valid choices"]),
+    (dict(recipe="nvfp4:bogus"), ["TrainConfig.recipe", "bogus", "valid switches", "disable_rht"]),
+    (dict(recipe="fp8_hybrid:hp_last=x"), ["TrainConfig.recipe", "hp_last='x'", "int >= 0"]),
+])
+def test_bad_data_and_recipe_values_fail_at_construction(change, needles):
+    """A ConfigError from TrainConfig(...) itself (no preflight, no corpus, no model), one line naming the valid
+    values."""
+    with pytest.raises(ConfigError) as ei:
+        TrainConfig(**change)
+    msg = str(ei.value)
+    assert "\n" not in msg and all(n in msg for n in needles), msg
+
+
+# (function, its parameter, the one sub-config it takes): none of them takes a TrainConfig
+CONSUMERS = [
+    (preflight.build_corpus, "data", DataConfig),
+    (preflight.vocab_size_of, "data", DataConfig),
+    (TokenCorpus.for_data, "data", DataConfig),
+    (TokenCorpus.train_batch, "data", DataConfig),
+    (TokenCorpus.val_batches, "data", DataConfig),
+    (loop.evaluate, "data", DataConfig),
+    (build_model, "model", ModelConfig),
+    (build_model, "policy", QuantPolicy),
+    (gpt_config, "model", ModelConfig),
+    (build_optimizer, "oc", OptimConfig),
+    (Diagnostics.for_run, "cfg", DiagnosticsConfig),
+]
+
+
+@pytest.mark.parametrize("fn,param,part", CONSUMERS, ids=[f"{f.__qualname__}.{p}" for f, p, _ in CONSUMERS])
+def test_consumers_take_their_sub_config_only(fn, param, part):
+    hints = typing.get_type_hints(fn)
+    assert hints[param] is part
+    assert TrainConfig not in hints.values()
+
+
+def test_batches_of_a_data_part_are_get_batch_at_the_runs_seed_and_the_val_seed():
+    """train() reads its batches through data_config (train_batch / val_batches): they are TokenCorpus.get_batch at
+    the run's seed and shape for training, at VAL_SEED = 0 for validation (the same for every seed)."""
+    cfg = TrainConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=2, max_docs=30, tokenizer="gpt2-512",
+                      seed=4, eval_iters=2)
+    corpus = preflight.build_corpus(cfg.data_config)
+    x, y = corpus.train_batch(cfg.data_config, 3)
+    x2, y2 = corpus.get_batch("train", 2, 16, seed=4, step=3)
+    assert x.shape == (2, 16) and (x == x2).all() and (y == y2).all()
+    vals = list(corpus.val_batches(cfg.data_config))
+    assert len(vals) == 2 and all((v[0] == corpus.get_batch("val", 2, 16, seed=0, step=i)[0]).all()
+                                  for i, v in enumerate(vals))
+    assert (vals[0][0] != corpus.get_batch("val", 2, 16, seed=4, step=0)[0]).any()   # the val seed is not the run's
