@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from altgrad_lib.quantize.gemm_quant import GemmOptions, apply_rht, hadamard, rht_matrix, rht_signs
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.recipes import LayerSpec
 from altgrad_lib.quantize.linear import QuantizedLinear
 from helpers import gemm_data as data, gemm_layer as make, gemm_step as run, q_along, rot_along as rot

@@ -6,7 +6,8 @@ nothing of models, training or runs.
     scaling.py       per-tensor current / delayed, per-row and per-block (MX, E8M0) scaling; Scaler state as buffers
     formats_wide.py  BF16 / FP16 storage grids (data only; get_format builds them, not in the registry)
     block_scaling.py NVFP4 (E4M3 block + FP32 tensor scales, 1x16 / 16x16) and MX (E8M0, FLOOR / RCEIL) blocks
-    quant.py         QuantSpec, differentiable fake_quant with straight-through estimators, the Quantizer module
+    quant_spec.py    QuantSpec: what one fake-quantization point simulates (format, scaling, rounding, STE), validated
+    quant.py         differentiable fake_quant with straight-through estimators, the Quantizer module; sqnr_db
     grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness
     grid_metrics.py  grid geometry between steps: codes, stall rate, Δcode, bit flips, code usage, misalignment
     anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance
