@@ -1,10 +1,11 @@
 """Layer 1, numerics: what a number format is and how a tensor is put on its grid. Pure maths on tensors; knows
 nothing of models, training or runs.
 
-    formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, tables
+    formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, summary
     rounding.py      the rounding kernels: RNE, stochastic (seedable), toward zero; eager and fused bit-pattern kernels
     scaling.py       per-tensor current / delayed, per-row and per-block (MX, E8M0) scaling; Scaler state as buffers
     formats_wide.py  BF16 / FP16 storage grids (data only; get_format builds them, not in the registry)
+    formats_tables.py  a format's convention and code-grid tables (FormatTables, mixed into FloatFormat), show_number
     block_scaling.py NVFP4 (E4M3 block + FP32 tensor scales, 1x16 / 16x16) and MX (E8M0, FLOOR / RCEIL) blocks
     quant_spec.py    QuantSpec: what one fake-quantization point simulates (format, scaling, rounding, STE), validated
     quant.py         differentiable fake_quant with straight-through estimators, the Quantizer module; sqnr_db
