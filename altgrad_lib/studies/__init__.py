@@ -6,7 +6,8 @@
     owner.py       which study owns a study directory (study.json), so two studies never share an index
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
-    claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
+    claims.py      paired claims over seeds: the table, the verdicts, the control check, positive controls, claims.csv
+    paired_stats.py  the statistics of the claims' rows: sign-flip p, Holm, TOST, power / MDE, paired-t CIs, α
     gs_bounds.py   group-sequential boundaries: α-spending, recursive integration, t calibration, Holm calls
     sequential.py  seeds until resolved: the seed plan, the looks replayed from study.csv, sequential verdicts
     until_resolved.py  the same for a notebook's variants (train_variants + the replay, keyed by label)
