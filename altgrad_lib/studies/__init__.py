@@ -1,6 +1,7 @@
 """Layer 5, studies: many runs and what they say together.
 
     study.py       Study (base config x axes x points, checked at load), run_study
+    study_claims.py  a Study's claims, control check and report (StudyClaims, mixed into Study), checked at load
     runs.py        running points: run_points (executor, reuse / resume, interrupts) and the index study.csv
     variant_runs.py  a notebook's variants x seeds through run_points: train_variants, VariantRuns
     owner.py       which study owns a study directory (study.json), so two studies never share an index
