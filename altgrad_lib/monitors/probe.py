@@ -24,7 +24,7 @@ from altgrad_lib.monitors.activations import attention_entropy, kurtosis
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.model import MLP, CausalSelfAttention
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats
-from altgrad_lib.numerics.quant import QuantEvent
+from altgrad_lib.numerics.quantizer import QuantEvent
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 
