@@ -51,7 +51,7 @@ _check_torch()
 # torch-free) and point from layer 0 up to every layer. In the package, import a name from its module.
 _LAZY = {
     "get_format": "numerics.formats", "FloatFormat": "numerics.formats", "BUILTIN_FORMATS": "numerics.formats",
-    "ScalingConfig": "numerics.scaling", "QuantSpec": "numerics.quant", "Quantizer": "numerics.quant",
+    "ScalingConfig": "numerics.scaling", "QuantSpec": "numerics.quant_spec", "Quantizer": "numerics.quantizer",
     "fake_quant": "numerics.quant", "GPT": "model", "GPTConfig": "model", "get_policy": "quantize.recipes",
     "quantize_model": "quantize.convert", "TokenCorpus": "training.data", "load_corpus": "training.data",
     "get_tokenizer": "training.tokenizers", "TrainConfig": "training.config", "Run": "training.run_dir",

@@ -31,7 +31,7 @@ from common import add_model_args, check_device
 
 from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
-from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
 from altgrad_lib.quantize.recipes import get_policy
 from altgrad_lib.quantize.convert import quantize_model

@@ -245,7 +245,7 @@ def gemm_data(b=3, t=40, inp=64, out=48, seed=1):
 def q_along(t: torch.Tensor, spec, dim: int) -> torch.Tensor:
     """Quantize a 2D tensor with blocks along `dim` (0 or 1) by block_qdq, written out by hand."""
     from altgrad_lib.numerics.block_scaling import block_qdq
-    from altgrad_lib.numerics.quant import QuantSpec
+    from altgrad_lib.numerics.quant_spec import QuantSpec
     spec = QuantSpec.from_dict(spec)
     if dim == 1:
         return block_qdq(t, spec.fmt, spec.scaling)[0]

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from altgrad_lib.errors import ConfigError
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq
-from altgrad_lib.numerics.quant import QuantSpec, fake_quant
+from altgrad_lib.numerics.quant import fake_quant
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.attention import ATTN_POINTS, AttnSpec, QuantizedAttention
 from altgrad_lib.quantize.convert import format_conversion, quantize_model
 from altgrad_lib.quantize.recipes import canonical_recipe, get_policy

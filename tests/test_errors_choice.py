@@ -9,7 +9,7 @@ import pytest
 
 from altgrad_lib.errors import ConfigError, check_choice, invalid
 from altgrad_lib.monitors.config import DiagnosticsConfig
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.training.config import TrainConfig
 
 PKG = Path(__file__).resolve().parents[1] / "altgrad_lib"

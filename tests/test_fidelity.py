@@ -14,7 +14,7 @@ from altgrad_lib.choices import BLOCK_RECIPE_ALIASES, BLOCK_SWITCHES, NAMED_RECI
 from altgrad_lib.cli import main
 from altgrad_lib.numerics import oracles
 from altgrad_lib.numerics.block_scaling import block_qdq
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize import fidelity
 from altgrad_lib.quantize.fidelity import fidelity_report, sr_unbiasedness
 from altgrad_lib.quantize.recipes import get_policy

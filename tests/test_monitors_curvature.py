@@ -18,7 +18,7 @@ from torch.func import functional_call
 
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors import curvature as cv
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.recipes import LayerSpec
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.convert import quantize_model

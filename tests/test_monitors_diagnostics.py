@@ -237,7 +237,7 @@ def test_the_divergence_step_is_recorded(tmp_path):
 
 def test_counters_without_counting_or_on_hardware_paths_say_unavailable(tmp_path):
     from altgrad_lib.model import GPT, GPTConfig
-    from altgrad_lib.numerics.quant import Quantizer
+    from altgrad_lib.numerics.quantizer import Quantizer
     from altgrad_lib.quantize.convert import quantize_model
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64))

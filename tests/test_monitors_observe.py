@@ -15,7 +15,7 @@ from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.monitors.probe import Probe, layer_histograms
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats, elementwise_scale
-from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers
 from altgrad_lib.quantize.linear import QuantizedLinear

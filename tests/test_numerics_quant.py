@@ -13,7 +13,9 @@ import torch
 import yaml
 
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.numerics.quant import STE_MODES, QuantSpec, Quantizer, fake_quant, sqnr_db
+from altgrad_lib.numerics.quant import fake_quant, sqnr_db
+from altgrad_lib.numerics.quant_spec import STE_MODES, QuantSpec
+from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.linear import _QuantizeGradOutput
 from altgrad_lib.numerics.scaling import Scaler, ScalingConfig, stateless_scale
 from altgrad_lib.numerics.block_scaling import BlockScaling, elementwise_scale

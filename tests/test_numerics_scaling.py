@@ -83,7 +83,7 @@ def test_per_row_scale():
 
 def test_per_block_is_a_spelling_of_mx_and_refused_by_scaling_config():
     from altgrad_lib.numerics.block_scaling import BlockScaling
-    from altgrad_lib.numerics.quant import QuantSpec
+    from altgrad_lib.numerics.quant_spec import QuantSpec
 
     with pytest.raises(ValueError,
                        match=r"kind='per_block' is invalid; valid choices: .*'per_row'.*did you mean.*'mx'"):
@@ -100,7 +100,7 @@ def test_per_block_is_a_spelling_of_mx_and_refused_by_scaling_config():
 @pytest.mark.parametrize("k", [64, 70, 5])  # 70, 5: ragged last block
 def test_per_block_mx_scale(k):
     from altgrad_lib.numerics.block_scaling import elementwise_scale
-    from altgrad_lib.numerics.quant import QuantSpec
+    from altgrad_lib.numerics.quant_spec import QuantSpec
 
     torch.manual_seed(0)
     x = torch.randn(3, k) * torch.logspace(-3, 3, k)
@@ -120,7 +120,8 @@ def test_per_block_against_torchao_mx_bit_exact():
     from torchao.prototype.mx_formats.mx_tensor import ScaleCalculationMode, get_fp_scale, to_mx
 
     from altgrad_lib.numerics.block_scaling import block_scales
-    from altgrad_lib.numerics.quant import QuantSpec, fake_quant
+    from altgrad_lib.numerics.quant import fake_quant
+    from altgrad_lib.numerics.quant_spec import QuantSpec
 
     torch.manual_seed(1)
     # wide dynamic range per block, plus values that saturate under MX FLOOR scaling (amax mantissa > 1.75)
@@ -211,7 +212,8 @@ def test_scaler_state_dict_restores_exactly():
 
 @pytest.mark.parametrize("kind", ["current", "delayed", "per_row"])   # MX (per_block) has no floor: E8M0's range
 def test_eps_floor_counts_and_no_nan(kind):
-    from altgrad_lib.numerics.quant import QuantSpec, fake_quant
+    from altgrad_lib.numerics.quant import fake_quant
+    from altgrad_lib.numerics.quant_spec import QuantSpec
 
     cfg = ScalingConfig(kind=kind, block_size=4)
     sc = Scaler(cfg, E4M3)

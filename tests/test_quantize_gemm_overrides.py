@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from altgrad_lib.numerics.quant import QuantSpec, fake_quant
+from altgrad_lib.numerics.quant import fake_quant
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LayerSpec, QuantPolicy, get_policy

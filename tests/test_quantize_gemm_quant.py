@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from altgrad_lib.quantize.gemm_quant import GemmOptions, apply_rht, hadamard, rht_matrix, rht_signs
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.recipes import LayerSpec
 from altgrad_lib.quantize.linear import QuantizedLinear
 from helpers import gemm_data as data, gemm_layer as make, gemm_step as run, q_along, rot_along as rot
@@ -212,7 +212,7 @@ def test_a_gemm_block_without_rht_gets_no_rht():
 def test_quantizer_axis_is_the_same_rule_on_the_moved_tensor():
     """Quantizer(..., axis=0) is the quantizer along the last dim of the transposed tensor, for a block kind (with
     SR: the same random draws) and for per_row."""
-    from altgrad_lib.numerics.quant import Quantizer
+    from altgrad_lib.numerics.quantizer import Quantizer
     t = torch.randn(64, 40) * torch.exp2(torch.randint(-6, 6, (1, 40)).float())
     for spec in ({"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"}, {"fmt": "E4M3", "scaling": "per_row"}):
         a, b = Quantizer(spec, seed=3), Quantizer(spec, seed=3)

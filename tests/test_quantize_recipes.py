@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.model import GPT, GPTConfig
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.recipes import LAYER_CLASSES, LayerSpec, QuantPolicy, get_policy, layer_class_of, sqnr_db
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.convert import COLUMNS, conversion_summary, quantize_model

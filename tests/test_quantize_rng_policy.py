@@ -12,7 +12,8 @@ from helpers import gemm_data as data, gemm_layer as make, gemm_step as run
 
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.numerics.counter_rng import derive_keys, hash_bits
-from altgrad_lib.numerics.quant import QuantSpec, Quantizer
+from altgrad_lib.numerics.quantizer import Quantizer
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.gemm_quant import GemmOptions, layer_signs, rht_signs
 from altgrad_lib.quantize.linear import QuantizedLinear, module_seed, set_hp_gemms, set_rng_step

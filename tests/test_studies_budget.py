@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from altgrad_lib.studies import budget
-from altgrad_lib.studies.claims import verdict_mde
+from altgrad_lib.studies.paired_stats import verdict_mde
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.loop import train
@@ -89,7 +89,8 @@ def test_a_device_not_here_is_not_measured_and_says_so(capsys):
     assert main(["study", "-f", str(STUDIES / "h100_formats.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "estimate (cuda: not on this machine, so not measured" in out and "the study >= " in out
-    # the verdict's MDE (claims.verdict_mde) at the study's 3 seeds over its Holm family: one row per recipe but hp
+    # the verdict's MDE (paired_stats.verdict_mde) at the study's 3 seeds over its Holm family: one row per recipe
+    # but hp
     m = len(yaml.safe_load((STUDIES / "h100_formats.yaml").read_text())["axes"]["recipe"]) - 1
     assert m > 1 and f"MDE = {verdict_mde(3, 1.0, m):.3g} x the sample sd" in out and f"α/{m} over {m} row(s)" in out
 

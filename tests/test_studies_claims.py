@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from altgrad_lib.studies import claims
+from altgrad_lib.studies import claims, paired_stats
 
 V = [5.30, 5.25, 5.41]   # a variant's final val loss, seeds 0..2
 B = [5.20, 5.22, 5.30]   # the baseline's, same seeds: d = (0.10, 0.03, 0.11)
@@ -22,7 +22,7 @@ def test_paired_row_against_hand_computation_and_ttest_rel():
     m = sum(d) / 3
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / 2)
     t = m / (sd / math.sqrt(3))
-    row = claims.paired_row(V, B, delta=0.05)
+    row = paired_stats.paired_row(V, B, delta=0.05)
     assert row["n"] == 3 and row["gap_nats"] == pytest.approx(m, rel=1e-12)
     assert row["sd_nats"] == pytest.approx(sd, rel=1e-12)
     # t_{0.975, 2} = 4.302652729911275 (tables); p = 2 P(T_2 > t), with the t_2 CDF in closed form
@@ -33,7 +33,7 @@ def test_paired_row_against_hand_computation_and_ttest_rel():
     assert row["p_welch"] == pytest.approx(sps.ttest_ind(V, B, equal_var=False).pvalue, rel=1e-12)
     assert row["p_paired"] < row["p_welch"]           # pairing removes the seed-to-seed spread
     assert row["signs"] == "worse in 3/3" and row["p_perm"] == pytest.approx(2 / 8)
-    assert claims.paired_row(B, V)["signs"] == "better in 3/3"
+    assert paired_stats.paired_row(B, V)["signs"] == "better in 3/3"
 
 
 def _brute_sign_flip(d):
@@ -46,37 +46,37 @@ def _brute_sign_flip(d):
 @pytest.mark.parametrize("d", [[0.1, 0.03, 0.11], [0.2, -0.05, 0.1, 0.07, -0.01], [1.0, 2.0, -3.0, 0.5, 0.25, 4.0],
                                list(np.random.default_rng(3).normal(0.1, 0.2, 10))])
 def test_sign_flip_p_is_exact(d):
-    assert claims.sign_flip_p(d) == pytest.approx(_brute_sign_flip(d), abs=1e-15)
-    assert math.isnan(claims.sign_flip_p(list(range(1, 18))))   # above PERM_MAX_N: not computed
+    assert paired_stats.sign_flip_p(d) == pytest.approx(_brute_sign_flip(d), abs=1e-15)
+    assert math.isnan(paired_stats.sign_flip_p(list(range(1, 18))))   # above PERM_MAX_N: not computed
 
 
 def test_holm_against_hand_example():
     # sorted p = 0.01, 0.02, 0.03, 0.04 (m = 4): 4·0.01 = 0.04, 3·0.02 = 0.06, 2·0.03 = 0.06, 1·0.04 = 0.04 -> 0.06
-    got = claims.holm([0.03, 0.01, math.nan, 0.04, 0.02])
+    got = paired_stats.holm([0.03, 0.01, math.nan, 0.04, 0.02])
     assert got[[1, 4, 0, 3]] == pytest.approx([0.04, 0.06, 0.06, 0.06]) and math.isnan(got[2])
-    assert claims.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert paired_stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
 
 
 def test_tost_is_two_one_sided_ttest_rel():
     v, b, delta = np.array([5.21, 5.24, 5.30, 5.22]), np.array([5.20, 5.22, 5.31, 5.20]), 0.05
     lo = sps.ttest_rel(v, b - delta, alternative="greater").pvalue   # H0: mean d <= -δ
     hi = sps.ttest_rel(v, b + delta, alternative="less").pvalue      # H0: mean d >= +δ
-    assert claims.tost_p(v - b, delta) == pytest.approx(max(lo, hi), rel=1e-12)
-    assert claims.tost_p(v - b, delta) < 0.05 < claims.tost_p(v - b, 0.012)
+    assert paired_stats.tost_p(v - b, delta) == pytest.approx(max(lo, hi), rel=1e-12)
+    assert paired_stats.tost_p(v - b, delta) < 0.05 < paired_stats.tost_p(v - b, 0.012)
 
 
 def test_mde_closed_form_and_monte_carlo_power():
     n, sd = 3, 0.02
-    e = claims.mde(n, sd)
+    e = paired_stats.mde(n, sd)
     # noncentral t power at the MDE is 80 % (scipy's nct), and the normal-approximation closed form
     # (t_{1-α/2} + t_{power}) sd/√n brackets it from below (it ignores the far tail and the nc spread)
-    assert claims.power_paired(e, n, sd) == pytest.approx(0.80, abs=1e-9)
+    assert paired_stats.power_paired(e, n, sd) == pytest.approx(0.80, abs=1e-9)
     for nn, eff in ((3, 0.03), (5, 0.01), (10, 0.02)):   # scipy's noncentral t as the oracle where it is accurate
         tc = sps.t.ppf(0.975, nn - 1)
         nc = eff * math.sqrt(nn) / sd
         ref = sps.nct.sf(tc, nn - 1, nc) + sps.nct.cdf(-tc, nn - 1, nc)
-        assert claims.power_paired(eff, nn, sd) == pytest.approx(ref, rel=1e-6)
-    e2 = claims.mde(2, 0.007)                            # df = 1: where nct.sf returns NaN (integrated instead)
+        assert paired_stats.power_paired(eff, nn, sd) == pytest.approx(ref, rel=1e-6)
+    e2 = paired_stats.mde(2, 0.007)                            # df = 1: where nct.sf returns NaN (integrated instead)
     d2 = np.random.default_rng(1).normal(e2, 0.007, size=(40_000, 2))
     assert np.mean(sps.ttest_1samp(d2, 0.0, axis=1).pvalue < 0.05) == pytest.approx(0.80, abs=0.01)
     approx = (sps.t.ppf(0.975, n - 1) + sps.t.ppf(0.80, n - 1)) * sd / math.sqrt(n)
@@ -85,7 +85,8 @@ def test_mde_closed_form_and_monte_carlo_power():
     d = rng.normal(e, sd, size=(40_000, n))
     p = sps.ttest_1samp(d, 0.0, axis=1).pvalue
     assert np.mean(p < 0.05) == pytest.approx(0.80, abs=0.01)   # 40k draws: binomial sd 0.002
-    assert claims.mde(10, sd) < e and claims.mde(1, sd) != claims.mde(1, sd) and claims.mde(3, 0.0) == 0.0
+    assert (paired_stats.mde(10, sd) < e and paired_stats.mde(1, sd) != paired_stats.mde(1, sd)
+            and paired_stats.mde(3, 0.0) == 0.0)
 
 
 def test_verdict_rules():
@@ -133,7 +134,7 @@ def test_claims_table_pairs_by_seed_and_flags_the_control():
     assert t.loc["bad", "control"] == "beat the frozen-blocks control in 3/4"
     assert t.loc["boom", "n"] == 3 and t.loc["boom", "n_diverged"] == 1 and t.loc["boom", "seeds"] == "1 2 3"
     assert t.loc["boom", "verdict"] == "diverged in 1/4 seeds" and (t.n_diverged_baseline == 0).all()
-    assert list(t.p_holm) == pytest.approx(list(claims.holm(t.p_paired.to_numpy())))
+    assert list(t.p_holm) == pytest.approx(list(paired_stats.holm(t.p_paired.to_numpy())))
     lines = claims.positive_control_lines(t.reset_index())
     assert lines == [lines[0]] and lines[0].startswith("positive control fp4: resolved")
     assert "Holm" in claims.describe(t) and "δ = 0.01 nats" in claims.describe(t)
@@ -351,14 +352,14 @@ def test_the_default_margin_excludes_every_known_harm_of_the_cpu_format_study():
         assert (t.loc[k, "gap_nats"], t.loc[k, "gap_lo"], t.loc[k, "gap_hi"]) == pytest.approx((g, lo, hi), abs=1e-4)
     assert (t.delta_nats == claims.DELTA_NATS).all() and claims.DELTA_NATS == 0.01
     for k in ("E7M0", "positive"):
-        assert t.loc[k, "verdict"] == "worse" and t.loc[k, "p_tost"] >= claims.ALPHA
+        assert t.loc[k, "verdict"] == "worse" and t.loc[k, "p_tost"] >= paired_stats.ALPHA
         assert t.loc[k, "equiv_bound"] > claims.DELTA_NATS
     assert t.loc["positive", "positive_control"] == "resolved"
     for k in ("fp8_hybrid", "E4M3", "E5M2"):
         assert t.loc[k, "verdict"] == "equivalent within ±0.01" and t.loc[k, "equiv_bound"] < claims.DELTA_NATS
     assert t.loc["fp8_hybrid", "equiv_bound"] == pytest.approx(0.0039, abs=1e-4)   # "equivalent within ±0.004"
     stated = claims.claims_table(_cpu_formats_frame(), "recipe", "hp", delta=0.05).set_index("level")
-    assert (stated.delta_nats == 0.05).all() and stated.loc["E7M0", "p_tost"] < claims.ALPHA   # a stated δ wins
+    assert (stated.delta_nats == 0.05).all() and stated.loc["E7M0", "p_tost"] < paired_stats.ALPHA   # a stated δ wins
 
 
 def test_equiv_bound_is_the_90_percent_ci_and_decides_tost():
@@ -370,7 +371,7 @@ def test_equiv_bound_is_the_90_percent_ci_and_decides_tost():
         b = rng.normal(5, 0.1, n)
         v = b + rng.normal(rng.normal(0, 0.01), rng.uniform(0.001, 0.02), n)
         d = v - b
-        row = claims.paired_row(v, b, delta=0.01)
+        row = paired_stats.paired_row(v, b, delta=0.01)
         lo, hi = sps.t.interval(0.90, n - 1, loc=d.mean(), scale=d.std(ddof=1) / math.sqrt(n))
         assert row["equiv_bound"] == pytest.approx(max(abs(lo), abs(hi)), rel=1e-9)
         if abs(row["equiv_bound"] - 0.01) > 1e-9:
@@ -400,7 +401,7 @@ def test_sd_upper_is_an_80_percent_upper_bound():
     rng = np.random.default_rng(2)
     for n in (2, 3, 5):
         sd = rng.normal(0, 1.0, size=(20_000, n)).std(axis=1, ddof=1)
-        ucb = np.array([claims.sd_upper(s, n) for s in sd[:50]])
+        ucb = np.array([paired_stats.sd_upper(s, n) for s in sd[:50]])
         assert ucb / sd[:50] == pytest.approx(np.full(50, math.sqrt((n - 1) / sps.chi2.ppf(0.2, n - 1))))
         share = np.mean(sd * math.sqrt((n - 1) / sps.chi2.ppf(0.2, n - 1)) >= 1.0)
         assert share == pytest.approx(0.80, abs=0.01)
@@ -414,11 +415,11 @@ def _sim_tables(rng, P, m, n, sigma, gap0):
     return d
 
 
-def _fires(d, alpha=claims.ALPHA):
-    """Per table: row 0 called worse (Holm over the table's rows, claims.holm; paired t by scipy), and any row
+def _fires(d, alpha=paired_stats.ALPHA):
+    """Per table: row 0 called worse (Holm over the table's rows, paired_stats.holm; paired t by scipy), and any row
     called worse or better."""
     p = sps.ttest_1samp(d, 0.0, axis=2).pvalue
-    ph = np.array([claims.holm(row) for row in p])
+    ph = np.array([paired_stats.holm(row) for row in p])
     return (ph[:, 0] < alpha) & (d[:, 0].mean(axis=1) > 0), (ph < alpha).any(axis=1)
 
 

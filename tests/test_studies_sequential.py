@@ -147,8 +147,8 @@ def test_adding_seeds_resolves_a_real_effect_more_often_than_the_minimum():
 
 
 def test_sequential_calls_is_holm_at_one_look():
-    """K = 1: the rule is claims.py's fixed-sample Holm step-down (claims.holm, adjusted p < α)."""
-    from altgrad_lib.studies.claims import holm
+    """K = 1: the rule is claims.py's fixed-sample Holm step-down (paired_stats.holm, adjusted p < α)."""
+    from altgrad_lib.studies.paired_stats import holm
 
     rng = np.random.default_rng(1)
     p = rng.uniform(0, 0.05, size=(500, 5)) ** 1.3
@@ -273,8 +273,8 @@ def test_sequential_study_with_the_default_delta_prints_the_ci_and_mde_of_its_bo
     equivalent at the first look; 0.3 is +0.05 in every seed: worse at the first look. The CI beside each verdict
     is at the level of the bound it was held to (1 − 2·p_bound_tost beside TOST, 1 − p_bound beside worse; the
     fixed-sample Holm/90 % levels before), so it lies inside ±δ / excludes 0, and the MDE is the one-row MDE at
-    p_bound (claims.verdict_mde)."""
-    from altgrad_lib.studies import claims
+    p_bound (paired_stats.verdict_mde)."""
+    from altgrad_lib.studies import claims, paired_stats
     from altgrad_lib.studies.sequential import study_replay
 
     s = _seq_study(tmp_path)
@@ -287,9 +287,9 @@ def test_sequential_study_with_the_default_delta_prints_the_ci_and_mde_of_its_bo
     assert eq.verdict == f"equivalent within ±{claims.DELTA_NATS:.3g}" and worse.verdict == "worse"
     assert eq.ci_level == pytest.approx(1 - 2 * eq.p_bound_tost) and worse.ci_level == pytest.approx(1 - worse.p_bound)
     assert -claims.DELTA_NATS < eq.ci_lo and eq.ci_hi < claims.DELTA_NATS and worse.ci_lo > 0
-    half = stats.t.ppf(1 - eq.p_bound_tost, eq.n - 1) * eq.sd_nats / math.sqrt(eq.n)    # scipy, not claims.ci_at
+    half = stats.t.ppf(1 - eq.p_bound_tost, eq.n - 1) * eq.sd_nats / math.sqrt(eq.n)    # scipy, not paired_stats.ci_at
     assert eq.ci_hi == pytest.approx(eq.gap_nats + half)
-    assert worse.mde_nats == pytest.approx(claims.verdict_mde(3, worse.sd_nats, 1, worse.p_bound))
+    assert worse.mde_nats == pytest.approx(paired_stats.verdict_mde(3, worse.sd_nats, 1, worse.p_bound))
     assert set(rep.looks.look) == {1}                  # nothing open: no seed added
     lines = s.report(idx, write=False)[1]
     assert "CI at 1 − p_bound" in lines[-1] and f"δ = {claims.DELTA_NATS:.4g} nats" in lines[-1]

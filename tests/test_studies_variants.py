@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from altgrad_lib.studies import claims
+from altgrad_lib.studies import claims, paired_stats
 from altgrad_lib.studies.variants import (OPTIMIZER_VARIANTS, optimizer_runs, parse_references, reference_claims,
                                           reference_of)
 from altgrad_lib.training.config import TrainConfig
@@ -95,7 +95,7 @@ def test_reference_claims_pairs_each_run_with_its_formats_reference():
     bound = d.mean() + stats.t.ppf(0.95, 2) * d.std(ddof=1) / np.sqrt(3)
     assert t.loc["BF16 adamw grid_sr", "equiv_bound"] == pytest.approx(bound) and bound > claims.DELTA_NATS
     assert t.loc["BF16 adamw grid_sr", "verdict"] == "inconclusive"
-    assert t.loc["BF16 adamw grid_sr", "mde_nats"] == pytest.approx(claims.verdict_mde(3, d.std(ddof=1), len(t)))
+    assert t.loc["BF16 adamw grid_sr", "mde_nats"] == pytest.approx(paired_stats.verdict_mde(3, d.std(ddof=1), len(t)))
 
 
 def test_reference_claims_holm_is_over_the_whole_table_not_per_format():

@@ -29,7 +29,7 @@ from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.model import MLP, CausalSelfAttention
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats
 from altgrad_lib.numerics.grid_metrics import scaled_log2_hist, window_bins
-from altgrad_lib.numerics.quant import QuantEvent
+from altgrad_lib.numerics.quantizer import QuantEvent
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import SUFFIX_TO_CLASS, get_policy
 from altgrad_lib.quantize.gemm_overrides import override_label, override_quantizers

@@ -1,12 +1,15 @@
 """Layer 1, numerics: what a number format is and how a tensor is put on its grid. Pure maths on tensors; knows
 nothing of models, training or runs.
 
-    formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, tables
+    formats.py       FloatFormat (every convention a validated field), get_format, grids, encode/decode, ULP, summary
     rounding.py      the rounding kernels: RNE, stochastic (seedable), toward zero; eager and fused bit-pattern kernels
     scaling.py       per-tensor current / delayed, per-row and per-block (MX, E8M0) scaling; Scaler state as buffers
     formats_wide.py  BF16 / FP16 storage grids (data only; get_format builds them, not in the registry)
+    formats_tables.py  a format's convention and code-grid tables (FormatTables, mixed into FloatFormat), show_number
     block_scaling.py NVFP4 (E4M3 block + FP32 tensor scales, 1x16 / 16x16) and MX (E8M0, FLOOR / RCEIL) blocks
-    quant.py         QuantSpec, differentiable fake_quant with straight-through estimators, the Quantizer module
+    quant_spec.py    QuantSpec: what one fake-quantization point simulates (format, scaling, rounding, STE), validated
+    quant.py         differentiable fake_quant, straight-through estimators (its qdq shared with Quantizer); sqnr_db
+    quantizer.py     Quantizer, the stateful fake-quant module: Scaler, compile-traceable SR RNG, counters, observers
     grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness
     grid_metrics.py  grid geometry between steps: codes, stall rate, Δcode, bit flips, code usage, misalignment
     anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from altgrad_lib.numerics.formats import FloatFormat, get_format, show_number
+from altgrad_lib.numerics.formats import FloatFormat, get_format
+from altgrad_lib.numerics.formats_tables import show_number
 
 
 def positive_values(fmt: FloatFormat | str) -> np.ndarray:

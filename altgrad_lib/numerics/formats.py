@@ -1,4 +1,5 @@
-"""Small float formats (8 bits and below): definitions, registry, grids, encode/decode, ULP, tables.
+"""Small float formats (8 bits and below): definitions, registry, grids, encode/decode, ULP, the summary table.
+(Each format's convention and code tables: formats_tables.py, mixed into FloatFormat.)
 (16-bit IEEE-style BF16 / FP16 grids for weight storage: formats_wide.py, resolved by get_format, not registered.)
 
 `get_format("E4M3").quantize(x)` is the one numerics primitive the rest of AltGrad builds on; the rounding
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 import torch
 
 from altgrad_lib.numerics.formats_block import BLOCK_GRID_ALIASES, BLOCK_GRID_SPECS
+from altgrad_lib.numerics.formats_tables import FormatTables
 from altgrad_lib.numerics.formats_wide import WIDE_ALIASES, WIDE_SPECS
 from altgrad_lib.numerics.rounding import ROUNDING_MODES, KernelParams, quantize_tensor, random_bits
 
@@ -61,19 +63,13 @@ __all__ = ["ROUNDING_MODES", "SPECIALS", "FloatFormat", "BUILTIN_FORMATS", "get_
 
 SPECIALS = ("ieee", "fn", "fnuz", "none")
 _NATIVE_DTYPES = {"float8_e4m3fn": "fn", "float8_e5m2": "ieee", "float8_e4m3fnuz": "fnuz", "float8_e5m2fnuz": "fnuz"}
-_SPECIALS_DOC = {
-    "ieee": "top exponent field: mantissa 0 = +-inf, otherwise NaN",
-    "fn": "one NaN per sign at the all-ones code; no inf",
-    "fnuz": "single NaN at 0x80 (no -0); no inf",
-    "none": "no inf, no NaN: every code is finite",
-}
 
 
 _KERNELS: dict[str, KernelParams] = {}   # kernel constants by key (see FloatFormat.kernel)
 
 
 @dataclass(frozen=True)
-class FloatFormat:
+class FloatFormat(FormatTables):
     """A sign/exponent/mantissa format of at most 8 bits with every convention explicit."""
 
     name: str
@@ -331,72 +327,14 @@ class FloatFormat:
         sp = torch.where(torch.isinf(ax), 2.0 ** (max(self.emax, self.emin) - self.mbits), sp)
         return torch.where(torch.isnan(ax), math.nan, sp)
 
-    # ---- printing ----
+    # ---- printing (convention_table, grid_table: FormatTables, formats_tables.py) ----
     def short_str(self) -> str:
         """Compact unique name for logs, accepted by get_format (e.g. "e4m3fn", "e1m6")."""
         return _SHORT.get(self.name, self.name.lower())
 
-    def convention_table(self):
-        """pandas DataFrame (field, value, meaning) of every convention of this format."""
-        import pandas as pd
-
-        rows = [
-            ("name", self.name, "canonical name"), ("short", self.short_str(), "log name"),
-            ("bits", self.bits, "sign + exponent + mantissa"), ("ebits", self.ebits, "exponent bits"),
-            ("mbits", self.mbits, "explicit mantissa bits"), ("bias", self.bias, "exponent bias"),
-            ("signed", self.signed, "has a sign bit"),
-            ("subnormals", self.subnormals, "exponent field 0 holds zero and subnormals"),
-            ("has_zero", self.has_zero, "a code for zero exists"),
-            ("specials", self.specials, _SPECIALS_DOC[self.specials]),
-            ("negative_zero", self.signed and self.specials != "fnuz", "-0 is a distinct code"),
-            ("aliases", ", ".join(self.aliases) or "-", "other names get_format accepts"),
-            ("max", show_number(self.max), "largest finite value"),
-            ("min_normal", show_number(self.min_normal) if self.has_normals else "none",
-             "2^emin" if self.has_normals else "no normal numbers (no exponent bits): every nonzero is subnormal"),
-            ("min_subnormal", show_number(self.min_subnormal), "smallest positive value"),
-            ("emin", self.emin, "exponent of the smallest normal binade"), ("emax", self.emax, "exponent of max"),
-            ("n_finite", self.n_finite, "distinct finite values"),
-            ("overflow (saturate=True)", "+-max" + (" (inf stays inf)" if self.specials == "ieee" else " (inf -> max)"),
-             "quantize default"),
-            ("overflow (saturate=False)", self.overflow_nonsat, "as ml_dtypes / torch non-saturating casts"),
-            ("ties", "to even code", "RNE; E7M0/e8m0: even exponent field"),
-            ("reference", self.reference or "-", "bit-exact oracle"), ("note", self.note or "-", ""),
-        ]
-        return pd.DataFrame(rows, columns=["field", "value", "meaning"]).set_index("field")
-
-    def grid_table(self):
-        """pandas DataFrame with one row per code: code, hex, bits, sign, exponent, mantissa, class, value."""
-        import pandas as pd
-
-        E, M = self.ebits, self.mbits
-        rows = []
-        for c, v in enumerate(self._table):
-            mag = c & ((1 << (E + M)) - 1)
-            e, m = mag >> M, mag & ((1 << M) - 1)
-            if math.isnan(v):
-                cls = "nan"
-            elif math.isinf(v):
-                cls = "inf"
-            elif v == 0:
-                cls = "zero"
-            elif self.subnormals and e == 0:
-                cls = "subnormal"
-            else:
-                cls = "normal"
-            rows.append({"code": c, "hex": f"0x{c:02X}", "bits": format(c, f"0{self.bits}b"),
-                         "sign": (c >> (E + M)) & 1 if self.signed else 0, "exponent": e, "mantissa": m,
-                         "class": cls, "value": v})
-        return pd.DataFrame(rows)
-
     def __repr__(self) -> str:
         return (f"FloatFormat({self.name}: {self.bits}b e{self.ebits}m{self.mbits} bias={self.bias} "
                 f"specials={self.specials} max={self.max:g} min_sub={self.min_subnormal:g})")
-
-
-def show_number(v: float) -> str:
-    """A float for display tables: repr is exact and never rounds (pandas shows 2^-127 in an object column
-    as 0.0)."""
-    return repr(float(v))
 
 
 # ---------------------------------------------------------------- registry

@@ -44,7 +44,8 @@ import torch.nn as nn
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from altgrad_lib.numerics.quant import QuantSpec, Quantizer
+from altgrad_lib.numerics.quantizer import Quantizer
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.gemm_overrides import operand_spec
 from altgrad_lib.quantize.gemm_quant import per_tensor_quantizer, rowwise_copy, apply_rht, rht_matrix, rht_signs
 

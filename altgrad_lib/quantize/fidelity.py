@@ -48,7 +48,9 @@ from torch import Tensor
 from altgrad_lib.numerics import oracles
 from altgrad_lib.choices import BLOCK_SWITCHES
 from altgrad_lib.numerics.block_scaling import BlockScaling, elementwise_scale
-from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db
+from altgrad_lib.numerics.quant import sqnr_db
+from altgrad_lib.numerics.quant_spec import QuantSpec
+from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.numerics.scaling import stateless_scale
 from altgrad_lib.quantize.fidelity_text import db_str, render_text
 from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS, ROLE_LABEL

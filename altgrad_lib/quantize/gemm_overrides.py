@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from altgrad_lib.numerics.quant import QuantSpec
+from altgrad_lib.numerics.quant_spec import QuantSpec
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 GEMM_OPERANDS = {"fprop": ("input", "weight"), "dgrad": ("grad_output", "weight"), "wgrad": ("grad_output", "input")}

@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from altgrad_lib.numerics.counter_rng import seed_keys
-from altgrad_lib.numerics.quant import Quantizer
+from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.gemm_overrides import GEMMS, override_key
 from altgrad_lib.quantize.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec

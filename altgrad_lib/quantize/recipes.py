@@ -21,7 +21,8 @@ from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_A
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.numerics.quant import QuantSpec, Quantizer, sqnr_db  # noqa: F401  (sqnr_db re-exported)
+from altgrad_lib.numerics.quant import sqnr_db  # noqa: F401  (sqnr_db re-exported)
+from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.quantize.attention import AttnSpec
 from altgrad_lib.quantize.block_recipes import block_recipe, block_recipe_attn, canonical_block_recipe, is_block_recipe
 from altgrad_lib.quantize.gemm_overrides import delayed_rht_error, operand_spec

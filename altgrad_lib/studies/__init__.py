@@ -1,12 +1,14 @@
 """Layer 5, studies: many runs and what they say together.
 
     study.py       Study (base config x axes x points, checked at load), run_study
+    study_claims.py  a Study's claims, control check and report (StudyClaims, mixed into Study), checked at load
     runs.py        running points: run_points (executor, reuse / resume, interrupts) and the index study.csv
     variant_runs.py  a notebook's variants x seeds through run_points: train_variants, VariantRuns
     owner.py       which study owns a study directory (study.json), so two studies never share an index
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
-    claims.py      paired claims over seeds: the verdicts, Holm, TOST, MDE, positive controls, claims.csv
+    claims.py      paired claims over seeds: the table, the verdicts, the control check, positive controls, claims.csv
+    paired_stats.py  the statistics of the claims' rows: sign-flip p, Holm, TOST, power / MDE, paired-t CIs, α
     papers.py      a study's `paper` findings next to its claims: paper says / AltGrad finds / agreement
     gs_bounds.py   group-sequential boundaries: α-spending, recursive integration, t calibration, Holm calls
     sequential.py  seeds until resolved: the seed plan, the looks replayed from study.csv, sequential verdicts

@@ -38,7 +38,7 @@ import torch
 
 from altgrad_lib.errors import exc_line
 from altgrad_lib.monitors.config import INTERVAL_FIELDS
-from altgrad_lib.studies.claims import verdict_mde
+from altgrad_lib.studies.paired_stats import verdict_mde
 from altgrad_lib.training.config import NON_RESULT_FIELDS
 from altgrad_lib.training.loop import train
 from altgrad_lib.training.preflight import FLOPS_PER_S, estimate_memory, resolve_device
@@ -190,7 +190,7 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     resolving power at its seeds. Costs are measured here (module note), once per distinct run setting; driver_s:
     seconds the study command spends before its first run (its start and checks), added to the study's time;
     holm_rows: the rows of the claims table (its Holm family), for the MDE the verdict is held to
-    (claims.verdict_mde)."""
+    (paired_stats.verdict_mde)."""
     points = study.expand()
     cfg0 = points[0].config
     dev = device or resolve_device(str(cfg0.device))

@@ -89,7 +89,8 @@ def print_claims(study, index) -> None:
     CI beside each verdict, 0.90 beside TOST); claims.csv is written next to study.csv."""
     import pandas as pd
 
-    from altgrad_lib.studies.claims import ALPHA, by_columns  # deferred: --help needs no pandas/torch
+    from altgrad_lib.studies.claims import by_columns  # deferred: --help needs no pandas/torch
+    from altgrad_lib.studies.paired_stats import ALPHA  # deferred, as above
 
     try:
         entropy = study.eval_entropy()

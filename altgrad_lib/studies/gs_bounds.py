@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special
 
-from altgrad_lib.studies.claims import ALPHA
+from altgrad_lib.studies.paired_stats import ALPHA
 
 SPENDING = ("pocock", "obf")
 _GRID_H = 0.01        # Simpson grid step of the recursive integration, in sd units of the score at each look

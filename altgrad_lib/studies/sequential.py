@@ -39,8 +39,8 @@ import pandas as pd
 
 from altgrad_lib.io import write_csv
 from altgrad_lib.studies import claims
-from altgrad_lib.studies.claims import (ALPHA, INCONCLUSIVE, SD_CONFIDENCE, SEQUENTIAL, TOO_FEW, ci_at,
-                                        positive_control_state, verdict, verdict_mde)
+from altgrad_lib.studies.claims import INCONCLUSIVE, SEQUENTIAL, TOO_FEW, positive_control_state, verdict
+from altgrad_lib.studies.paired_stats import ALPHA, SD_CONFIDENCE, ci_at, verdict_mde
 from altgrad_lib.studies.gs_bounds import SPENDING, holm_bounds, nominal_bounds, sequential_calls
 
 SEED_PLAN_KEYS = ("min", "max", "step", "start", "spending")
@@ -171,7 +171,7 @@ def _judged(r: Mapping[str, Any], sig: bool, eq: bool, p_bound: float, p_bound_t
     p-value decisions replaced by the group-sequential ones: p_holm < α becomes `sig`, p_tost < α becomes `eq`.
     The CI is at the level of the bound the verdict was held to (1 − p_bound; 1 − 2·p_bound_tost beside
     "equivalent", TOST's CI at its one-sided bound; 95 % in a smoke test): it excludes 0 exactly when the look's p
-    crossed. mde_nats is claims.verdict_mde at that bound (one row at level p_bound, 80 % UCB of the sd): the
+    crossed. mde_nats is paired_stats.verdict_mde at that bound (one row at level p_bound, 80 % UCB of the sd): the
     smallest gap this look alone detects with 80 % power (the looks before it only add power)."""
     smoke = bool(r.get("smoke") is True)
     v = verdict({**r, "p_holm": 0.0 if sig else 1.0, "p_tost": 0.0 if eq else 1.0}, alpha, lower_is_better)

@@ -1,7 +1,7 @@
 """Study statistics primitives and the frozen-blocks control rule.
 
-The claims tables themselves (paired by seed: verdicts, Holm, TOST, MDE) are `studies/claims.py`; this module keeps
-what they and the notebooks build on:
+The claims tables themselves (paired by seed: verdicts) are `studies/claims.py`, their row statistics (Holm, TOST,
+MDE) `studies/paired_stats.py`; this module keeps what they and the notebooks build on:
 
   - mean_ci: mean ± 95 % CI (Student t with n − 1 degrees of freedom: mean ± t₀.₉₇₅ · s / √n),
   - welch: Welch's unpaired t-test (scipy.stats.ttest_ind(equal_var=False)) with the 95 % CI of the difference,

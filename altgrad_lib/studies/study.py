@@ -37,8 +37,10 @@ A study owns its directory (`study.json`: its name and Study.identity, the hash 
 another study with the same name or --out is refused in one line before anything runs; the same study re-run (or
 given more seeds) resumes.
 
-`run_study` trains a study's points through runs.run_points (runs.py: the executor, reuse and resume, the index
-study.csv, interrupts); train_variants (variant_runs.py) does the same for a notebook's variants.
+A study's claims, control check and report (claims, control, report, and their check at load) are StudyClaims
+(study_claims.py), mixed into Study. `run_study` trains a study's points through runs.run_points (runs.py: the
+executor, reuse and resume, the index study.csv, interrupts); train_variants (variant_runs.py) does the same for a
+notebook's variants.
 """
 from __future__ import annotations
 
@@ -46,7 +48,6 @@ import hashlib
 import itertools
 import json
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -56,25 +57,18 @@ import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES
 from altgrad_lib.errors import did_you_mean
-from altgrad_lib.errors import one_line
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import owner
-from altgrad_lib.studies.claims import claims_table, control_check, report_lines, write_claims
-from altgrad_lib.studies.runs import (INDEX_FILE, StudyPoint, axis_value, check_points, index_row, index_values,
-                                      run_points)
-from altgrad_lib.studies.sequential import (SeedPlan, describe_sequential, per_seed_points, run_until_resolved,
-                                            study_replay)
+from altgrad_lib.studies.runs import INDEX_FILE, StudyPoint, axis_value, check_points, index_values, run_points
+from altgrad_lib.studies.sequential import SeedPlan, per_seed_points, run_until_resolved
+from altgrad_lib.studies.study_claims import VALUE_COLUMNS, StudyClaims
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
-from altgrad_lib.training.data import eval_unigram_entropy
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source")
 # what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
 # not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
 PAPER_FINDINGS = ("worse", "better", "equivalent", "not_worse", "not_better", "diverged")
-# the index's losses (nats, lower is better): what claims compare
-VALUE_COLUMNS = ("final_val_loss", "final_train_loss")
-CLAIMS_FILE = "claims.csv"
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -113,7 +107,7 @@ def run_name(axes: Mapping[str, Any], cfg: TrainConfig) -> str:
 
 
 @dataclass(frozen=True)
-class Study:
+class Study(StudyClaims):
     name: str
     base: dict[str, Any] = field(default_factory=dict)            # TrainConfig keys (base file + inline config)
     axes: dict[str, tuple] = field(default_factory=dict)
@@ -174,30 +168,6 @@ class Study:
                              "{axis: recipe, baseline: hp}")
         if self.comparisons:
             self._check_claims_compute()
-
-    def _check_claims_compute(self) -> None:
-        """Every comparison's claims (and the report) computed now on a made-up index of this study's runs, all
-        completed with deterministic losses: a setting the claims cannot use (no margin for a baseline without a
-        control, ...) fails at load and in `--dry-run`, in one line, instead of after every run trained."""
-        cols = self.axis_columns()
-        rows = []
-        for p in self.expand():
-            u = zlib.crc32(p.name.encode()) / 2**32             # per run, so the seeds' gaps have a spread
-            loss = 3.0 + 0.1 * u + (1.0 if p.config.freeze_blocks else 0.0)   # a control above its baseline
-            rows.append({**index_row(p, cols), "status": "completed", "final_val_loss": loss,
-                         "final_train_loss": loss})
-        frame = pd.DataFrame(rows)
-        for c in self.comparisons:
-            try:
-                self._claims_of(frame, c)
-            except (ValueError, KeyError, TypeError, IndexError) as e:
-                raise ValueError(f"study comparison {dict(c)}: its claims cannot be computed from this study's "
-                                 f"runs: {one_line(e)}") from e
-        try:
-            self.report(frame, write=False)
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise ValueError(f"study {self.name!r}: its claims report cannot be made from its runs: {one_line(e)}") \
-                from e
 
     def _check_comparisons(self) -> None:
         """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
@@ -398,72 +368,6 @@ class Study:
         if key not in levels:
             raise ValueError(f"{value!r} is not a level of {axis} in study {self.name!r}; levels: {list(levels)}")
         return levels[key]
-
-    @property
-    def claims_path(self) -> Path:
-        return self.dir / CLAIMS_FILE
-
-    def eval_entropy(self) -> float:
-        """Unigram entropy (nats) of the evaluation split of the base config's corpus (training.data)."""
-        cfg = TrainConfig.from_dict(self.base)
-        return eval_unigram_entropy(cfg.corpus, cfg.tokenizer, cfg.max_docs)
-
-    def claims(self, frame: pd.DataFrame | None = None, smoke: bool = False) -> pd.DataFrame:
-        """claims.claims_table for every comparison of the study file, stacked (column `comparison`); `smoke`: the
-        control check failed (report passes it), so no row gets a verdict."""
-        frame = self._canonical(self.results() if frame is None else frame)
-        if self.seed_plan is not None:   # seeds until resolved: the looks replayed, sequential verdicts
-            return study_replay(self, frame, smoke=smoke).table
-        tables = [self._claims_of(frame, c, smoke) for c in self.comparisons]
-        return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-    def _claims_of(self, frame: pd.DataFrame, c: Mapping[str, Any], smoke: bool = False) -> pd.DataFrame:
-        """claims.claims_table of one comparison `c` on the index `frame` (`smoke`: no verdicts, Study.claims)."""
-        frame = self._canonical(frame)
-        by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-        base = self.level(c["axis"], c["baseline"])
-        if c.get("levels"):   # only these levels and the baseline (its frozen-blocks control included)
-            keep = [base, *(self.level(c["axis"], v) for v in c["levels"])]
-            frame = frame[frame[c["axis"]].isin(keep)]
-        return claims_table(frame, c["axis"], base, by=by, value=c.get("value", VALUE_COLUMNS[0]),
-                            delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
-                            else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
-
-    def control(self, frame: pd.DataFrame | None = None,
-                entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
-        """claims.control_check of the first comparison's baseline (seeds as ints) in the configuration of its first
-        frozen-blocks control (the study's other axes at the control's values: control_check takes one
-        configuration); (empty, False, why) without comparisons."""
-        if not self.comparisons:
-            return pd.DataFrame(), False, "the study has no comparisons"
-        c = self.comparisons[0]
-        frame = self._canonical(self.results() if frame is None else frame)
-        base = self.level(c["axis"], c["baseline"])
-        frozen = frame["freeze_blocks"].astype(str).str.lower() == "true" if "freeze_blocks" in frame else False
-        ctl = frame[frozen & (frame[c["axis"]] == base)]
-        others = [k for k in self.axis_columns() if k not in (c["axis"], "seed", "freeze_blocks") and k in frame]
-        if len(ctl) and others:   # e.g. an lr axis beside a control at one lr: its baseline runs at that lr
-            frame = frame[(frame[others] == ctl.iloc[0][others]).all(axis=1)]
-        return control_check(frame, c["axis"], base, c.get("value", VALUE_COLUMNS[0]), entropy=entropy)
-
-    def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
-               write: bool = True) -> tuple[pd.DataFrame, list[str]]:
-        """(claims table, the lines that come before it: claims.headline + the rules it was judged by); writes
-        claims.csv next to study.csv when `write`."""
-        frame = self.results() if frame is None else frame
-        ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
-        table = self.claims(frame, smoke=clear is False)
-        lines = report_lines(table, clear, sentence)
-        if self.seed_plan is not None:   # the rules a sequential table was judged by replace the fixed-sample ones
-            lines[-1:] = [self.seed_plan.describe(), describe_sequential(table, self.seed_plan)]
-        if write:
-            self.claim_dir()
-            write_claims(table, self.claims_path)
-        return table, lines
-
-    def _canonical(self, frame: pd.DataFrame) -> pd.DataFrame:
-        # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
-        return frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES)) if "recipe" in frame else frame
 
 
 def _recipe_names(*groups: Any) -> list[str]:
