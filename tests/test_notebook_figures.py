@@ -217,6 +217,12 @@ def _optim():
     return _per_step(), PARTS, step_summary(_per_step().assign(seed=0), PARTS)
 
 
+def _storage_claims():
+    from test_notebook_plots_optim import _storage_claims as claims   # tests/ is on the path (as helpers)
+
+    return claims()
+
+
 GALLERY = {
     "gap_over_training": lambda: ppub.gap_over_training(_seed_losses(), "hp", 0.01),
     "forest": lambda: ppub.forest(_forest_claims()),
@@ -228,6 +234,7 @@ GALLERY = {
     "layer_sensitivity": lambda: ppub.layer_sensitivity(_sqnr_diags()),
     "layer_sensitivity_gaps_only": lambda: ppub.layer_sensitivity(None, ppub.hp_block_gaps(_hp_index())),
     "layer_sensitivity_gaps": lambda: ppub.layer_sensitivity(_sqnr_diags(), ppub.hp_block_gaps(_hp_index())),
+    "storage_forest": lambda: plots_optim.storage_forest(_storage_claims(), ["E4M3", "E7M0"], 3),
     "step_curves": lambda: plots_optim.step_curves(_optim()[0], _optim()[1], "adamw fp32"),
     "ulp_steps": lambda: plots_optim.ulp_steps(_optim()[2], _optim()[0], _optim()[1], "E7M0 grid_adamw grid_sr",
                                                "E7M0 adamw fp32", "adamw fp32"),
@@ -292,7 +299,7 @@ def test_the_gallery_covers_every_plotting_function():
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
              "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist",
-             "tensor_hist", "layer_sensitivity", "step_curves", "ulp_steps"}
+             "tensor_hist", "layer_sensitivity", "step_curves", "ulp_steps", "storage_forest"}
     found = set()
     for mod in (plots, pdiag, ppub, plots_optim, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():

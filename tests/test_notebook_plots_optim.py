@@ -53,3 +53,26 @@ def test_ulp_steps_pass_the_check_and_use_the_same_colours():
     # left: the three shares of run a, 0 codes = 1 - visibility
     heights = [p.get_height() for p in fig.axes[0].patches[:3]]
     assert heights == pytest.approx([1 - 0.08, 0.072, 0.008])
+
+
+def _storage_claims() -> pd.DataFrame:
+    nan = float("nan")
+    return pd.DataFrame([
+        {"format": "E4M3", "level": "E4M3 adamw error_feedback_sr", "reference": "E4M3 adamw fp32",
+         "gap_nats": 0.004, "gap_lo": -0.002, "gap_hi": 0.010, "delta_nats": 0.01},
+        {"format": "E7M0", "level": "E7M0 grid_adamw grid_sr", "reference": "E7M0 adamw fp32",
+         "gap_nats": 0.30, "gap_lo": 0.21, "gap_hi": 0.39, "delta_nats": 0.01},
+        {"format": "E7M0", "level": "E7M0 adamw bf16", "reference": "E7M0 adamw fp32",   # one seed: no CI
+         "gap_nats": 0.05, "gap_lo": nan, "gap_hi": nan, "delta_nats": 0.01}])
+
+
+def test_storage_forest_passes_the_check_with_one_row_per_level():
+    fig = plots_optim.storage_forest(_storage_claims(), ["E4M3", "E7M0"], 3)
+    assert figure_problems(fig) == []
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "E4M3 adamw error_feedback_sr  vs adamw fp32", "E7M0 grid_adamw grid_sr  vs adamw fp32",
+        "E7M0 adamw bf16  vs adamw fp32"]
+    points = [c for c in ax.containers]   # one errorbar container per row, coloured by format
+    assert len(points) == 3 and points[1].lines[0].get_color() == points[2].lines[0].get_color()
+    assert points[0].lines[0].get_color() != points[1].lines[0].get_color()

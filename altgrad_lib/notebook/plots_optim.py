@@ -76,3 +76,24 @@ def ulp_steps(summary: pd.DataFrame, per_step: pd.DataFrame, parts: Mapping[str,
     axs.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
+
+
+def storage_forest(claims: pd.DataFrame, formats: list[str], n_seeds: int) -> Figure:
+    """Notebook 05's claims as a forest: one row per (storage mode x weight format) level, its paired gap to the
+    reference of the same seed with the 95 % CI (claims' gap_lo / gap_hi; none at one seed) and the row's ±δ as a
+    grey band; colour by weight format (claims' `format` column)."""
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(claims) + 1.6))
+    colors = dict(zip(formats, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3))
+    for y, r in enumerate(claims.itertuples()):
+        err = None if np.isnan(r.gap_lo) else [[r.gap_nats - r.gap_lo], [r.gap_hi - r.gap_nats]]
+        ax.errorbar([r.gap_nats], [y], xerr=err, fmt="o", capsize=3, color=colors[r.format])
+        if np.isfinite(r.delta_nats):   # the equivalence margin of this row
+            ax.plot([-r.delta_nats, r.delta_nats], [y, y], color="0.7", lw=6, alpha=0.5, zorder=0)
+    ax.axvline(0, color="k", lw=1)
+    ax.set_yticks(range(len(claims)),
+                  [f"{r.level}  vs {r.reference.removeprefix(r.format + ' ')}" for r in claims.itertuples()])
+    ax.invert_yaxis()
+    ax.set_xlabel("final val loss − reference of the same seed (nats/token)")
+    ax.set_title(f"storage mode × weight format against the FP32-master run ({n_seeds} seed(s))\n"
+                 "bars: paired 95 % CI; grey: ±δ")
+    return fig
