@@ -342,8 +342,8 @@ def _bad(build) -> list[str]:
 
 def test_the_checker_catches_each_defect():
     def ok(fig, ax):
-        ax.plot([0, 1], [0, 1], label="a")
-        ax.set(xlabel="step", ylabel="loss (nats)", title="fine")
+        ax.plot([0, 10], [0, 1], label="a")
+        ax.set(xlabel="step", ylabel="loss (nats)", title="fine", xticks=[0, 5, 10])
         ax.legend(loc="lower right")
     assert _bad(ok) == []
 
@@ -364,7 +364,7 @@ def test_the_checker_catches_each_defect():
 
     def on_data(fig, ax):
         ok(fig, ax)
-        ax.plot([0, 0.1], [1, 0.9])   # a second line in the upper-left corner, under the legend box
+        ax.plot([0, 1], [1, 0.9])   # a second line in the upper-left corner, under the legend box
         ax.legend(loc="upper left")
     assert any("legend covers" in p for p in _bad(on_data))
 
@@ -378,6 +378,11 @@ def test_the_checker_catches_each_defect():
         ax.imshow(np.full((3, 4), np.nan))
         ax.set(xlabel="step", ylabel="layer")
     assert any("all NaN" in p for p in _bad(all_nan))
+
+    def half_steps(fig, ax):
+        ok(fig, ax)
+        ax.set_xticks([0, 2.5, 5, 7.5, 10])
+    assert any("not whole numbers on a counted axis" in p for p in _bad(half_steps))
 
 
 # ---------------------------------------------------------------------------------------------- the fixes

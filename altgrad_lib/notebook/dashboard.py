@@ -77,6 +77,7 @@ def curves(metrics: pd.DataFrame, metric: str, hue: str, title: str = "", keys: 
         if (stat["count"] > 1).any():
             ax.fill_between(stat.index, stat["min"], stat["max"], color=f"C{i % 10}", alpha=0.2, lw=0)
     ax.set_xlabel("step")
+    ax.xaxis.get_major_locator().set_params(integer=True)   # steps are whole numbers: no 2.5 ticks
     ax.set_ylabel(metric_label(metric) if metric_label(metric) != metric else f"{metric} (as logged)")
     ax.set_title(title or f"{metric_name(metric)} by {hue}, per configuration (mean over seeds, band = min..max)",
                  fontsize=9)

@@ -10,6 +10,8 @@ The rules:
   - Every numeric axis that shows ticks is labelled with its quantity and unit: the label ends in "(unit)" or
     "[unit]", or starts with a quantity that is a plain number by its name (UNITLESS: "step", "count", "fraction
     of …"). Categorical axes (tick labels that are names: layers, recipes) need no unit. A colour bar is an axis.
+  - An axis of a counted quantity (label starting with one of COUNTED: "step", "count", "seed", ...) shows only
+    whole-number ticks (no "2.5" steps).
   - No image (imshow, seaborn heatmap) that is constant or all NaN: a constant panel says so in text instead.
   - No legend box over a data point: after `fig.canvas.draw()`, no vertex of a data line (nor a point of the
     straight segment between two, sampled), no scatter point and no bar lies inside the legend's window extent.
@@ -32,6 +34,7 @@ from altgrad_lib.notebook.names import COLUMNS, METRICS
 MIN_DPI = 110
 UNITLESS = ("step", "training step", "count", "fraction of", "share of", "layer", "linear layer", "recipe", "run",
             "format", "configuration", "probe point")
+COUNTED = ("step", "training step", "count", "seed", "number of", "block")
 _UNIT = re.compile(r"[(\[][^()\[\]]+[)\]]\s*$")
 _INTERNAL = sorted((k for k in {**METRICS, **COLUMNS} if any(c in k for c in "_./")), key=len, reverse=True)
 _LAYER = re.compile(r"(\btransformer\.|(?<![\w.])h\.\d+\.)")
@@ -121,6 +124,12 @@ def figure_problems(fig: Figure) -> list[str]:
                 lab = axis.get_label().get_text()
                 if not label_ok(lab):
                     out.append(f"{where}: {name} label {lab!r} names no unit")
+                if lab.lower().startswith(COUNTED) and axis.get_scale() == "linear":
+                    lo, hi = sorted(axis.get_view_interval())
+                    frac = [v for v in axis.get_ticklocs() if lo <= v <= hi and abs(v - round(v)) > 1e-9]
+                    if frac:
+                        out.append(f"{where}: {name} ticks {[float(v) for v in frac]} are not whole numbers on a "
+                                   f"counted axis ({lab!r})")
         for art in ax.images + [c for c in ax.collections if isinstance(c, QuadMesh)]:
             a = np.ma.masked_invalid(np.ma.asarray(art.get_array(), float))
             if a.count() == 0:
