@@ -134,3 +134,12 @@ def test_load_claims_prefers_this_machines_runs_then_the_committed_copy(tmp_path
     assert source == "results/study.csv (committed)" and frame.final_val_loss.iloc[0] == 2.5
     with pytest.raises(FileNotFoundError, match="no results: not run here"):
         load_results(study, tmp_path / "nope.csv")
+
+
+def test_paper_view_names_the_by_keys_in_the_baseline_column():
+    study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
+    rows = pd.DataFrame([{"comparison": "precision_schedule vs {}", "level": '{"fwd_hp_from": 481}',
+                          "recipe": "nvfp4", "verdict": "better", "n_seeds": 3}])
+    view = claims_view.paper_view(paper_table(study, rows)).set_index("level")
+    assert view.loc['{"fwd_hp_from": 481}', "vs"] == "{}, recipe nvfp4"
+    assert view.loc["mxfp4", "vs"] == "nvfp4" and "recipe" not in view.columns

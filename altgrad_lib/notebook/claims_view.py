@@ -336,14 +336,16 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
 
 
 def paper_view(table: pd.DataFrame) -> tv.Table:
-    """studies.papers.paper_table as a narrow table: the level and its baseline, what the paper found, what AltGrad
-    finds (the claims verdict), the agreement, then the gap [CI at the verdict's level], the MDE and the seeds. Rows
+    """studies.papers.paper_table as a narrow table: the level and its baseline (with the comparison's `by` keys),
+    what the paper found, what AltGrad finds (the claims verdict), the agreement, then the gap [CI at the verdict's level], the MDE and the seeds. Rows
     with no claims row read "not run" and "none" for the numbers."""
     cols = {k: table[k] if k in table else pd.Series(np.nan, index=table.index) for k in
             ("gap_nats", "ci_lo", "ci_hi", "mde_nats", "n_seeds")}
-    by = [k for k in table.columns if k not in papers.PAPER_COLUMNS]
+    by = [k for k in table.columns if k not in papers.PAPER_COLUMNS]   # a comparison's `by` keys: said in "vs"
+    vs = [", ".join([str(r.baseline), *(f"{k} {r[k]}" for k in by if not tv.missing(r[k]))])
+          for _, r in table.iterrows()]
     frame = pd.DataFrame({
-        "level": table.level, **{k: table[k] for k in by}, "vs": table.baseline, "paper": table.paper,
+        "level": table.level, "vs": vs, "paper": table.paper,
         "AltGrad finds": table.verdict, "agreement": table.agreement,
         "gap nats [CI]": [tv.gap_ci(g, lo, hi) for g, lo, hi in zip(cols["gap_nats"], cols["ci_lo"], cols["ci_hi"])],
         "MDE nats": cols["mde_nats"].map(tv.margin),
