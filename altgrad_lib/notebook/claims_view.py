@@ -337,8 +337,8 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
 
 def paper_view(table: pd.DataFrame) -> tv.Table:
     """studies.papers.paper_table as a narrow table: the level and its baseline (with the comparison's `by` keys),
-    what the paper found, what AltGrad finds (the claims verdict), the agreement, then the gap [CI at the verdict's level], the MDE and the seeds. Rows
-    with no claims row read "not run" and "none" for the numbers."""
+    what the paper found, what AltGrad finds (the claims verdict), the agreement, then the gap [CI at the verdict's
+    level], the MDE and the seeds. Rows with no claims row read "not run" and "none" for the numbers."""
     cols = {k: table[k] if k in table else pd.Series(np.nan, index=table.index) for k in
             ("gap_nats", "ci_lo", "ci_hi", "mde_nats", "n_seeds")}
     by = [k for k in table.columns if k not in papers.PAPER_COLUMNS]   # a comparison's `by` keys: said in "vs"

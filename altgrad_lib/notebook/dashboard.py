@@ -373,6 +373,7 @@ def drilldown(diag: pd.DataFrame | None, title: str, layer: str = ALL) -> Figure
                       label=layer_name(name))
         ax_g.set_yscale("log")
         ax_g.set_xlabel("step")
+        ax_g.xaxis.get_major_locator().set_params(integer=True)   # whole steps
         ax_g.set_ylabel("||grad W|| before clipping (L2 norm)")
         ax_g.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     ax_g.set_title("gradient flow: weight-gradient norm per layer", fontsize=9)

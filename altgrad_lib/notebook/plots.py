@@ -217,6 +217,7 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
     if axd is not None:
         axd.axhline(0, color="k", lw=0.8)
         axd.set(xlabel="step", ylabel=f"loss - {baseline} (nats)")
+        axd.xaxis.get_major_locator().set_params(integer=True)   # whole steps (shared with ax)
         if left_out:
             gaps = []
             for lb in left_out:
@@ -229,6 +230,7 @@ def loss_curves(losses: pd.DataFrame, entropy: float | None = None, title: str =
             axd.set_title("not drawn here (controls, off this scale): " + ", ".join(gaps), fontsize=8)
     else:
         ax.set_xlabel("step")
+        ax.xaxis.get_major_locator().set_params(integer=True)   # whole steps
     fig.tight_layout()
     return fig
 

@@ -170,6 +170,7 @@ def _lines(df: pd.DataFrame, metric: str, ylabel: str, title: str, log: bool = F
     if log:
         ax.set_yscale("symlog")
     ax.set_xlabel("training step")
+    ax.xaxis.get_major_locator().set_params(integer=True)   # whole steps
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

@@ -45,6 +45,7 @@ def step_curves(per_step: pd.DataFrame, parts: Mapping[str, tuple[str, str]], ma
         axes[1].set_yscale("log")
     for ax in axes:
         ax.set_xlabel("training step")
+        ax.xaxis.get_major_locator().set_params(integer=True)   # whole steps
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig
@@ -71,6 +72,7 @@ def ulp_steps(summary: pd.DataFrame, per_step: pd.DataFrame, parts: Mapping[str,
     axd.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, frameon=False)
     axs.set_yscale("log")
     axs.set_xlabel("training step")
+    axs.xaxis.get_major_locator().set_params(integer=True)   # whole steps
     axs.set_ylabel(metric_label("optim/mean_abs_dcode"))
     axs.set_title(f"{parts[a][0]}: step size in ULPs over training")
     axs.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

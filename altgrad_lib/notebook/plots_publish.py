@@ -81,6 +81,7 @@ def gap_over_training(losses: pd.DataFrame, baseline: str, delta: float | None =
         if s["count"].max() > 1:
             ax.fill_between(s.index, s["min"], s["max"], color=color, alpha=0.18, lw=0)
     ax.set_xlabel("training step")
+    ax.xaxis.get_major_locator().set_params(integer=True)   # whole steps
     ax.set_ylabel(f"{metric_name(f'{split}/loss')} − {baseline}, same seed (nats/token)")
     band = "band: min..max over seeds; " if n_seeds > 1 else ""
     ax.set_title(title or f"gap to {baseline} over training ({n_seeds} seed(s); {band}grey: ±δ)")
