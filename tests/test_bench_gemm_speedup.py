@@ -130,5 +130,37 @@ def test_the_loader_keeps_cuda_files_and_the_figure_wants_one_device(tmp_path):
     gemm_frame("CPU emulation: x", emulated=True).to_csv(tmp_path / "gemm_speedup_cpu-emulation.csv", index=False)
     frame = plots_bench.gemm_timings(tmp_path)
     assert set(frame.device) == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert set(frame.source) == {"gemm_speedup_nvidia-h100", "gemm_speedup_nvidia-h200"}
     with pytest.raises(ValueError, match="one device per figure"):
         plots_bench.speedup_vs_shape(frame)
+
+
+def test_a_failing_variant_is_a_row_with_its_error_and_the_figure_names_it(monkeypatch, tmp_path):
+    """A variant this GPU / torch lacks (row-wise scales before sm90) stays in the CSV with its error, the
+    markdown lists it, and the figure says it is not drawn; the other variants are timed as usual."""
+    real = gemm_speedup.make_calls
+
+    def broken(m, k, n, device):
+        calls = real(m, k, n, device)
+
+        def boom():
+            raise RuntimeError("row-wise scaling needs sm90\nsecond line")
+        calls["E4M3 row-wise"] = (boom, calls["E4M3 row-wise"][1])
+        return calls
+
+    monkeypatch.setattr(gemm_speedup, "make_calls", broken)
+    gemm_speedup.main(["--device", "cpu", "--allow-cpu", "--shapes", "16x32x16", "--warmup", "1", "--iters", "1",
+                       "--out-dir", str(tmp_path)])
+    csv = tmp_path / "gemm_speedup_cpu-emulation.csv"
+    frame = pd.read_csv(csv)
+    bad = frame[frame.variant == "E4M3 row-wise"].iloc[0]
+    assert pd.isna(bad.ms) and bad.error == "RuntimeError: row-wise scaling needs sm90"
+    assert frame[frame.variant != "E4M3 row-wise"].ms.notna().all()
+    assert "## Failed variants" in csv.with_suffix(".md").read_text()
+    plots.setup()
+    fig = plots_bench.speedup_vs_shape(frame)
+    try:
+        assert "not drawn (failed): E4M3 row-wise on 1 shape" in fig._suptitle.get_text()
+        assert figure_problems(fig) == []
+    finally:
+        plt.close(fig)

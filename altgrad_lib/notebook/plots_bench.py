@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
 
 BF16 = "BF16 torch.mm"   # bench/gemm_speedup.py's baseline variant
 SQUARE = "square"        # its group of the M = K = N shapes
@@ -23,9 +24,10 @@ FAST = ", fast accum"    # the suffix of its use_fast_accum=True variants
 
 
 def gemm_timings(results_dir: str | Path) -> pd.DataFrame:
-    """The rows of every gemm_speedup_*.csv under `results_dir` timed on a CUDA device (device_type == "cuda")."""
-    frames = [pd.read_csv(p) for p in sorted(Path(results_dir).glob("gemm_speedup_*.csv"))]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["device_type"])
+    """The rows of every gemm_speedup_*.csv under `results_dir` timed on a CUDA device (device_type == "cuda"),
+    with the file's stem in column `source` (gemm_speedup_nvidia-h100-80gb-hbm3: one figure, one file name each)."""
+    frames = [pd.read_csv(p).assign(source=p.stem) for p in sorted(Path(results_dir).glob("gemm_speedup_*.csv"))]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["device_type", "source"])
     return frame[frame.device_type == "cuda"].reset_index(drop=True)
 
 
@@ -60,8 +62,10 @@ def speedup_vs_shape(frame: pd.DataFrame) -> Figure:
     axs.axhline(1.0, color="0.2", lw=1.0, label=f"{BF16} (speed-up: 1x)")
     for ax in (axt, axs):
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())   # under two decades matplotlib labels minor ticks: they overlap
         ax.set_xlabel("GEMM work 2·M·K·N (FLOP)")
     axt.set_yscale("log")
+    axt.yaxis.set_minor_formatter(NullFormatter())
     axt.set_ylabel("throughput (TFLOP/s)")
     axs.set_ylabel("speed-up over BF16 torch.mm (×)")
     axt.set_title("throughput")
