@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from altgrad_lib.notebook import analysis, dashboard, plots
+from altgrad_lib.notebook import analysis, dashboard, plots, plots_bench
 from altgrad_lib.notebook import plots_diagnostics as pdiag
 from altgrad_lib.notebook import plots_optim
 from altgrad_lib.notebook import plots_publish as ppub
@@ -223,7 +223,31 @@ def _storage_claims():
     return claims()
 
 
+def gemm_frame(device: str = "NVIDIA H100 80GB HBM3", emulated: bool = False, failed: str = "") -> pd.DataFrame:
+    """bench/gemm_speedup.py's columns: squares 256..8192 and three model shapes; FP8 overtakes BF16 with size.
+    `failed`: a variant whose rows have no time (as the bench writes a variant the GPU lacks)."""
+    shapes = {(d, d, d): "square" for d in (256, 512, 1024, 2048, 4096, 8192)}
+    shapes.update({(16384, 512, 1536): "h100 model: attn.c_attn fwd", (1536, 16384, 512): "h100 model: attn.c_attn dW",
+                   (16384, 2048, 512): "h100 model: mlp.c_proj fwd"})
+    gain = {"BF16 torch.mm": 1.0, "E4M3 tensor-wise": 1.6, "E4M3 tensor-wise, fast accum": 1.9,
+            "E4M3 row-wise": 1.4, "E4M3 row-wise, fast accum": 1.7}
+    rows = []
+    for (m, k, n), group in shapes.items():
+        flop = 2 * m * k * n
+        fill = 1 - math.exp(-flop / 2e10)   # small GEMMs do not fill the GPU
+        bf16_ms = flop / (700e9 * fill + 1e9)
+        for v, g in gain.items():
+            ms = float("nan") if v == failed else bf16_ms / (1 + (g - 1) * fill)
+            rows.append(dict(M=m, K=k, N=n, shape=f"{m}x{k}x{n}", group=group, flop=flop, variant=v, ms=ms,
+                             tflops=flop / ms / 1e9, speedup=bf16_ms / ms, rel_err=0.002, error="" if ms == ms else
+                             "RuntimeError: not supported", device=device, device_type="cpu" if emulated else "cuda",
+                             emulated=emulated, torch="2.13.0"))
+    return pd.DataFrame(rows)
+
+
 GALLERY = {
+    "speedup_vs_shape": lambda: plots_bench.speedup_vs_shape(gemm_frame()),
+    "speedup_vs_shape_failed": lambda: plots_bench.speedup_vs_shape(gemm_frame(failed="E4M3 row-wise, fast accum")),
     "gap_over_training": lambda: ppub.gap_over_training(_seed_losses(), "hp", 0.01),
     "forest": lambda: ppub.forest(_forest_claims()),
     "layer_grid": lambda: ppub.layer_grid(_format_diags()),
@@ -299,9 +323,9 @@ def test_the_gallery_covers_every_plotting_function():
              "sqnr_bars", "sqnr_heatmap", "bars", "paired_gaps", "lr_envelope", "layer_step_heatmap",
              "stiffness_field", "hist_at_steps", "attention_entropy", "kurtosis", "curves", "parallel_coordinates",
              "layer_heatmap", "drilldown", "gap_over_training", "forest", "layer_grid", "scaled_weight_hist",
-             "tensor_hist", "layer_sensitivity", "step_curves", "ulp_steps", "storage_forest"}
+             "tensor_hist", "layer_sensitivity", "step_curves", "ulp_steps", "storage_forest", "speedup_vs_shape"}
     found = set()
-    for mod in (plots, pdiag, ppub, plots_optim, dashboard, optim_view, analysis):
+    for mod in (plots, pdiag, ppub, plots_optim, plots_bench, dashboard, optim_view, analysis):
         for n, f in vars(mod).items():
             if (inspect.isfunction(f) and not n.startswith("_") and f.__module__ == mod.__name__
                     and "Figure" in str(inspect.signature(f).return_annotation)):

@@ -5,6 +5,7 @@
     tables.py             provenance banner, loss / summary / model tables, trained-model loading
     plots.py              figures of formats and training curves
     plots_diagnostics.py  figures of the monitors' diagnostics.csv
+    plots_bench.py        figures of bench/ timings (FP8 GEMM speed-up vs shape, from bench/gemm_speedup.py)
     dashboard.py          the ipywidgets dashboard of notebook 06 (heatmaps, drill-down); groups runs by configuration
     claims_view.py        claims_report (a notebook's claims block in one call): the claims table in narrow
                           readable tables, the status banner filled in from the claims
