@@ -1,4 +1,4 @@
-"""Figures of the bench/ timings that notebooks show (issue 28 (e): for the h100 profile, speed-up vs GEMM shape).
+"""Figures of the bench/ timings that notebooks show (for the h100 profile: FP8 speed-up vs GEMM shape).
 
     gemm_timings(results_dir)   every bench/results/gemm_speedup_*.csv measured on a CUDA GPU, as one frame (empty
                                 when none is committed; CPU-emulation files are left out: they say nothing about
