@@ -272,7 +272,7 @@ def tensor_hist(diag: pd.DataFrame, fmts: Any, *, step: int | None = None, title
     blocks = sorted({b for b in map(_block_of, h.layer.unique()) if b is not None})
     cmap = plt.get_cmap("viridis")
     colour = {b: cmap(0.85 * i / max(1, len(blocks) - 1)) for i, b in enumerate(blocks)}
-    fig, axes = plt.subplots(len(roles), len(classes), figsize=(max(5.0, 2.9 * len(classes)) + 1.2,
+    fig, axes = plt.subplots(len(roles), len(classes), figsize=(max(6.8, 2.9 * len(classes)) + 1.2,
                              2.3 * len(roles) + 1.0), squeeze=False, sharex=True, sharey=True)
     handles: dict[str, Any] = {}
     for i, role in enumerate(roles):
