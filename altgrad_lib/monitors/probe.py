@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from altgrad_lib.monitors.activations import attention_entropy, kurtosis
+from altgrad_lib.monitors.base import StepContext
 from altgrad_lib.monitors.health import tensor_health
 from altgrad_lib.model import MLP, CausalSelfAttention
 from altgrad_lib.numerics.block_scaling import block_flush_stats, block_scale_stats
@@ -193,8 +194,7 @@ def layer_histograms(recipe: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Te
     finally:
         for h in handles:
             h.remove()
-    rows = []
+    ctx = StepContext(step=0, x=xr, y=xr, snap=None)   # the monitors' own rows: fractions, empty bins left out
     for (layer, role), (counts, labels) in hists.items():
-        frac = counts.double() / counts.sum().clamp_min(1)
-        rows += [(0, layer, role, f"hist.log2xs:{b}", float(f)) for b, f in zip(labels, frac.tolist()) if f]
-    return pd.DataFrame(rows, columns=["step", "layer", "role", "metric", "value"])
+        ctx.emit_hist(layer, role, "hist.log2xs", counts, labels)
+    return pd.DataFrame(ctx.materialize(), columns=["step", "layer", "role", "metric", "value"])
