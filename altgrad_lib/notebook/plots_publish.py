@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from altgrad_lib.notebook.names import METRICS, ROLES, layer_name, metric_name
 from altgrad_lib.notebook.plots import CONTROL_MARKERS
 from altgrad_lib.numerics.formats import FloatFormat, get_format
+from altgrad_lib.quantize.convert import block_index
 from altgrad_lib.quantize.recipes import split_hp_switches
 from altgrad_lib.studies.results import VAL_LOSS, TRAIN_LOSS, find_metric, metrics_wide
 
@@ -246,11 +247,6 @@ def _class_name(layer: str) -> str:
     return re.sub(r"^block \d+ ", "", layer_name(layer))
 
 
-def _block_of(layer: str) -> int | None:
-    m = re.search(r"(?:^|\.)h\.(\d+)\.", layer)
-    return int(m.group(1)) if m else None
-
-
 def tensor_hist(diag: pd.DataFrame, fmts: Any, *, step: int | None = None, title: str = "") -> Figure:
     """(b) Rows: the tensors X, W, dY; columns: the layer classes (attn QKV, ..., LM head); in each panel the share of
     the tensor's non-zero elements per binade of |x·s| (the numerics monitor's `hist.log2xs`, recorded where the
@@ -269,7 +265,7 @@ def tensor_hist(diag: pd.DataFrame, fmts: Any, *, step: int | None = None, title
     h = h.assign(k=h.metric.str.split(":").str[1].astype(int))
     roles = [r for r in _KINDS if (h.role == r).any()]
     classes = list(dict.fromkeys(_class_name(lyr) for lyr in h.layer))
-    blocks = sorted({b for b in map(_block_of, h.layer.unique()) if b is not None})
+    blocks = sorted({b for b in map(block_index, h.layer.unique()) if b is not None})
     cmap = plt.get_cmap("viridis")
     colour = {b: cmap(0.85 * i / max(1, len(blocks) - 1)) for i, b in enumerate(blocks)}
     fig, axes = plt.subplots(len(roles), len(classes), figsize=(max(6.8, 2.9 * len(classes)) + 1.2,
@@ -289,7 +285,7 @@ def tensor_hist(diag: pd.DataFrame, fmts: Any, *, step: int | None = None, title
                 s = g.set_index("k").value.sort_index()
                 ks = np.arange(s.index.min(), s.index.max() + 1)
                 v = s.reindex(ks, fill_value=0.0).to_numpy(float)
-                b = _block_of(layer)
+                b = block_index(layer)
                 label = f"block {b}" if b is not None else layer_name(layer)
                 ln = ax.stairs(np.where(v > 0, v, np.nan), np.append(ks, ks[-1] + 1), baseline=None,
                                color=colour.get(b, "C1"), lw=1.4, label=label)
@@ -313,7 +309,7 @@ def tensor_hist(diag: pd.DataFrame, fmts: Any, *, step: int | None = None, title
 
 def _depth(layer: str, n_blocks: int) -> float | None:
     """Depth position: embeddings -1, block b at b, LM head at n_blocks; None for anything else (final LayerNorm)."""
-    b = _block_of(layer)
+    b = block_index(layer)
     if b is not None:
         return float(b)
     name = layer_name(layer)
@@ -389,7 +385,7 @@ def layer_sensitivity(diags: Mapping[str, pd.DataFrame] | None, gaps: pd.DataFra
         fig.tight_layout()
         return fig
     layers = pd.concat(frames.values()).layer.unique()
-    n_blocks = max((b for b in map(_block_of, layers) if b is not None), default=-1) + 1
+    n_blocks = max((b for b in map(block_index, layers) if b is not None), default=-1) + 1
     roles = [r for r in roles if any((d.role == r).any() for d in frames.values())]
     fig = plt.figure(figsize=(max(9.0, 3.2 * len(roles)) + 1.6, 3.6 + (3.0 if with_gaps else 0)))
     grid = fig.add_gridspec(2 if with_gaps else 1, len(roles))

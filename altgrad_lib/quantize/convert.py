@@ -76,7 +76,7 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
 def _hp_blocks(linears: Sequence[tuple[str, nn.Module]], policy: QuantPolicy) -> set[int]:
     """Transformer blocks kept whole in high precision (hp_first / hp_last, and hp_layers' block indices): their
     attention core stays high precision too."""
-    blocks = sorted({i for i in (_block_index(f) for f, _ in linears) if i is not None})
+    blocks = sorted({i for i in (block_index(f) for f, _ in linears) if i is not None})
     n = len(blocks)
     out = {b for pos, b in enumerate(blocks) if pos < policy.hp_first_blocks or pos >= n - policy.hp_last_blocks}
     return out | {item for item in policy.hp_layers if isinstance(item, int)}
@@ -93,7 +93,7 @@ def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_blocks: set[int]) -
             continue
         if m.attention_op is not None:
             raise ValueError(f"{fqn} already has a low-precision attention; quantize_model must run once per model")
-        i = _block_index(fqn + ".")
+        i = block_index(fqn + ".")
         if i in hp_blocks:
             continue
         seed_of = lambda point, fqn=fqn: module_seed(policy.seed, fqn, f"attn/{point}")  # noqa: E731
@@ -127,7 +127,7 @@ def format_conversion(rows: Sequence[Mapping[str, Any]], policy: str | Mapping |
     return f"{table}\n{conversion_summary(rows, policy)}"
 
 
-def _block_index(fqn: str) -> int | None:
+def block_index(fqn: str) -> int | None:
     """Transformer block of a module name ('transformer.h.3.mlp.c_fc' -> 3), None outside the blocks."""
     m = re.search(r"(?:^|\.)h\.(\d+)\.", fqn)
     return int(m.group(1)) if m else None
@@ -138,11 +138,11 @@ def kept_high_precision(linears: Sequence[tuple[str, nn.Module]], policy: QuantP
     applies), for the Linears QuantPolicy.hp_first_blocks / hp_last_blocks / hp_layers name. An hp_layers item
     that names no Linear (a block index past the last block, a module name no Linear has or ends with) raises a
     one-line ValueError naming the valid choices."""
-    blocks = sorted({i for i in (_block_index(f) for f, _ in linears) if i is not None})
+    blocks = sorted({i for i in (block_index(f) for f, _ in linears) if i is not None})
     n = len(blocks)
     out: dict[str, str] = {}
     for f, _ in linears:
-        i = _block_index(f)
+        i = block_index(f)
         if i is None or i not in blocks:
             continue
         pos = blocks.index(i)
@@ -152,7 +152,7 @@ def kept_high_precision(linears: Sequence[tuple[str, nn.Module]], policy: QuantP
             out[f] = "hp_last"
     for item in policy.hp_layers:
         if isinstance(item, int):
-            hit = [f for f, _ in linears if _block_index(f) == item]
+            hit = [f for f, _ in linears if block_index(f) == item]
         else:
             hit = [f for f, _ in linears if f == item or f.endswith("." + item)]
         if not hit:
