@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from altgrad_lib.studies.claims import is_harm
+from altgrad_lib.studies.study import PAPER_FINDINGS
 
 AGREEMENTS = ("agrees", "not reproduced beyond ±δ", "contradicts", "cannot tell")
 # the verdicts each finding allows (prefixes of claims' verdict texts; "worse" also covers "worse (below its
@@ -28,6 +28,8 @@ _ALLOWS = {"worse": ("worse", "diverged"), "better": ("better",), "equivalent": 
            "not_worse": ("better", "equivalent"), "not_better": ("worse", "diverged", "equivalent"),
            "diverged": ("diverged",)}
 _DECISIVE = ("worse", "better", "equivalent", "diverged")
+if set(_ALLOWS) != set(PAPER_FINDINGS):   # one list of findings: what a study file may say (study.py)
+    raise RuntimeError(f"papers._ALLOWS and study.PAPER_FINDINGS differ: {set(_ALLOWS) ^ set(PAPER_FINDINGS)}")
 
 
 def agreement(finding: str, verdict: str) -> str:
@@ -35,7 +37,7 @@ def agreement(finding: str, verdict: str) -> str:
     if finding not in _ALLOWS:
         raise ValueError(f"paper finding {finding!r} is invalid; valid: {list(_ALLOWS)}")
     got = str(verdict)
-    if got.startswith(_ALLOWS[finding]) or (finding in ("worse", "not_better") and is_harm(got)):
+    if got.startswith(_ALLOWS[finding]):   # "worse" and "diverged" prefixes: every harm (claims.is_harm)
         return "agrees"
     if got.startswith("equivalent") and finding in ("worse", "better"):
         return "not reproduced beyond ±δ"
