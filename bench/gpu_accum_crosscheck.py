@@ -13,7 +13,8 @@ hardware bit for bit (0 mismatches), or the closest one.
 
 Needs a CUDA GPU with FP8 tensor cores (sm_89 / sm_90: Ada, Hopper); without CUDA it exits with a one-line
 message. The simulator runs on the CPU (its reference device), per_add up to K = 2048 (one loop step per product).
-No GPU was available when this script was written: it has not been run, and no result of it is committed.
+Run on an H100 (2026-11-27): bench/results/gpu_h100/accum_crosscheck.txt, read in bench/results/gpu_h100.md (no
+setting is bit-exact; fast accumulation errs like FP22 without promotion up to K = 2048).
 Expectation to test (not a result): use_fast_accum=True keeps the whole K in the FP22 accumulator (DeepSeek-V3
 §3.3.2, SageAttention2 §4.3); use_fast_accum=False promotes partial sums to FP32 (cuBLAS's split accumulator),
 so it should sit near fp32 or fp22 with promotion. cuBLAS may split K across thread blocks (split-K) or order

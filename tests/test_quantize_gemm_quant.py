@@ -217,3 +217,11 @@ def test_quantizer_axis_is_the_same_rule_on_the_moved_tensor():
     for spec in ({"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"}, {"fmt": "E4M3", "scaling": "per_row"}):
         a, b = Quantizer(spec, seed=3), Quantizer(spec, seed=3)
         assert torch.equal(a.quantize(t, axis=0), b.quantize(t.t().contiguous()).t())
+
+
+def test_rht_stays_on_the_operands_device():
+    # On an H100 every block recipe failed in the backward: the Hadamard matrix was built on the CPU and multiplied
+    # with CUDA signs. The meta device stands in for CUDA here (it refuses CPU operands the same way).
+    signs = rht_signs(16, seed=1).to("meta")
+    assert rht_matrix(signs).device.type == "meta"
+    assert apply_rht(torch.empty(4, 40, device="meta"), signs).shape == (4, 48)

@@ -206,7 +206,8 @@ def layer_signs(layer) -> Tensor:
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
     """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4)."""
     d = signs.numel()
-    return (signs.to(torch.float64)[:, None] * hadamard(d) / d**0.5).to(dtype=dtype, device=signs.device)
+    # H built on the signs' device: a CPU H times CUDA signs failed on the GPU only (seen on an H100)
+    return (signs.to(torch.float64)[:, None] * hadamard(d).to(signs.device) / d**0.5).to(dtype=dtype)
 
 
 def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
