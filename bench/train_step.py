@@ -31,6 +31,7 @@ from common import add_model_args, check_device
 
 from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
+from altgrad_lib.numerics.kernels import QDQ_KERNEL_MODES, set_qdq_kernel
 from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
 from altgrad_lib.quantize.recipes import get_policy
@@ -135,6 +136,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     add_model_args(ap, batch=16)
+    ap.add_argument("--qdq-kernel", default="compiled", choices=QDQ_KERNEL_MODES,
+                    help="how eager quantizers run (numerics/kernels.py); compiled = auto's steady state, "
+                         "compiled during the warm-up steps")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
     args = ap.parse_args()
     check_device(ap, args.device)
@@ -149,6 +153,7 @@ def main() -> None:
             ap.error(f"mode {key!r}: {e}")
 
     torch.set_num_threads(args.threads)
+    set_qdq_kernel(args.qdq_kernel)
     torch._dynamo.config.recompile_limit = 64     # one graph per quantizer config is fine; don't fall back to eager
     torch._dynamo.config.cache_size_limit = 64
     cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
@@ -156,8 +161,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(args.device) + " | CPU " + cpu_model() if args.device.startswith("cuda") \
         else cpu_model()
     print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
-          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after "
-          f"{args.warmup} warmup steps")
+          f"{cfg.short_str()} | batch {args.batch} | qdq kernels {args.qdq_kernel} | median of {args.steps} "
+          f"interleaved rounds after {args.warmup} warmup steps")
     steps, warm_s = {}, {}
     for key in args.modes:
         try:

@@ -234,9 +234,11 @@ def _f32_exponent(t: Tensor) -> tuple[Tensor, Tensor]:
     e = ((bits >> 23) & 0xFF) - 127
     frac = bits & 0x7FFFFF
     sub = (e == -127) & (frac != 0)
-    # subnormal: value = frac · 2^-149, floor(log2) = bit length(frac) - 150
-    _, e_sub = torch.frexp(t.to(torch.float64))
-    e = torch.where(sub, e_sub.to(torch.int32) - 1, e)
+    # subnormal: value = frac · 2^-149, floor(log2) = floor(log2 frac) - 149, read from the exponent of frac as an
+    # fp32 (exact: frac < 2^23). Not frexp in float64: inductor's CPU vectorizer fails to compile that next to fp32
+    # lanes (int VectorizedN<2> minus Vectorized, torch 2.13), which kept block kernels from compiling.
+    e_frac = ((frac.to(torch.float32).view(torch.int32) >> 23) & 0xFF) - 127
+    e = torch.where(sub, e_frac - 149, e)
     not_pow2 = torch.where(sub, (frac & (frac - 1)) != 0, frac != 0)
     return e, not_pow2
 

@@ -203,10 +203,18 @@ def layer_signs(layer) -> Tensor:
     return (bits * 2 - 1).to(torch.float32)
 
 
+_HADAMARD64: dict[int, Tensor] = {}   # order -> hadamard(d), built once per process (eager callers; read-only)
+
+
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
     """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4)."""
     d = signs.numel()
-    return (signs.to(torch.float64)[:, None] * hadamard(d) / d**0.5).to(dtype=dtype, device=signs.device)
+    h = None if torch.compiler.is_compiling() else _HADAMARD64.get(d)   # ~16 small ops per eager call saved
+    if h is None:
+        h = hadamard(d)
+        if not torch.compiler.is_compiling():
+            _HADAMARD64[d] = h
+    return (signs.to(torch.float64)[:, None] * h / d**0.5).to(dtype=dtype, device=signs.device)
 
 
 def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
