@@ -121,3 +121,14 @@ def test_bad_mode_is_refused(monkeypatch, restore_mode):
     monkeypatch.setenv(kernels.QDQ_KERNEL_ENV, "fast")
     with pytest.raises(ConfigError, match="ALTGRAD_QDQ_KERNEL='fast'"):
         kernels.qdq_kernel_mode()
+
+
+def test_default_mode_is_auto_and_eager_wins_over_a_compiled_kernel(monkeypatch, restore_mode):
+    monkeypatch.delenv(kernels.QDQ_KERNEL_ENV, raising=False)
+    kernels.set_qdq_kernel(None)
+    assert kernels.qdq_kernel_mode() == "auto"
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is not None
+    kernels.set_qdq_kernel("eager")      # a kernel compiled before is not used: eager means the eager code
+    assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is None

@@ -11,9 +11,13 @@ through the altgrad::sr_random_bits op, so the random stream is the same.
 
 Modes (`set_qdq_kernel` or $ALTGRAD_QDQ_KERNEL; not part of a run's config: the numerics do not change):
   "auto"      (default) CPU tensors: a configuration is compiled once it has been called AUTO_AFTER times in
-              this process, so short runs and tests never pay a compile, long runs pay it once (seconds; the
-              on-disk FX graph cache of torch, shared by every process of the user, makes it ~1 s after the first
-              process); accelerators stay eager (their small ops are cheap launches);
+              this process (a cpu-model step makes 8-48 calls, so from the first or second step on); accelerators
+              stay eager (their small ops are cheap launches). Chosen by measurement (bench/results/train_step.md,
+              AMD EPYC, one thread, cpu profile model): eager steps at 1.63x fp32 instead of 2.60x (fp8_hybrid)
+              and 4.7x instead of 6.8x (nvfp4). The compile costs a fresh process ~3 s (fp8_hybrid) to ~12 s
+              (nvfp4) with torch's on-disk inductor cache warm (/tmp/torchinductor_$USER, which spawned study
+              workers share: 7 s and 42 s with it empty), so it pays in a 600-step study run, not in a test:
+              tests/conftest.py pins "eager" (the numerics/quantize test files took 2.9x as long under auto);
   "compiled"  compile at the first call (CPU and accelerators);
   "eager"     never compile.
 Inside a torch.compile'd model nothing is compiled here: the model's graph already fuses the same code.
@@ -77,11 +81,13 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
     """The compiled kernel of configuration `key` (build() makes its eager function), or None: run eager now."""
     if torch.compiler.is_compiling() or key in _failed:
         return None
+    mode = qdq_kernel_mode()     # first: "eager" runs eager even where a kernel was compiled before
+    if mode == "eager":
+        return None
     fn = _compiled.get(key)
     if fn is not None:
         return fn
-    mode = qdq_kernel_mode()
-    if mode == "eager" or (mode == "auto" and device.type != "cpu"):
+    if mode == "auto" and device.type != "cpu":
         return None
     if mode == "auto":
         n = _calls.get(key, 0) + 1
