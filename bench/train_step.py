@@ -31,6 +31,7 @@ from common import add_model_args, check_device
 
 from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig
+from altgrad_lib.numerics.kernels import QDQ_KERNEL_MODES, set_qdq_kernel
 from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
 from altgrad_lib.quantize.recipes import get_policy
@@ -70,7 +71,7 @@ DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:
            "scaled_mm:eager", "scaled_mm:compiled"]
 
 
-def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision: str):
+def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision: str, kernel: str):
     recipe, backend = recipe_backend(mode)
     gemm = "scaled_mm" if mode.endswith("_slow") else "dequant"
     set_cpu_fp8_gemm(gemm)   # torchao modules take it when built / moved, ScaledMMLinear at each call (step below)
@@ -89,6 +90,7 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision:
 
     def step(x, y):
         set_cpu_fp8_gemm(gemm)
+        set_qdq_kernel(kernel)
         with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
             _, loss = fwd(x, y)
         loss.backward()
@@ -107,14 +109,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, precision: str):
-    """Step function for one mode, already warmed up (compiled modes compile here)."""
-    mode, _, how = mode_key.rpartition(":")
+def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, precision: str, kernel: str):
+    """Step function for one mode, already warmed up (compiled modes compile here; so do the quantize kernels)."""
+    mode, _, how = mode_key.partition("/")[0].rpartition(":")
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     t0 = time.perf_counter()
-    step = make_step(mode, how == "compiled", cfg, device, precision)
+    step = make_step(mode, how == "compiled", cfg, device, precision, kernel)
     for _ in range(warmup):
         step(x, y)
     _sync(device)
@@ -135,6 +137,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     add_model_args(ap, batch=16)
+    ap.add_argument("--qdq-kernel", nargs="+", default=["compiled"], choices=QDQ_KERNEL_MODES,
+                    help="how eager quantizers run (numerics/kernels.py); compiled = auto's steady state, "
+                         "compiled during the warm-up steps; several: each quantized mode once per kernel mode, "
+                         "named <mode>/<kernel>, side by side")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
     args = ap.parse_args()
     check_device(ap, args.device)
@@ -149,6 +155,11 @@ def main() -> None:
             ap.error(f"mode {key!r}: {e}")
 
     torch.set_num_threads(args.threads)
+    kernels = list(dict.fromkeys(args.qdq_kernel))
+    # (key, qdq kernel mode): fp32 has no quantizer, so it runs once
+    runs = [(k if len(kernels) == 1 or recipe_backend(k.rpartition(":")[0])[0] == "hp" else f"{k}/{kern}", kern)
+            for k in args.modes for kern in kernels]
+    runs = list(dict(runs).items())
     torch._dynamo.config.recompile_limit = 64     # one graph per quantizer config is fine; don't fall back to eager
     torch._dynamo.config.cache_size_limit = 64
     cfg = GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
@@ -156,12 +167,12 @@ def main() -> None:
     where = torch.cuda.get_device_name(args.device) + " | CPU " + cpu_model() if args.device.startswith("cuda") \
         else cpu_model()
     print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
-          f"{cfg.short_str()} | batch {args.batch} | median of {args.steps} interleaved rounds after "
-          f"{args.warmup} warmup steps")
+          f"{cfg.short_str()} | batch {args.batch} | qdq kernels {' '.join(kernels)} | median of {args.steps} "
+          f"interleaved rounds after {args.warmup} warmup steps")
     steps, warm_s = {}, {}
-    for key in args.modes:
+    for key, kern in runs:
         try:
-            steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup, args.device, args.precision)
+            steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup, args.device, args.precision, kern)
             print(f"{key:20s} ready (build + warmup {warm_s[key]:.0f}s)", flush=True)
         except Exception as e:  # a failing mode should not hide the others
             print(f"{key:20s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
@@ -175,7 +186,7 @@ def main() -> None:
     tok_s = {k: args.batch * cfg.block_size / sorted(v)[len(v) // 2] for k, v in times.items()}
     print(f"\n{'mode':20s} {'tok/s':>9s} {'ms/step':>9s}  overhead vs fp32 (same mode)")
     for key, ts in tok_s.items():
-        base = tok_s.get("fp32:" + key.rpartition(":")[2])
+        base = tok_s.get("fp32:" + key.partition("/")[0].rpartition(":")[2])
         ratio = f"{base / ts:.2f}x" if base else "n/a"
         print(f"{key:20s} {ts:9.0f} {1e3 * args.batch * cfg.block_size / ts:9.1f}  {ratio}")
 

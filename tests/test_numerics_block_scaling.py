@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import assert_same
 
-from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, block_scales, mx_exponents
+from altgrad_lib.numerics.block_scaling import BlockScaling, _f32_exponent, block_qdq, block_scales, mx_exponents
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.oracles import mx_reference, torchao_nvfp4, torchao_nvfp4_2d
 
@@ -112,10 +112,35 @@ def test_mx_exotic_elements_vs_hand_reference(fmt_name, mode):
     assert_same(y, mx_reference(x, fmt, mode), x, f"mx {fmt_name} {mode}")
 
 
+def test_f32_exponent_matches_math_frexp_on_every_fp32_class():
+    """floor(log2 t) and "not a power of two" against Python's math.frexp (the C library's, on the exact double of
+    each fp32 value): zero, subnormals (smallest, largest, powers of two and not), normals, the fp32 max; inf and
+    NaN keep the exponent bits' reading (128; NaN is no power of two)."""
+    tiny = 2.0**-149
+    vals = [0.0, tiny, 2 * tiny, 3 * tiny, 2.0**-130, 2.0**-130 * 1.5, 2.0**-126 - tiny, 2.0**-126, 1.0, 1.5,
+            2.0**100 * 1.25, float(torch.finfo(torch.float32).max), math.inf, math.nan]
+    g = torch.Generator().manual_seed(0)
+    rnd = torch.rand(2000, generator=g) * torch.exp2(torch.randint(-149, 128, (2000,), generator=g).float())
+    t = torch.cat([torch.tensor(vals, dtype=torch.float32), rnd.float()])
+    e, not_pow2 = _f32_exponent(t)
+
+    def ref(v: float) -> tuple[int, bool]:
+        if v == 0:
+            return -127, False
+        if not math.isfinite(v):
+            return 128, math.isnan(v)
+        m, ex = math.frexp(v)
+        return ex - 1, m != 0.5
+
+    want = [ref(v) for v in t.tolist()]
+    assert e.tolist() == [w[0] for w in want]
+    assert not_pow2.tolist() == [w[1] for w in want]
+
+
 def test_mx_exponents_exact_where_torchao_cpu_log2_rounds_down():
     """RCEIL is ceil(log2(amax/fmax)); torchao's CPU fallback takes torch.log2 in fp32, which returns the
     integer k for amax/fmax = 2^k (1 + 2^-23) once k is large enough: one exponent too low (then its clamp
-    saturates the block's largest element). Ours reads the exponent from the bits."""
+    saturates the block's largest element). Ours computes the exponent exactly."""
     fmt = get_format("E4M3")
     d = torch.tensor(2.0**20, dtype=torch.float32)
     d = torch.nextafter(d, torch.tensor(math.inf))                  # 2^20 (1 + 2^-23)

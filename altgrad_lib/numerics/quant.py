@@ -104,6 +104,21 @@ class StraightThrough(torch.autograd.Function):
         return grad_y, None
 
 
+class ClippedStraightThrough(torch.autograd.Function):
+    """Returns the precomputed y; the gradient is zeroed where `over` (|x*s| > fmax): FakeQuantFn's clipped STE
+    for a y computed elsewhere (kernels.py's compiled kernels)."""
+
+    @staticmethod
+    def forward(ctx, x, y, over):
+        ctx.save_for_backward(over)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (over,) = ctx.saved_tensors
+        return grad_y.masked_fill(over, 0.0), None, None
+
+
 def fake_quant(x: Tensor, spec: QuantSpec | dict | str, scaler: Scaler | None = None, generator=None) -> Tensor:
     """Differentiable fake quantization Q(x*s)/s with the STE of `spec`.
 

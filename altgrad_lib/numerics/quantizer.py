@@ -17,7 +17,8 @@ from torch.utils.hooks import RemovableHandle
 from altgrad_lib.choices import SR_RNG
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, elementwise_scale
 from altgrad_lib.numerics.counter_rng import derive_keys, hash_bits
-from altgrad_lib.numerics.quant import FakeQuantFn, StraightThrough, qdq
+from altgrad_lib.numerics.kernels import block_kernel_fn, compiled_kernel, qdq_kernel_fn
+from altgrad_lib.numerics.quant import ClippedStraightThrough, FakeQuantFn, StraightThrough, qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.numerics.rounding import default_sr_bits, random_bits
 from altgrad_lib.numerics.scaling import Scaler, stateless_scale
@@ -285,7 +286,15 @@ class Quantizer(nn.Module):
         if _moved(x, axis):
             return self.forward(x.movedim(axis, -1)).movedim(-1, axis)
         eps0 = self._eps0()
-        if not self.training:
+        spec = self.spec if self.training else self._eval_spec
+        fast = self._compiled_qdq(x, spec, self.training, spec.ste == "clipped", self.training and self.count)
+        if fast is not None:
+            y, over, s, n_sat, n_under = fast
+            if self.training and self.count:
+                self._count(x, n_sat, n_under)
+            # the kernel returns the mask only for the clipped STE (the counters use it inside)
+            y = ClippedStraightThrough.apply(x, y, over) if over is not None else StraightThrough.apply(x, y)
+        elif not self.training:
             s = self.scaler.scale_peek(x)
             y, _, _ = FakeQuantFn.apply(x, s, self._eval_spec, None, False, None)
         else:
@@ -305,8 +314,12 @@ class Quantizer(nn.Module):
         if _moved(x, axis):
             return self.quantize(x.movedim(axis, -1)).movedim(-1, axis)
         eps0 = self._eps0()
-        s = self.scaler.scale_for(x)
-        y, _, n_sat, n_under = qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
+        fast = self._compiled_qdq(x, self.spec, True, False, self.count)
+        if fast is not None:
+            y, _, s, n_sat, n_under = fast
+        else:
+            s = self.scaler.scale_for(x)
+            y, _, n_sat, n_under = qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
         if self.count:
             self._count(x, n_sat, n_under)
         if self._observers:
@@ -323,6 +336,9 @@ class Quantizer(nn.Module):
         """
         if self._block:
             return self._block_qdq(x, True, count=False)
+        fast = None if self.stateful else self._compiled_qdq(x, self.spec, False, False, False)
+        if fast is not None:
+            return fast[0]
         s, _ = stateless_scale(x, self.spec.fmt, self.spec.scaling)
         y, _, _, _ = qdq(x, s, self.spec, None, False, False, self.draw_bits(x))
         return y
@@ -337,14 +353,68 @@ class Quantizer(nn.Module):
         spec = self.spec if train else self._eval_spec
         stochastic = spec.rounding == "stochastic"
         count = count and train and self.count
-        y, n_sat, n_under = block_qdq(x, spec.fmt, spec.scaling, spec.rounding,
-                                      self.draw_bits if stochastic else None, spec.sr_bits, want_stats=count,
-                                      axis=axis)
+        fast = self._compiled_block(x, spec, count, axis)
+        if fast is not None:
+            y, n_sat, n_under = fast
+        else:
+            y, n_sat, n_under = block_qdq(x, spec.fmt, spec.scaling, spec.rounding,
+                                          self.draw_bits if stochastic else None, spec.sr_bits, want_stats=count,
+                                          axis=axis)
         if count:
             self._count(x, n_sat, n_under)
         if self._observers:
             self._notify(x.movedim(axis, -1), y.movedim(axis, -1), None, None, train)
         return y
+
+    # -- compiled kernels (numerics/kernels.py): None = run the eager code ------------------------------------
+    def _sr_dtype(self, spec: QuantSpec, wdt: torch.dtype) -> torch.dtype | None | bool:
+        """Random-bits dtype of stochastic rounding in work dtype wdt, None for deterministic rounding, False when
+        the eager path must run (sr_bits too large: it raises there)."""
+        if spec.rounding != "stochastic":
+            return None
+        return self._rbits_dtype.get(wdt, False)
+
+    def _compiled_qdq(self, x: Tensor, spec: QuantSpec, update: bool, want_mask: bool, want_stats: bool):
+        """(y, mask, s, n_sat, n_under) by the compiled kernel of this configuration, the scaler updated as
+        scale_for would (update) or read as scale_peek does; None where it is not used (kernels.compiled_kernel)."""
+        if torch.compiler.is_compiling() or not x.is_floating_point() or x.dim() == 0:
+            return None
+        rdt = self._sr_dtype(spec, torch.float64 if x.dtype == torch.float64 else torch.float32)
+        if rdt is False:
+            return None
+        scale_in = spec.scaling.kind == "delayed"
+        key = ("qdq", spec, want_mask, want_stats, rdt, scale_in)
+        kern = compiled_kernel(key, x.device,
+                               lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, scale_in, _sr_random_bits))
+        if kern is None:
+            return None
+        s = (self.scaler.scale_for(x) if update else self.scaler.scale_peek(x)) if scale_in else None
+        # flattened (per_row: to rows of the last dim), so one compiled graph serves every shape
+        xf = x.detach().reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.detach().reshape(-1)
+        with torch.no_grad():
+            y, over, s, amax, hits, n_sat, n_under = kern(xf, s, self._rng_token)
+        if update and not scale_in:
+            self.scaler.record(s, amax, hits)
+        if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
+            s = s.view(*x.shape[:-1], 1)
+        return y.view(x.shape), None if over is None else over.view(x.shape), s, n_sat, n_under
+
+    def _compiled_block(self, x: Tensor, spec: QuantSpec, want_stats: bool, axis: int):
+        """block_qdq's (y, n_sat, n_under) by the compiled kernel of this configuration, or None."""
+        if torch.compiler.is_compiling() or not x.is_floating_point() or x.dim() == 0:
+            return None
+        rdt = self._sr_dtype(spec, torch.float32)        # block_qdq rounds fp32 blocks
+        if rdt is False:
+            return None
+        key = ("block", spec, want_stats, rdt, axis)
+        kern = compiled_kernel(key, x.device, lambda: block_kernel_fn(spec, want_stats, rdt, axis, _sr_random_bits))
+        if kern is None:
+            return None
+        # 1 x K blocks along the last dim: the leading dims flattened, so one compiled graph serves every shape
+        flat = x.dim() > 2 and axis % x.dim() == x.dim() - 1 and not spec.scaling.tile_2d
+        with torch.no_grad():
+            y, n_sat, n_under = kern(x.detach().reshape(-1, x.shape[-1]) if flat else x.detach(), self._rng_token)
+        return y.view(x.shape), n_sat, n_under
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     def reset_counters(self) -> None:

@@ -242,11 +242,20 @@ class Scaler(nn.Module):
             s = torch.ones((), dtype=torch.float32, device=x.device)
         else:
             s, amax, hits = _compact_scale(x, self.fmt, cfg)
+            self.record(s, amax, hits)
+            return s
+        self.n_updates += 1
+        return s
+
+    @torch.no_grad()
+    def record(self, s: Tensor, amax: Tensor | None, hits: Tensor | None) -> None:
+        """The state update of scale_for for a stateless kind (current / per_row; none: amax None) whose
+        (s, amax, eps hits) of _compact_scale were computed elsewhere (kernels.py's compiled kernels)."""
+        if amax is not None:
             self.eps_hits += hits
             self._record(amax.amax() if amax.dim() else amax)
             self.scale.copy_(s.amin() if s.dim() else s)
         self.n_updates += 1
-        return s
 
     @torch.no_grad()
     def scale_peek(self, x: Tensor) -> Tensor:

@@ -203,11 +203,20 @@ def layer_signs(layer) -> Tensor:
     return (bits * 2 - 1).to(torch.float32)
 
 
+_HADAMARD64: dict[tuple[int, str], Tensor] = {}   # (order, device) -> hadamard(d), built once per process (eager callers; read-only)
+
+
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
     """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4)."""
     d = signs.numel()
-    # H built on the signs' device: a CPU H times CUDA signs failed on the GPU only (seen on an H100)
-    return (signs.to(torch.float64)[:, None] * hadamard(d).to(signs.device) / d**0.5).to(dtype=dtype)
+    # H on the signs' device: a CPU H times CUDA signs failed on the GPU only (seen on an H100)
+    key = (d, str(signs.device))
+    h = None if torch.compiler.is_compiling() else _HADAMARD64.get(key)   # ~16 small ops per eager call saved
+    if h is None:
+        h = hadamard(d).to(signs.device)
+        if not torch.compiler.is_compiling():
+            _HADAMARD64[key] = h
+    return (signs.to(torch.float64)[:, None] * h / d**0.5).to(dtype=dtype)
 
 
 def apply_rht(a: Tensor, signs: Tensor) -> Tensor:

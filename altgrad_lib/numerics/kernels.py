@@ -1,0 +1,177 @@
+"""Compiled quantize-dequantize kernels for eager callers: one torch.compile'd function per quantizer
+configuration, cached for the process (qdq_kernel_fn / block_kernel_fn build the eager functions, compiled_kernel
+decides when to compile them; quantizer.py calls them).
+
+Why: an eager fake quantization launches 15-40 small ATen ops (scale, round, unscale, counters; a block format
+with its scales ~90), each a pass over a 64-256 wide activation, and on the cpu profile's model those ops cost
+more than the GEMMs (bench/results/train_step.md). Inductor fuses one call into one or two loops. The traced
+function is the eager one (quant.qdq, block_scaling.block_qdq), and rounding.py's compiled kernels are
+bit-identical to its eager ones, so the output is too (tests/test_numerics_kernels.py); stochastic rounding draws
+through the altgrad::sr_random_bits op, so the random stream is the same.
+
+Modes (`set_qdq_kernel` or $ALTGRAD_QDQ_KERNEL; not part of a run's config: the numerics do not change):
+  "auto"      (default) CPU tensors: a configuration is compiled once it has been called AUTO_AFTER times in
+              this process (a cpu-model step makes 8-48 calls, so from the first or second step on); accelerators
+              stay eager (their small ops are cheap launches). Chosen by measurement (bench/results/train_step.md,
+              AMD EPYC, one thread, cpu profile model): eager steps at 1.63x fp32 instead of 2.60x (fp8_hybrid)
+              and 4.7x instead of 6.8x (nvfp4). The compile costs a fresh process ~3 s (fp8_hybrid) to ~12 s
+              (nvfp4) with torch's on-disk inductor cache warm (/tmp/torchinductor_$USER, which spawned study
+              workers share: 7 s and 42 s with it empty), so it pays in a 600-step study run, not in a test:
+              tests/conftest.py pins "eager" (the numerics/quantize test files took 2.9x as long under auto);
+  "compiled"  compile at the first call (CPU and accelerators);
+  "eager"     never compile.
+Inside a torch.compile'd model nothing is compiled here: the model's graph already fuses the same code.
+If compiling a configuration fails (e.g. no C++ compiler for inductor, an inductor bug), a warning says why and
+that configuration runs eager for the rest of the process (the kernel's function, called as is: same numerics).
+
+Each configuration gets a function with its own code object, so dynamo's per-code cache (8 entries by default)
+holds only that configuration's variants (dtype, contiguity); shapes are dynamic, so the model's many
+activation and weight shapes share one compiled kernel.
+"""
+from __future__ import annotations
+
+import os
+import types
+import warnings
+from typing import Callable, Hashable
+
+import torch
+
+from altgrad_lib.errors import ConfigError
+from altgrad_lib.numerics.block_scaling import block_qdq
+from altgrad_lib.numerics.quant import qdq
+from altgrad_lib.numerics.quant_spec import QuantSpec
+from altgrad_lib.numerics.scaling import _compact_scale
+
+QDQ_KERNEL_MODES = ("auto", "compiled", "eager")
+QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
+AUTO_AFTER = 32        # auto: calls of one configuration before it is compiled (a step of the cpu model: 8-48)
+
+_mode: str | None = None              # set_qdq_kernel's choice; None: the environment variable's, or "auto"
+_calls: dict[Hashable, int] = {}      # configuration -> eager calls so far (auto)
+_compiled: dict[Hashable, Callable] = {}
+_failed: dict[Hashable, str] = {}     # configuration -> its compile error (eager from then on)
+
+
+def set_qdq_kernel(mode: str | None) -> None:
+    """Choose how eager quantizers run: "auto", "compiled" or "eager" (None: back to $ALTGRAD_QDQ_KERNEL / auto)."""
+    global _mode
+    if mode is not None and mode not in QDQ_KERNEL_MODES:
+        raise ConfigError(f"quantize kernel mode {mode!r} is invalid; valid choices: {', '.join(QDQ_KERNEL_MODES)}")
+    _mode = mode
+
+
+def qdq_kernel_mode() -> str:
+    """The mode in force: set_qdq_kernel's, else $ALTGRAD_QDQ_KERNEL, else "auto"."""
+    if _mode is not None:
+        return _mode
+    env = os.environ.get(QDQ_KERNEL_ENV, "").strip() or "auto"
+    if env not in QDQ_KERNEL_MODES:
+        raise ConfigError(f"{QDQ_KERNEL_ENV}={env!r} is invalid; valid choices: {', '.join(QDQ_KERNEL_MODES)}")
+    return env
+
+
+def _own_code(fn: Callable, name: str) -> Callable:
+    """A copy of fn with a code object of its own (dynamo keys its cache on the code object)."""
+    code = fn.__code__.replace(co_name=name)
+    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+
+
+def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Callable]) -> Callable | None:
+    """The compiled kernel of configuration `key` (build() makes its eager function), or None: run eager now."""
+    if torch.compiler.is_compiling() or key in _failed:
+        return None
+    mode = qdq_kernel_mode()     # first: "eager" runs eager even where a kernel was compiled before
+    if mode == "eager":
+        return None
+    fn = _compiled.get(key)
+    if fn is not None:
+        return fn
+    if mode == "auto" and device.type != "cpu":
+        return None
+    if mode == "auto":
+        n = _calls.get(key, 0) + 1
+        _calls[key] = n
+        if n <= AUTO_AFTER:
+            return None
+    fn = build()
+    compiled = torch.compile(_own_code(fn, f"qdq_kernel_{len(_compiled)}"), dynamic=True, fullgraph=True)
+
+    def first_call(*args):
+        """Compiles on the way; where that fails, this configuration stays eager (fn as is) and a warning says so."""
+        try:
+            out = compiled(*args)
+        except Exception as e:   # e.g. inductor without a C++ compiler (Interrupted is no Exception: it passes)
+            _failed[key] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+            _compiled.pop(key, None)
+            warnings.warn(f"a compiled quantize kernel failed to build ({_failed[key]}); its quantizers run eager "
+                          f"(slower, same numerics). {QDQ_KERNEL_ENV}=eager skips compiling.", RuntimeWarning,
+                          stacklevel=3)
+            return fn(*args)
+        _compiled[key] = compiled
+        return out
+
+    _compiled[key] = first_call
+    return first_call
+
+
+def reset_kernels() -> None:
+    """Forget compiled kernels, call counts and a compile failure (tests; torch._dynamo.reset() drops the code)."""
+    _calls.clear()
+    _compiled.clear()
+    _failed.clear()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The eager functions that compiled_kernel compiles (one per configuration): the same code as Quantizer's eager
+# path, with the SR bits drawn by `draw(x, token, dtype)` (quantizer's altgrad::sr_random_bits op: the same
+# stream) and the scale computed inside (stateless kinds).
+#
+# A kernel reads its configuration from module globals (_SPEC, ...) that _bind gives each copy its own values of,
+# not from a closure: under dynamic=True dynamo makes the ints of a closure's objects symbolic (the block size:
+# inductor's loops over a symbolic block vectorize badly) but specializes those read from globals, and lifts
+# their floats (format max, ...) to inputs, which inductor compiles to faster loops than the same floats as
+# constants (nvfp4 on 1024x256, one thread: 1.5 ms against 3.2 ms from a closure and 4.7 ms with every dim
+# marked dynamic instead).
+
+_SPEC = _WANT_MASK = _WANT_STATS = _RDT = _SCALE_IN = _AXIS = _DRAW = None   # each kernel copy's own values
+
+
+def _bind(body: Callable, **config) -> Callable:
+    """A copy of body whose globals hold `config` (upper-cased, with a leading underscore)."""
+    g = dict(body.__globals__)
+    g.update({f"_{k.upper()}": v for k, v in config.items()})
+    return types.FunctionType(body.__code__, g, body.__name__, body.__defaults__, body.__closure__)
+
+
+def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor):
+    amax = hits = None
+    if not _SCALE_IN:
+        if _SPEC.scaling.kind == "none":
+            s = torch.ones((), dtype=torch.float32, device=x.device)
+        else:
+            s, amax, hits = _compact_scale(x, _SPEC.fmt, _SPEC.scaling)
+    rbits = None if _RDT is None else _DRAW(x, token, _RDT)
+    y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
+    # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU)
+    return y, over if _WANT_MASK else None, s, amax, hits, n_sat, n_under
+
+
+def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch.dtype | None, scale_in: bool,
+                  draw: Callable) -> Callable:
+    """kernel(x, s, token) -> (y, mask, s, amax, eps hits, n_sat, n_under): the scale from x (s None; amax and hits
+    None for kind "none") or given (scale_in: delayed), then quant.qdq; rdt: the SR bits' dtype (None: nearest)."""
+    return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, scale_in=scale_in,
+                 draw=draw)
+
+
+def _block_body(x: torch.Tensor, token: torch.Tensor):
+    bits = None if _RDT is None else (lambda xs: _DRAW(xs, token, _RDT))
+    return block_qdq(x, _SPEC.fmt, _SPEC.scaling, _SPEC.rounding, bits, _SPEC.sr_bits, want_stats=_WANT_STATS,
+                     axis=_AXIS)
+
+
+def block_kernel_fn(spec: QuantSpec, want_stats: bool, rdt: torch.dtype | None, axis: int,
+                    draw: Callable) -> Callable:
+    """kernel(x, token) -> block_qdq's (y, n_sat, n_under)."""
+    return _bind(_block_body, spec=spec, want_stats=want_stats, rdt=rdt, axis=axis, draw=draw)

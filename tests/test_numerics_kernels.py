@@ -1,0 +1,134 @@
+"""Compiled quantize-dequantize kernels (numerics/kernels.py) against the eager code they trace: outputs, signs,
+gradients (both STEs), counters, scaler state and the stochastic-rounding stream bit for bit. The oracle is the
+eager path of Quantizer (itself tested against ml_dtypes / torchao / gfloat in test_numerics_*), run on an
+identically seeded twin."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from altgrad_lib.errors import ConfigError
+from altgrad_lib.numerics import kernels
+from altgrad_lib.numerics.quantizer import Quantizer
+
+SPECS = [  # (spec, axis): per-tensor / per-row / delayed / SR / block kinds, along the last dim and along dim 0
+    ({"fmt": "E4M3", "ste": "clipped"}, -1),
+    ({"fmt": "E5M2", "rounding": "stochastic"}, -1),
+    ({"fmt": "E3M4", "scaling": "per_row"}, 0),
+    ({"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"}, -1),
+    ({"fmt": "E1M6", "scaling": "none"}, -1),            # saturates: the counters' mask must not clip the gradient
+    ({"fmt": "E1M6", "scaling": "none", "ste": "clipped"}, 0),   # saturates: the clipped STE's mask is used
+    ({"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"}, 0),
+    ({"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}}, -1),
+    ({"fmt": "E4M3", "scaling": "mx"}, 0),                # eval (no stats): inductor failed on frexp(float64) here
+    ({"fmt": "E4M3", "rounding": "stochastic", "sr_rng": "per_call"}, -1),   # counter-based bits through the op
+    ({"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic", "sr_rng": "per_call"}, -1),
+]
+
+
+def _inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 96, generator=g) * 3
+    x[0, :5] = torch.tensor([0.0, -0.0, 1e-30, float("inf"), float("nan")])
+    return [x, torch.randn(4, 33, 48, generator=g), torch.randn(40, 64, generator=g) * 1e-3]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values and signs; NaN where the other has NaN (a NaN's sign and payload carry nothing)."""
+    nan = a.isnan()
+    return (torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])
+            and torch.equal(torch.signbit(a[~nan]), torch.signbit(b[~nan])))
+
+
+@pytest.fixture
+def restore_mode():
+    yield
+    kernels.set_qdq_kernel(None)
+
+
+@pytest.mark.parametrize("spec,axis", SPECS, ids=[str(i) for i in range(len(SPECS))])
+def test_compiled_kernel_is_bit_identical_to_eager(spec, axis, restore_mode):
+    kernels.reset_kernels()
+    eager, comp = Quantizer(spec, seed=5), Quantizer(spec, seed=5)
+    seen = {"eager": [], "comp": []}      # observers see the same scales (monitors read them)
+    eager.observe(lambda ev: seen["eager"].append(ev))
+    comp.observe(lambda ev: seen["comp"].append(ev))
+    for train in (True, False):
+        eager.train(train)
+        comp.train(train)
+        for x in _inputs():
+            xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+            kernels.set_qdq_kernel("eager")
+            ya = eager(xa, axis=axis)
+            za = eager.quantize(x, axis=axis) if train else None
+            kernels.set_qdq_kernel("compiled")
+            yb = comp(xb, axis=axis)
+            zb = comp.quantize(x, axis=axis) if train else None
+            gy = torch.randn_like(ya)
+            ya.backward(gy)
+            yb.backward(gy)
+            assert _same(ya, yb), f"forward differs (train={train}, shape {tuple(x.shape)})"
+            assert torch.equal(xa.grad, xb.grad), f"gradient differs (train={train}, shape {tuple(x.shape)})"
+            if train:
+                assert _same(za, zb), f"quantize() differs (shape {tuple(x.shape)})"
+    assert kernels._compiled and not kernels._failed, kernels._failed
+    assert len(seen["eager"]) == len(seen["comp"]) > 0
+    for ea, eb in zip(seen["eager"], seen["comp"]):
+        assert _same(ea.y, eb.y) and _same(ea.scale.expand_as(ea.x), eb.scale.expand_as(eb.x))
+        assert ea.eps_hits is None and eb.eps_hits is None or torch.equal(ea.eps_hits, eb.eps_hits)
+    sa, sb = eager.state_dict(), comp.state_dict()
+    for k, v in sa.items():
+        if torch.is_tensor(v):
+            assert _same(v.double(), sb[k].double()), f"state {k}: {v} vs {sb[k]}"
+        else:   # extra state: the SR generator advanced by the same draws
+            assert v.get("rng_state") is None or torch.equal(v["rng_state"], sb[k]["rng_state"]), k
+
+
+def test_auto_compiles_only_after_auto_after_calls(restore_mode):
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("auto")
+    built = []
+    cpu = torch.device("cpu")
+    outs = [kernels.compiled_kernel("probe", cpu, lambda: built.append(1) or (lambda t: t + 1))
+            for _ in range(kernels.AUTO_AFTER)]
+    assert outs == [None] * kernels.AUTO_AFTER and not built
+    assert kernels.compiled_kernel("other", torch.device("meta"), lambda: lambda t: t) is None   # CPU only
+    assert kernels.compiled_kernel("probe", cpu, lambda: built.append(1) or (lambda t: t + 1)) is not None
+    assert built == [1]
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("eager")
+    assert kernels.compiled_kernel("probe", cpu, lambda: lambda t: t) is None
+
+
+def test_failed_compile_warns_and_runs_the_function_eagerly(restore_mode):
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+
+    def needs_a_host_value(t):   # fullgraph=True cannot trace the data-dependent Python branch
+        return t * 2 if float(t.sum()) > 0 else t
+
+    kern = kernels.compiled_kernel("bad", torch.device("cpu"), lambda: needs_a_host_value)
+    with pytest.warns(RuntimeWarning, match="failed to build"):
+        out = kern(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 2.0)) and "bad" in kernels._failed
+    assert kernels.compiled_kernel("bad", torch.device("cpu"), lambda: needs_a_host_value) is None
+
+
+def test_bad_mode_is_refused(monkeypatch, restore_mode):
+    with pytest.raises(ConfigError, match="valid choices: auto, compiled, eager"):
+        kernels.set_qdq_kernel("fast")
+    kernels.set_qdq_kernel(None)
+    monkeypatch.setenv(kernels.QDQ_KERNEL_ENV, "fast")
+    with pytest.raises(ConfigError, match="ALTGRAD_QDQ_KERNEL='fast'"):
+        kernels.qdq_kernel_mode()
+
+
+def test_default_mode_is_auto_and_eager_wins_over_a_compiled_kernel(monkeypatch, restore_mode):
+    monkeypatch.delenv(kernels.QDQ_KERNEL_ENV, raising=False)
+    kernels.set_qdq_kernel(None)
+    assert kernels.qdq_kernel_mode() == "auto"
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is not None
+    kernels.set_qdq_kernel("eager")      # a kernel compiled before is not used: eager means the eager code
+    assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is None
