@@ -203,7 +203,7 @@ def layer_signs(layer) -> Tensor:
     return (bits * 2 - 1).to(torch.float32)
 
 
-_HADAMARD64: dict[tuple[int, str], Tensor] = {}   # (order, device) -> hadamard(d), built once per process (eager callers; read-only)
+_HADAMARD64: dict[tuple[int, str], Tensor] = {}   # (order, device) -> hadamard(d), once per process (eager)
 
 
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
