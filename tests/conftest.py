@@ -1,0 +1,49 @@
+"""Set-up for a parallel test session (`make test` runs pytest-xdist: `-n 2 --dist loadfile`); a serial `pytest`
+run is left exactly as it was.
+
+- Work units under `--dist loadfile`: one per test file (a module fixture that trains runs once), and all notebooks
+  ONE unit, cells in order: nbval's cells of a notebook share one kernel, and 03 reuses the run 02 trained. The
+  notebooks are collected first in each worker, so with `--no-loadscope-reorder` the longest unit starts first
+  instead of last. (A scheduler, not `xdist_group` marks: xdist 3.8's loadgroup renames `item._nodeid`, which
+  pytest 9 no longer reads, so its groups silently become single tests.)
+- Each worker trains into its own ALTGRAD_OUTPUTS/<worker id>: two workers training the same config in the same
+  outputs would write one run directory at once (the token cache needs nothing: its files are written atomically).
+- Torch threads stay torch's default (one per core) in each worker: fewer would change reduction order, and tests that
+  compare a subprocess's training with this process's bit for bit (test_training_loop's SIGKILL resumes) fail.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # "gw0", "gw1", ...; unset in a serial run and in the controller
+
+if WORKER:
+    if os.environ.get("ALTGRAD_OUTPUTS"):
+        own = Path(os.environ["ALTGRAD_OUTPUTS"]) / WORKER
+        own.mkdir(parents=True, exist_ok=True)
+        os.environ["ALTGRAD_OUTPUTS"] = str(own)   # read at call time (paths.outputs_dir); notebook kernels inherit it
+
+
+def _is_notebook(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0].endswith(".ipynb")
+
+
+def pytest_collection_modifyitems(config, items):
+    if WORKER:   # every worker sorts alike, so their collections still agree (xdist checks that)
+        items[:] = [it for it in items if _is_notebook(it.nodeid)] + [it for it in items if not _is_notebook(it.nodeid)]
+
+
+@pytest.hookimpl(optionalhook=True)   # an xdist hook: pytest without xdist must not reject this file
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling   # only reached when xdist runs the session
+
+    class NotebooksTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "notebooks" if _is_notebook(nodeid) else super()._split_scope(nodeid)
+
+    return NotebooksTogether(config, log)
