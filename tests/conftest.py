@@ -1,7 +1,8 @@
 """Set-up for a parallel test session (`make test` runs pytest-xdist: `-n 2 --dist loadfile`); a serial `pytest`
 run is left exactly as it was.
 
-- Work units under `--dist loadfile`: one per test file (a module fixture that trains runs once), and all notebooks
+- Work units under `--dist loadfile`: one per test file (a module fixture that trains runs once; PER_TEST below: one
+  per test), and all notebooks
   ONE unit, cells in order: nbval's cells of a notebook share one kernel, and 03 reuses the run 02 trained. The
   notebooks are collected first in each worker, so with `--no-loadscope-reorder` the longest unit starts first
   instead of last. (A scheduler, not `xdist_group` marks: xdist 3.8's loadgroup renames `item._nodeid`, which
@@ -27,6 +28,11 @@ if WORKER:
         os.environ["ALTGRAD_OUTPUTS"] = str(own)   # read at call time (paths.outputs_dir); notebook kernels inherit it
 
 
+# Files whose tests share no fixture and which as one unit would be the longest of all: each test is a unit.
+# test_compile_grads.py: ~27 compile cases, a quarter of the suite's time (each resets dynamo; none shares state).
+PER_TEST = {"tests/test_compile_grads.py"}
+
+
 def _is_notebook(nodeid: str) -> bool:
     return nodeid.split("::", 1)[0].endswith(".ipynb")
 
@@ -44,6 +50,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class NotebooksTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "notebooks" if _is_notebook(nodeid) else super()._split_scope(nodeid)
+            if _is_notebook(nodeid):
+                return "notebooks"
+            return nodeid if nodeid.split("::", 1)[0] in PER_TEST else super()._split_scope(nodeid)
 
     return NotebooksTogether(config, log)
