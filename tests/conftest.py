@@ -1,12 +1,12 @@
 """Set-up for a parallel test session (`make test` runs pytest-xdist: `-n 2 --dist loadfile`); a serial `pytest`
 run is left exactly as it was.
 
-- Work units under `--dist loadfile`: one per test file (a module fixture that trains runs once; PER_TEST below: one
-  per test), and all notebooks
-  ONE unit, cells in order: nbval's cells of a notebook share one kernel, and 03 reuses the run 02 trained. The
-  notebooks are collected first in each worker, so with `--no-loadscope-reorder` the longest unit starts first
-  instead of last. (A scheduler, not `xdist_group` marks: xdist 3.8's loadgroup renames `item._nodeid`, which
-  pytest 9 no longer reads, so its groups silently become single tests.)
+- Work units under `--dist loadfile` (and xdist's default `load`, which would scatter a notebook's cells): one per
+  test file (a module fixture that trains runs once; PER_TEST below: one per test), and all notebooks ONE unit, cells
+  in order: nbval's cells of a notebook share one kernel, and 03 reuses the run 02 trained. The notebooks are
+  collected first in each worker, so with `--no-loadscope-reorder` the longest unit starts first instead of last.
+  (A scheduler, not `xdist_group` marks: xdist 3.8's loadgroup renames `item._nodeid`, which pytest 9 no longer
+  reads, so its groups silently become single tests.)
 - Each worker trains into its own ALTGRAD_OUTPUTS/<worker id>: two workers training the same config in the same
   outputs would write one run directory at once (the token cache needs nothing: its files are written atomically).
 - Torch threads stay torch's default (one per core) in each worker: fewer would change reduction order, and tests that
@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)   # an xdist hook: pytest without xdist must not reject this file
 def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadfile":
+    if config.getvalue("dist") not in ("load", "loadfile"):   # plain `-n 2` too: a notebook's cells split up fail
         return None
     from xdist.scheduler import LoadFileScheduling   # only reached when xdist runs the session
 
