@@ -1,13 +1,64 @@
-"""Test-session settings.
+"""Set-up for a parallel test session (`make test` runs pytest-xdist: `-n 2 --dist loadfile`); a serial `pytest`
+run gets none of the xdist parts.
 
-Quantizers run eager in tests ($ALTGRAD_QDQ_KERNEL=eager unless the caller set it): the default "auto" compiles a
-kernel per quantizer configuration after 32 calls, which made the numerics/quantize test files ~2.9x slower
-(26 s -> 76 s, bench/results/train_step.md) and pays only in long runs. tests/test_numerics_kernels.py chooses
-its modes itself (kernels.set_qdq_kernel), so the compiled path stays tested; study workers spawned by tests
-inherit the variable.
+- Work units under `--dist loadfile` (and xdist's default `load`, which would scatter a notebook's cells): one per
+  test file (a module fixture that trains runs once; PER_TEST below: one per test), and all notebooks ONE unit, cells
+  in order: nbval's cells of a notebook share one kernel, and 03 reuses the run 02 trained. The notebooks are
+  collected first in each worker, so with `--no-loadscope-reorder` the longest unit starts first instead of last.
+  (A scheduler, not `xdist_group` marks: xdist 3.8's loadgroup renames `item._nodeid`, which pytest 9 no longer
+  reads, so its groups silently become single tests.)
+- Each worker trains into its own ALTGRAD_OUTPUTS/<worker id>: two workers training the same config in the same
+  outputs would write one run directory at once (the token cache needs nothing: its files are written atomically).
+- Torch threads stay torch's default (one per core) in each worker: fewer would change reduction order, and tests that
+  compare a subprocess's training with this process's bit for bit (test_training_loop's SIGKILL resumes) fail.
+- Quantizers run eager in tests ($ALTGRAD_QDQ_KERNEL=eager unless the caller set it): the default "auto" compiles a
+  kernel per quantizer configuration after 32 calls, which made the numerics/quantize test files ~2.9x slower
+  (26 s -> 76 s, bench/results/train_step.md) and pays only in long runs. tests/test_numerics_kernels.py chooses
+  its modes itself (kernels.set_qdq_kernel), so the compiled path stays tested; study workers and notebook kernels
+  spawned by tests inherit the variable. Serial or parallel, every session gets this.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("ALTGRAD_QDQ_KERNEL", "eager")
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # "gw0", "gw1", ...; unset in a serial run and in the controller
+
+if WORKER:
+    if os.environ.get("ALTGRAD_OUTPUTS"):
+        own = Path(os.environ["ALTGRAD_OUTPUTS"]) / WORKER
+        own.mkdir(parents=True, exist_ok=True)
+        os.environ["ALTGRAD_OUTPUTS"] = str(own)   # read at call time (paths.outputs_dir); notebook kernels inherit it
+
+
+# Files whose tests share no fixture and which as one unit would be the longest of all: each test is a unit.
+# test_compile_grads.py: ~27 compile cases, a quarter of the suite's time (each resets dynamo; none shares state).
+PER_TEST = {"tests/test_compile_grads.py"}
+
+
+def _is_notebook(nodeid: str) -> bool:
+    return nodeid.split("::", 1)[0].endswith(".ipynb")
+
+
+def pytest_collection_modifyitems(config, items):
+    if WORKER:   # every worker sorts alike, so their collections still agree (xdist checks that)
+        items[:] = [it for it in items if _is_notebook(it.nodeid)] + [it for it in items if not _is_notebook(it.nodeid)]
+
+
+@pytest.hookimpl(optionalhook=True)   # an xdist hook: pytest without xdist must not reject this file
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") not in ("load", "loadfile"):   # plain `-n 2` too: a notebook's cells split up fail
+        return None
+    from xdist.scheduler import LoadFileScheduling   # only reached when xdist runs the session
+
+    class NotebooksTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if _is_notebook(nodeid):
+                return "notebooks"
+            return nodeid if nodeid.split("::", 1)[0] in PER_TEST else super()._split_scope(nodeid)
+
+    return NotebooksTogether(config, log)
