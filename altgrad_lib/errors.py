@@ -9,6 +9,7 @@ code keeps working.
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, Mapping
 
 
@@ -60,6 +61,19 @@ def check_choice(name: str, value: Any, choices: tuple | list, cls: type[Excepti
     """Raise invalid(...) unless `value` is one of `choices`."""
     if value not in choices:
         raise invalid(name, value, choices, cls)
+
+
+def process_mode(what: str, chosen: str | None, env: str, choices: "tuple[str, ...]", default: str) -> str:
+    """A process-wide mode: `chosen` (set in code; None = not set), else $`env`, else `default`. A value outside
+    `choices` from either raises one line naming it and the valid ones (what set_* functions check too)."""
+    if chosen is not None:
+        if chosen not in choices:
+            raise ConfigError(f"{what} {chosen!r} is invalid; valid choices: {', '.join(choices)}")
+        return chosen
+    value = os.environ.get(env, "").strip() or default
+    if value not in choices:
+        raise ConfigError(f"{env}={value!r} is invalid; valid choices: {', '.join(choices)}")
+    return value
 
 
 def one_line(msg: object) -> str:

@@ -30,18 +30,17 @@ activation and weight shapes share one compiled kernel.
 """
 from __future__ import annotations
 
-import os
 import types
 import warnings
 from typing import Callable, Hashable
 
 import torch
 
-from altgrad_lib.errors import ConfigError
+from altgrad_lib.errors import process_mode
 from altgrad_lib.numerics.block_scaling import block_qdq
 from altgrad_lib.numerics.quant import qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
-from altgrad_lib.numerics.scaling import _compact_scale
+from altgrad_lib.numerics.scaling import compact_scale
 
 QDQ_KERNEL_MODES = ("auto", "compiled", "eager")
 QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
@@ -56,19 +55,14 @@ _failed: dict[Hashable, str] = {}     # configuration -> its compile error (eage
 def set_qdq_kernel(mode: str | None) -> None:
     """Choose how eager quantizers run: "auto", "compiled" or "eager" (None: back to $ALTGRAD_QDQ_KERNEL / auto)."""
     global _mode
-    if mode is not None and mode not in QDQ_KERNEL_MODES:
-        raise ConfigError(f"quantize kernel mode {mode!r} is invalid; valid choices: {', '.join(QDQ_KERNEL_MODES)}")
+    if mode is not None:
+        process_mode("quantize kernel mode", mode, QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
     _mode = mode
 
 
 def qdq_kernel_mode() -> str:
     """The mode in force: set_qdq_kernel's, else $ALTGRAD_QDQ_KERNEL, else "auto"."""
-    if _mode is not None:
-        return _mode
-    env = os.environ.get(QDQ_KERNEL_ENV, "").strip() or "auto"
-    if env not in QDQ_KERNEL_MODES:
-        raise ConfigError(f"{QDQ_KERNEL_ENV}={env!r} is invalid; valid choices: {', '.join(QDQ_KERNEL_MODES)}")
-    return env
+    return process_mode("quantize kernel mode", _mode, QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
 
 
 def _own_code(fn: Callable, name: str) -> Callable:
@@ -150,7 +144,7 @@ def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor):
         if _SPEC.scaling.kind == "none":
             s = torch.ones((), dtype=torch.float32, device=x.device)
         else:
-            s, amax, hits = _compact_scale(x, _SPEC.fmt, _SPEC.scaling)
+            s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
     rbits = None if _RDT is None else _DRAW(x, token, _RDT)
     y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
     # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU)

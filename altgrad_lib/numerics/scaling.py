@@ -167,7 +167,7 @@ def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
     return s
 
 
-def _compact_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor, Tensor]:
+def compact_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tensor, Tensor]:
     """(s in compact shape: () / (..., 1), raw amax in the same shape, eps hits) for the stateless kinds. One
     pass over x (the amax); everything after is on the small amax tensor."""
     amax = amax_per_tensor(x) if config.kind == "current" else amax_per_row(x)
@@ -185,7 +185,7 @@ def stateless_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tens
             "stateless kinds: 'none', 'current', 'per_row'"
         )
     with torch.no_grad():
-        s, _, hits = _compact_scale(x, fmt, config)
+        s, _, hits = compact_scale(x, fmt, config)
     return s, hits
 
 
@@ -241,7 +241,7 @@ class Scaler(nn.Module):
         elif cfg.kind == "none":
             s = torch.ones((), dtype=torch.float32, device=x.device)
         else:
-            s, amax, hits = _compact_scale(x, self.fmt, cfg)
+            s, amax, hits = compact_scale(x, self.fmt, cfg)
             self.record(s, amax, hits)
             return s
         self.n_updates += 1
@@ -250,7 +250,7 @@ class Scaler(nn.Module):
     @torch.no_grad()
     def record(self, s: Tensor, amax: Tensor | None, hits: Tensor | None) -> None:
         """The state update of scale_for for a stateless kind (current / per_row; none: amax None) whose
-        (s, amax, eps hits) of _compact_scale were computed elsewhere (kernels.py's compiled kernels)."""
+        (s, amax, eps hits) of compact_scale were computed elsewhere (kernels.py's compiled kernels)."""
         if amax is not None:
             self.eps_hits += hits
             self._record(amax.amax() if amax.dim() else amax)

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 
 import torch
 import torch.nn as nn
 
 from altgrad_lib.choices import HW_BACKENDS
-from altgrad_lib.errors import ConfigError
+from altgrad_lib.errors import process_mode
 
 HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 16
@@ -51,19 +50,14 @@ def set_cpu_fp8_gemm(mode: str | None) -> None:
     environment variable / default). Set it before building the model: torchao modules read it when built or
     moved (`.to()`), ScaledMMLinear at each call."""
     global _cpu_fp8_gemm
-    if mode is not None and mode not in CPU_FP8_GEMMS:
-        raise ConfigError(f"CPU FP8 GEMM mode {mode!r} is invalid; valid choices: {', '.join(CPU_FP8_GEMMS)}")
+    if mode is not None:
+        process_mode("CPU FP8 GEMM mode", mode, CPU_FP8_GEMM_ENV, CPU_FP8_GEMMS, "dequant")
     _cpu_fp8_gemm = mode
 
 
 def cpu_fp8_gemm() -> str:
     """The CPU FP8 GEMM mode in force: set_cpu_fp8_gemm's, else $ALTGRAD_CPU_FP8_GEMM, else "dequant"."""
-    if _cpu_fp8_gemm is not None:
-        return _cpu_fp8_gemm
-    env = os.environ.get(CPU_FP8_GEMM_ENV, "").strip() or "dequant"
-    if env not in CPU_FP8_GEMMS:
-        raise ConfigError(f"{CPU_FP8_GEMM_ENV}={env!r} is invalid; valid choices: {', '.join(CPU_FP8_GEMMS)}")
-    return env
+    return process_mode("CPU FP8 GEMM mode", _cpu_fp8_gemm, CPU_FP8_GEMM_ENV, CPU_FP8_GEMMS, "dequant")
 
 
 def _dequant_gemm(device: torch.device) -> bool:
