@@ -63,17 +63,26 @@ def check_choice(name: str, value: Any, choices: tuple | list, cls: type[Excepti
         raise invalid(name, value, choices, cls)
 
 
-def process_mode(what: str, chosen: str | None, env: str, choices: "tuple[str, ...]", default: str) -> str:
-    """A process-wide mode: `chosen` (set in code; None = not set), else $`env`, else `default`. A value outside
-    `choices` from either raises one line naming it and the valid ones (what set_* functions check too)."""
-    if chosen is not None:
-        if chosen not in choices:
-            raise ConfigError(f"{what} {chosen!r} is invalid; valid choices: {', '.join(choices)}")
-        return chosen
-    value = os.environ.get(env, "").strip() or default
-    if value not in choices:
-        raise ConfigError(f"{env}={value!r} is invalid; valid choices: {', '.join(choices)}")
-    return value
+class ProcessMode:
+    """A process-wide mode: the value set in code (`set`; None = unset), else $`env`, else `default`. A value
+    outside `choices` from either raises one line naming it and the valid ones."""
+
+    def __init__(self, what: str, env: str, choices: "tuple[str, ...]", default: str):
+        self.what, self.env, self.choices, self.default = what, env, choices, default
+        self.chosen: str | None = None
+
+    def set(self, mode: str | None) -> None:
+        if mode is not None and mode not in self.choices:
+            raise ConfigError(f"{self.what} {mode!r} is invalid; valid choices: {', '.join(self.choices)}")
+        self.chosen = mode
+
+    def get(self) -> str:
+        if self.chosen is not None:
+            return self.chosen
+        value = os.environ.get(self.env, "").strip() or self.default
+        if value not in self.choices:
+            raise ConfigError(f"{self.env}={value!r} is invalid; valid choices: {', '.join(self.choices)}")
+        return value
 
 
 def one_line(msg: object) -> str:

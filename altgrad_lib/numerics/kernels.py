@@ -36,7 +36,7 @@ from typing import Callable, Hashable
 
 import torch
 
-from altgrad_lib.errors import process_mode
+from altgrad_lib.errors import ProcessMode
 from altgrad_lib.numerics.block_scaling import block_qdq
 from altgrad_lib.numerics.quant import qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
@@ -46,7 +46,7 @@ QDQ_KERNEL_MODES = ("auto", "compiled", "eager")
 QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
 AUTO_AFTER = 32        # auto: calls of one configuration before it is compiled (a step of the cpu model: 8-48)
 
-_mode: str | None = None              # set_qdq_kernel's choice; None: the environment variable's, or "auto"
+_MODE = ProcessMode("quantize kernel mode", QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
 _calls: dict[Hashable, int] = {}      # configuration -> eager calls so far (auto)
 _compiled: dict[Hashable, Callable] = {}
 _failed: dict[Hashable, str] = {}     # configuration -> its compile error (eager from then on)
@@ -54,15 +54,12 @@ _failed: dict[Hashable, str] = {}     # configuration -> its compile error (eage
 
 def set_qdq_kernel(mode: str | None) -> None:
     """Choose how eager quantizers run: "auto", "compiled" or "eager" (None: back to $ALTGRAD_QDQ_KERNEL / auto)."""
-    global _mode
-    if mode is not None:
-        process_mode("quantize kernel mode", mode, QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
-    _mode = mode
+    _MODE.set(mode)
 
 
 def qdq_kernel_mode() -> str:
     """The mode in force: set_qdq_kernel's, else $ALTGRAD_QDQ_KERNEL, else "auto"."""
-    return process_mode("quantize kernel mode", _mode, QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
+    return _MODE.get()
 
 
 def _own_code(fn: Callable, name: str) -> Callable:

@@ -238,13 +238,13 @@ class Scaler(nn.Module):
         cfg = self.config
         if cfg.kind == "delayed":
             s = self._delayed_scale(x)
-        elif cfg.kind == "none":
-            s = torch.ones((), dtype=torch.float32, device=x.device)
+            self.n_updates += 1
+            return s
+        if cfg.kind == "none":
+            s, amax, hits = torch.ones((), dtype=torch.float32, device=x.device), None, None
         else:
             s, amax, hits = compact_scale(x, self.fmt, cfg)
-            self.record(s, amax, hits)
-            return s
-        self.n_updates += 1
+        self.record(s, amax, hits)
         return s
 
     @torch.no_grad()

@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from altgrad_lib.choices import HW_BACKENDS
-from altgrad_lib.errors import process_mode
+from altgrad_lib.errors import ProcessMode
 
 HW_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 16
@@ -42,22 +42,19 @@ GEMM_MULTIPLE = 16  # FP8 tensor-core GEMMs need every dim to be a multiple of 1
 
 CPU_FP8_GEMMS = ("dequant", "scaled_mm")   # dequantize + FP32 GEMM (default) | torch._scaled_mm (slow with AMX)
 CPU_FP8_GEMM_ENV = "ALTGRAD_CPU_FP8_GEMM"
-_cpu_fp8_gemm: str | None = None           # set_cpu_fp8_gemm's choice; None: the environment variable's, or dequant
+_CPU_FP8_GEMM = ProcessMode("CPU FP8 GEMM mode", CPU_FP8_GEMM_ENV, CPU_FP8_GEMMS, "dequant")
 
 
 def set_cpu_fp8_gemm(mode: str | None) -> None:
     """Choose how hardware-backend GEMMs of CPU tensors run: "dequant" or "scaled_mm" (None: back to the
     environment variable / default). Set it before building the model: torchao modules read it when built or
     moved (`.to()`), ScaledMMLinear at each call."""
-    global _cpu_fp8_gemm
-    if mode is not None:
-        process_mode("CPU FP8 GEMM mode", mode, CPU_FP8_GEMM_ENV, CPU_FP8_GEMMS, "dequant")
-    _cpu_fp8_gemm = mode
+    _CPU_FP8_GEMM.set(mode)
 
 
 def cpu_fp8_gemm() -> str:
     """The CPU FP8 GEMM mode in force: set_cpu_fp8_gemm's, else $ALTGRAD_CPU_FP8_GEMM, else "dequant"."""
-    return process_mode("CPU FP8 GEMM mode", _cpu_fp8_gemm, CPU_FP8_GEMM_ENV, CPU_FP8_GEMMS, "dequant")
+    return _CPU_FP8_GEMM.get()
 
 
 def _dequant_gemm(device: torch.device) -> bool:
