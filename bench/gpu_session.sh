@@ -7,7 +7,7 @@
 # torchao without its compiled extensions, the GPT-2 ranks, the licence texts). Logs and results go to $OUT.
 #
 #   run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=590)
-#   run(command="bash bench/gpu_session.sh peers", carry=[".gpu"], timeout_s=300)   # if the lease has time left
+#   run(command="bash bench/gpu_session.sh peers", carry=[".gpu"], timeout_s=520)   # peers' steps + a compiled run
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -46,6 +46,10 @@ if [ "${1:-}" = peers ]; then   # a second call: the FP8 peers and a 4-bit recip
     step train_step_peers 280 $PY bench/train_step.py --device cuda --precision bf16 --n-layer 6 --n-head 8 \
         --n-embd 512 --block-size 512 --vocab 50304 --batch 32 --steps 10 --warmup 3 \
         --modes fp32:compiled torchao:compiled scaled_mm:compiled nvfp4:compiled mxfp8:compiled
+    step h100_compiled 170 $PY -m altgrad_lib.cli train -f bench/gpu/h100_short.yaml --no-progress \
+        -p out_dir=/tmp/ag_out/runs > "$OUT/h100_compiled.txt" 2>&1
+    cp /tmp/ag_out/runs/*/metrics.csv "$OUT"/ 2>/dev/null
+    echo "=== total $((SECONDS - T0)) s"
     exit 0
 fi
 
