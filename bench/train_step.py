@@ -139,7 +139,8 @@ def main() -> None:
     add_model_args(ap, batch=16)
     ap.add_argument("--qdq-kernel", nargs="+", default=["compiled"], choices=QDQ_KERNEL_MODES,
                     help="how eager quantizers run (numerics/kernels.py); compiled = auto's steady state, "
-                         "compiled during the warm-up steps; several: each quantized mode once per kernel mode, "
+                         "compiled during the warm-up steps; dynamo = compiled, called through dynamo's frame hook "
+                         "every call (before kernel_direct.py); several: each quantized mode once per kernel mode, "
                          "named <mode>/<kernel>, side by side")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"), help="bf16 = autocast forward")
     args = ap.parse_args()

@@ -132,3 +132,78 @@ def test_default_mode_is_auto_and_eager_wins_over_a_compiled_kernel(monkeypatch,
     assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is not None
     kernels.set_qdq_kernel("eager")      # a kernel compiled before is not used: eager means the eager code
     assert kernels.compiled_kernel("probe", torch.device("cpu"), lambda: lambda t: t + 1) is None
+
+
+# Direct calls (kernel_direct.DirectKernel): after dynamo has run a kernel for a signature, later calls with it skip
+# dynamo's lookup. Kernel level, so the stats and mask outputs are compared too; three identically seeded twins:
+# the eager function (kernels' fallback), the kernel through dynamo (mode "dynamo"), the kernel called directly.
+DIRECT_SPECS = [
+    {"fmt": "E4M3", "ste": "clipped"},                                               # RNE, per tensor, mask
+    {"fmt": "E5M2", "rounding": "stochastic"},                                       # SR, per tensor
+    {"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"},   # scale given
+    {"fmt": "E3M4", "scaling": "per_row"},
+    {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},                   # block, SR
+    {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},                  # block, RNE, 16x16 tiles
+    {"fmt": "E2M1", "scaling": "mx"},                                                # MX block, RNE
+]
+
+
+def _kernel_case(q: Quantizer, x: torch.Tensor):
+    """(key, build, args) of q's kernel for x, as Quantizer._compiled_qdq / _compiled_block make them."""
+    from altgrad_lib.numerics.quantizer import _sr_random_bits
+    spec, rdt = q.spec, q._sr_dtype(q.spec, torch.float32)
+    if q._block:
+        return (("block", spec, True, rdt, -1), lambda: kernels.block_kernel_fn(spec, True, rdt, -1, _sr_random_bits),
+                (x, q._rng_token))
+    scale_in = spec.scaling.kind == "delayed"
+    xf = x.reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.reshape(-1)
+    s = q.scaler.scale_peek(x) if scale_in else None
+    return (("qdq", spec, True, True, rdt, scale_in),
+            lambda: kernels.qdq_kernel_fn(spec, True, True, rdt, scale_in, _sr_random_bits), (xf, s, q._rng_token))
+
+
+@pytest.mark.parametrize("spec", DIRECT_SPECS, ids=[str(i) for i in range(len(DIRECT_SPECS))])
+def test_direct_calls_are_taken_and_bit_identical(spec, restore_mode):
+    kernels.reset_kernels()
+    twins = [Quantizer(spec, seed=3) for _ in range(3)]
+    cpu = torch.device("cpu")
+    inputs = [x for x in _inputs() if x.dim() == 2] + [torch.randn(32, 96)]
+    rounds = 3
+    for _ in range(rounds):
+        for x in inputs:
+            outs = []
+            for mode, q in zip(("eager", "dynamo", "compiled"), twins):
+                key, build, args = _kernel_case(q, x)
+                kernels.set_qdq_kernel("compiled" if mode == "eager" else mode)
+                with torch.no_grad():
+                    kern = kernels.compiled_kernel(key, cpu, build)
+                    outs.append(build()(*args) if mode == "eager" else kern(*args))
+            for a, b, c in zip(*outs):      # y, mask / y, n_sat, n_under / s, amax, eps hits
+                assert (a is None) == (b is None) == (c is None)
+                if a is not None:
+                    assert _same(a, b) and _same(b, c) and a.dtype == b.dtype == c.dtype, (x.shape, a, b, c)
+    direct = kernels._compiled[key]
+    assert isinstance(direct, kernels.DirectKernel) and not kernels._failed
+    # the first call of each signature goes through dynamo; every later one is direct
+    assert direct.direct_calls == (rounds - 1) * len(inputs), direct.direct_calls
+    for q in twins[1:]:     # the same SR draws through the op: token counts and generator states agree
+        assert torch.equal(q._rng_token[1:], twins[0]._rng_token[1:])
+        g, g0 = q.generator(), twins[0].generator()
+        assert g is None or torch.equal(g.get_state(), g0.get_state())
+
+
+def test_direct_calls_go_through_dynamo_when_global_state_changes(restore_mode):
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    q = Quantizer({"fmt": "E4M3"}, seed=0)
+    x = torch.randn(64, 32)
+    key, build, args = _kernel_case(q, x)
+    with torch.no_grad():
+        kernels.compiled_kernel(key, torch.device("cpu"), build)(*args)    # compiles
+        direct = kernels.compiled_kernel(key, torch.device("cpu"), build)
+        ref = direct(*args)
+    assert direct.direct_calls == 0        # the signature's first call after compiling went through dynamo
+    with torch.no_grad():
+        assert _same(direct(*args)[0], ref[0]) and direct.direct_calls == 1
+    with torch.enable_grad():               # another grad mode: dynamo's global-state guard, not the direct path
+        assert _same(direct(*args)[0], ref[0]) and direct.direct_calls == 1

@@ -10,6 +10,9 @@ nothing of models, training or runs.
     quant_spec.py    QuantSpec: what one fake-quantization point simulates (format, scaling, rounding, STE), validated
     quant.py         differentiable fake_quant, straight-through estimators (its qdq shared with Quantizer); sqnr_db
     quantizer.py     Quantizer, the stateful fake-quant module: Scaler, compile-traceable SR RNG, counters, observers
+    kernels.py       compiled quantize-dequantize kernels for eager quantizers (one torch.compile'd function per
+                     configuration; modes auto / compiled / eager / dynamo)
+    kernel_direct.py DirectKernel: such a kernel called without dynamo's per-call lookup once a signature is known
     grid.py          the grid of one weight tensor (fixed power-of-two scale), ULP in a step's direction, stiffness
     grid_metrics.py  grid geometry between steps: codes, stall rate, Δcode, bit flips, code usage, misalignment
     anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance

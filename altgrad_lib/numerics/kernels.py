@@ -19,7 +19,9 @@ Modes (`set_qdq_kernel` or $ALTGRAD_QDQ_KERNEL; not part of a run's config: the 
               workers share: 7 s and 42 s with it empty), so it pays in a 600-step study run, not in a test:
               tests/conftest.py pins "eager" (the numerics/quantize test files took 2.9x as long under auto);
   "compiled"  compile at the first call (CPU and accelerators);
-  "eager"     never compile.
+  "eager"     never compile;
+  "dynamo"    as "compiled", but every call goes through torch.compile's frame hook (the path before the direct
+              calls below; for comparison, and a way around them should they ever misbehave).
 Inside a torch.compile'd model nothing is compiled here: the model's graph already fuses the same code.
 If compiling a configuration fails (e.g. no C++ compiler for inductor, an inductor bug), a warning says why and
 that configuration runs eager for the rest of the process (the kernel's function, called as is: same numerics).
@@ -27,6 +29,11 @@ that configuration runs eager for the rest of the process (the kernel's function
 Each configuration gets a function with its own code object, so dynamo's per-code cache (8 entries by default)
 holds only that configuration's variants (dtype, contiguity); shapes are dynamic, so the model's many
 activation and weight shapes share one compiled kernel.
+
+Direct calls (kernel_direct.py): once dynamo has run a kernel for an argument signature (shapes, strides, dtypes,
+...), later calls with that signature run the code dynamo chose for it (its cache entry's transformed bytecode:
+the same compiled graph, the same argument handling) without dynamo's frame hook and guard evaluation, which cost
+~30-80 us per call, about as much as a small kernel itself (bench/results/train_step.md).
 """
 from __future__ import annotations
 
@@ -38,22 +45,24 @@ import torch
 
 from altgrad_lib.errors import ProcessMode
 from altgrad_lib.numerics.block_scaling import block_qdq
+from altgrad_lib.numerics.kernel_direct import DirectKernel
 from altgrad_lib.numerics.quant import qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.numerics.scaling import compact_scale
 
-QDQ_KERNEL_MODES = ("auto", "compiled", "eager")
+QDQ_KERNEL_MODES = ("auto", "compiled", "eager", "dynamo")
 QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
 AUTO_AFTER = 32        # auto: calls of one configuration before it is compiled (a step of the cpu model: 8-48)
 
 _MODE = ProcessMode("quantize kernel mode", QDQ_KERNEL_ENV, QDQ_KERNEL_MODES, "auto")
 _calls: dict[Hashable, int] = {}      # configuration -> eager calls so far (auto)
-_compiled: dict[Hashable, Callable] = {}
+_compiled: dict[Hashable, Callable] = {}   # configuration -> DirectKernel (first_call while it compiles)
 _failed: dict[Hashable, str] = {}     # configuration -> its compile error (eager from then on)
 
 
 def set_qdq_kernel(mode: str | None) -> None:
-    """Choose how eager quantizers run: "auto", "compiled" or "eager" (None: back to $ALTGRAD_QDQ_KERNEL / auto)."""
+    """Choose how eager quantizers run: "auto", "compiled", "eager" or "dynamo" (None: back to $ALTGRAD_QDQ_KERNEL /
+    auto)."""
     _MODE.set(mode)
 
 
@@ -77,7 +86,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
         return None
     fn = _compiled.get(key)
     if fn is not None:
-        return fn
+        return fn.dynamo if mode == "dynamo" and isinstance(fn, DirectKernel) else fn
     if mode == "auto" and device.type != "cpu":
         return None
     if mode == "auto":
@@ -86,7 +95,8 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
         if n <= AUTO_AFTER:
             return None
     fn = build()
-    compiled = torch.compile(_own_code(fn, f"qdq_kernel_{len(_compiled)}"), dynamic=True, fullgraph=True)
+    own = _own_code(fn, f"qdq_kernel_{len(_compiled)}")
+    compiled = torch.compile(own, dynamic=True, fullgraph=True)
 
     def first_call(*args):
         """Compiles on the way; where that fails, this configuration stays eager (fn as is) and a warning says so."""
@@ -99,7 +109,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
                           f"(slower, same numerics). {QDQ_KERNEL_ENV}=eager skips compiling.", RuntimeWarning,
                           stacklevel=3)
             return fn(*args)
-        _compiled[key] = compiled
+        _compiled[key] = DirectKernel(own, compiled)
         return out
 
     _compiled[key] = first_call
