@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from altgrad_lib.errors import ConfigError
-from altgrad_lib.numerics import kernels
+from altgrad_lib.numerics import kernel_direct, kernels
 from altgrad_lib.numerics.quantizer import Quantizer
 
 SPECS = [  # (spec, axis): per-tensor / per-row / delayed / SR / block kinds, along the last dim and along dim 0
@@ -207,3 +207,23 @@ def test_direct_calls_go_through_dynamo_when_global_state_changes(restore_mode):
         assert _same(direct(*args)[0], ref[0]) and direct.direct_calls == 1
     with torch.enable_grad():               # another grad mode: dynamo's global-state guard, not the direct path
         assert _same(direct(*args)[0], ref[0]) and direct.direct_calls == 1
+
+
+def test_direct_calls_fall_back_to_dynamo_when_the_private_api_differs(restore_mode, monkeypatch):
+    """A torch whose cache-entry API changed: the kernel keeps working through dynamo (same bits), never raises."""
+    def broken(code):
+        raise AttributeError("no cache entries in this torch")
+
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    monkeypatch.setattr(kernel_direct, "_debug_get_cache_entry_list", broken)
+    q = Quantizer({"fmt": "E4M3"}, seed=0)
+    x = torch.randn(64, 32)
+    key, build, args = _kernel_case(q, x)
+    with torch.no_grad():
+        kernels.compiled_kernel(key, torch.device("cpu"), build)(*args)    # compiles
+        k = kernels.compiled_kernel(key, torch.device("cpu"), build)
+        ref = k(*args)
+        again = k(*args)
+    assert not k.enabled and k.direct_calls == 0
+    assert _same(again[0], ref[0])

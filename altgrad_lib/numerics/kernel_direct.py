@@ -64,7 +64,11 @@ class DirectKernel:
             return hit[0](*args)
         out = self.dynamo(*args)            # compiles or recompiles where needed, checks every guard
         if hit is None and self.enabled and len(self._known) < MAX_SIGNATURES and not _modes_active():
-            fn = self._entry_for(args)
+            try:
+                fn = self._entry_for(args)
+            except Exception:   # a torch whose private cache-entry API differs: through dynamo from now on
+                self.enabled = False
+                return out
             if fn is not None:
                 self._known[sig] = (fn, GlobalStateGuard())
         return out
