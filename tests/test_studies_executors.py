@@ -257,3 +257,18 @@ def test_a_run_trained_by_a_persistent_worker_after_other_runs_is_bit_identical_
         assert fresh[seed].value[2] > 0 and o.value[2] > 0    # "auto" compiled in both: the fresh run began eager
         assert o.value[1].count(",train/loss,") == 16          # the metrics of 16 steps, not an empty file
         assert o.value[1] == fresh[seed].value[1], seed
+
+
+def test_a_process_that_exits_with_its_workers_idle_exits_quietly():
+    """The persistent pool is shut down at exit, before the interpreter's teardown (which would otherwise print an
+    "Exception ignored in ... weakref_cb" traceback on stderr of every study and notebook kernel)."""
+    import subprocess
+    import sys
+
+    code = ("from altgrad_lib.studies.variant_runs import train_variants  # noqa: F401 (a notebook's modules)\n"
+            "from altgrad_lib.studies.executors import LocalExecutor\n"
+            "if __name__ == '__main__':\n"
+            "    print(sorted(o.value for _, o in LocalExecutor(workers=2, threads=1).map(abs, [-1, -2, -3])))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "[1, 2, 3]", (p.stdout, p.stderr)
+    assert p.stderr == "", p.stderr

@@ -258,9 +258,14 @@ def _drop_pool(pool: Any, signum: int | None = None) -> None:
 
 
 def shutdown_pool() -> None:
-    """Stop the persistent workers now (tests; this process's exit does it anyway)."""
+    """Stop the persistent workers now (tests, and this process's exit: atexit below)."""
     if _pool.get("pool") is not None:
         _drop_pool(_pool["pool"])
+
+
+# At exit, before the interpreter tears its modules down: a pool still referenced then is collected during the
+# teardown, and concurrent.futures' callback prints "Exception ignored in: ... weakref_cb" on stderr.
+atexit.register(shutdown_pool)
 
 
 def map_jobs(executor: Any, fn: Callable[[Any], Any], items: list[Any], stop: Callable[[], bool]) -> Any:
