@@ -166,7 +166,7 @@ def test_a_driver_that_stops_consuming_takes_its_workers_down():
 
 def test_workers_persist_across_maps_unless_the_environment_changed(monkeypatch):
     """A second map of this process reuses the first one's workers (no second torch import, corpus parse or kernel
-    compile); a changed environment variable starts new ones, since spawned workers read it only at start."""
+    compile); a changed environment variable or source file starts new ones: spawned workers read them at start."""
     executors.shutdown_pool()
     first = dict(LocalExecutor(workers=2, threads=1).map(probe, [0, 1, 2]))
     second = dict(LocalExecutor(workers=2, threads=1).map(probe, [4, 5]))
@@ -174,7 +174,13 @@ def test_workers_persist_across_maps_unless_the_environment_changed(monkeypatch)
     assert pids2 <= pids1 and os.getpid() not in pids1
     monkeypatch.setenv("ALTGRAD_TEST_POOL_KEY", "changed")
     third = dict(LocalExecutor(workers=2, threads=1).map(probe, [6, 7]))
-    assert not {o.value[0] for o in third.values()} & pids1
+    pids3 = {o.value[0] for o in third.values()}
+    assert not pids3 & pids1
+    stamp = executors._package_stamp()
+    assert stamp and all(path.endswith(".py") for path, *_ in stamp)
+    monkeypatch.setattr(executors, "_package_stamp", lambda: (*stamp, ("edited.py", 1, 1)))   # a source file edited
+    fourth = dict(LocalExecutor(workers=2, threads=1).map(probe, [8, 9]))
+    assert not {o.value[0] for o in fourth.values()} & pids3
     executors.shutdown_pool()
 
 

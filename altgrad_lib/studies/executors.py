@@ -22,7 +22,8 @@ raises errors.Interrupted (train() on SIGTERM / SIGINT) comes back `interrupted=
   On a busy machine the opposite held (load ~11 from other jobs, 2 tiny 30-step runs: 1 worker 28-34 s, 2
   workers 40-57 s, each process paying ~5 s of torch import): set `ALTGRAD_WORKERS=1` there.
   Workers persist: the pool outlives one `map` and serves the next one of this process with the same number of
-  workers, environment, working directory and sys.path (a notebook's looks, its studies and envelopes), so a
+  workers, environment, working directory, sys.path and altgrad_lib sources (a notebook's looks, its studies and
+  envelopes), so a
   worker pays its start (torch import, corpus parse, each quantizer configuration's compile: 5-15 s a worker
   measured on the cpu profile) once per process, not once per call. A map that ends early (a signal, a dead
   worker, a consumer that stops) discards the pool; the last one is shut down when this process exits.
@@ -223,8 +224,23 @@ def _pool_kw() -> dict[str, Any]:
 
 def _pool_key(workers: int) -> tuple:
     """What a spawned worker took from this process when it started: a pool started under another key (other
-    environment variables, e.g. $ALTGRAD_OUTPUTS or $ALTGRAD_QDQ_KERNEL, another cwd or sys.path) is not reused."""
-    return workers, os.getpid(), tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path)
+    environment variables, e.g. $ALTGRAD_OUTPUTS or $ALTGRAD_QDQ_KERNEL, another cwd or sys.path, or an edited
+    altgrad_lib source file: a worker would run the code it imported) is not reused."""
+    return (workers, os.getpid(), tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path),
+            _package_stamp())
+
+
+def _package_stamp() -> tuple:
+    """(name, size, mtime) of every altgrad_lib source file (~150 stats, a few ms)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(d, f))
+                    out.append((os.path.join(d, f), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
 
 
 def _shared_pool(workers: int) -> Any:
