@@ -162,3 +162,119 @@ def test_a_driver_that_stops_consuming_takes_its_workers_down():
     while mp.active_children() and time.time() - t0 < 20:
         time.sleep(0.1)
     assert not mp.active_children() and time.time() - t0 < 20    # not the 60 s of the jobs
+
+
+def test_workers_persist_across_maps_unless_the_environment_changed(monkeypatch):
+    """A second map of this process reuses the first one's workers (no second torch import, corpus parse or kernel
+    compile); a changed environment variable or source file starts new ones: spawned workers read them at start."""
+    executors.shutdown_pool()
+    first = dict(LocalExecutor(workers=2, threads=1).map(probe, [0, 1, 2]))
+    second = dict(LocalExecutor(workers=2, threads=1).map(probe, [4, 5]))
+    pids1, pids2 = ({o.value[0] for o in out.values()} for out in (first, second))
+    assert pids2 <= pids1 and os.getpid() not in pids1
+    monkeypatch.setenv("ALTGRAD_TEST_POOL_KEY", "changed")
+    third = dict(LocalExecutor(workers=2, threads=1).map(probe, [6, 7]))
+    pids3 = {o.value[0] for o in third.values()}
+    assert not pids3 & pids1
+    stamp = executors._package_stamp()
+    assert stamp and all(path.endswith(".py") for path, *_ in stamp)
+    monkeypatch.setattr(executors, "_package_stamp", lambda: (*stamp, ("edited.py", 1, 1)))   # a source file edited
+    fourth = dict(LocalExecutor(workers=2, threads=1).map(probe, [8, 9]))
+    assert not {o.value[0] for o in fourth.values()} & pids3
+    executors.shutdown_pool()
+
+
+def stop_then_report(x: int) -> int:
+    from altgrad_lib.errors import Interrupted
+
+    if x == 0:
+        raise Interrupted("interrupted by SIGTERM at step 1")
+    return os.getpid()
+
+
+def test_a_pool_whose_map_was_interrupted_is_not_reused():
+    """A worker that a signal stopped takes no new job (executors._call): its pool must not serve the next map."""
+    executors.shutdown_pool()
+    out = dict(LocalExecutor(workers=2, threads=1).map(stop_then_report, [0, 1]))
+    assert out[0].interrupted
+    again = dict(LocalExecutor(workers=2, threads=1).map(stop_then_report, [1, 2]))
+    assert all(o.ok for o in again.values()), again
+    executors.shutdown_pool()
+
+
+_trained_here = []   # in a worker: the runs this process trained before the current one
+
+
+def run_and_read_metrics(config: dict) -> tuple[int, str, int]:
+    """Train one run in this (worker) process: (how many runs this process trained before it, its metrics.csv but
+    the timing rows, how many quantize kernels this process has compiled)."""
+    from pathlib import Path
+
+    from altgrad_lib.numerics import kernels
+    from altgrad_lib.studies.runs import run_point
+
+    before = len(_trained_here)
+    row = run_point(config)
+    _trained_here.append(row["run_dir"])
+    lines = (Path(row["run_dir"]) / "metrics.csv").read_text().splitlines()
+    # perf/tokens_per_s is a wall-clock timing, no result
+    return before, "\n".join(ln for ln in lines if ",perf/" not in ln), len(kernels._compiled)
+
+
+def test_a_run_trained_by_a_persistent_worker_after_other_runs_is_bit_identical_to_a_fresh_process(
+        tmp_path, monkeypatch):
+    """Persistent workers keep process state between runs: torch's thread pool and RNG, dynamo's caches and the
+    quantize kernels compiled by the runs before ("auto" mode compiles a configuration after 32 calls, ~4 steps of
+    this model, so a later run of it starts compiled where a fresh process starts eager). A run's metrics.csv must
+    not depend on any of it: each run of a second map, trained by workers that trained others before, equals the
+    same run trained in a fresh worker process of its own, byte for byte (the oracle: the same run in a process
+    that ran nothing before)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from altgrad_lib.training.config import TrainConfig
+
+    monkeypatch.setenv("ALTGRAD_QDQ_KERNEL", "auto")   # the sweep's mode (tests pin eager: conftest.py)
+    base = dict(max_steps=16, eval_interval=8, eval_iters=2, ckpt_interval=4, recipe="fp8_hybrid",
+                diagnostics="off", n_layer=1, n_embd=32, n_head=2, block_size=32, batch_size=4,
+                tokenizer="gpt2-256", warmup_steps=2)
+
+    def cfg(seed: int, out: str) -> dict:
+        return TrainConfig(**base, seed=seed, out_dir=str(tmp_path / out)).resolved().to_dict()
+
+    executors.shutdown_pool()
+    ex = LocalExecutor(workers=2, threads=1)
+    first = list(ex.map(run_and_read_metrics, [cfg(0, "persistent"), cfg(3, "persistent")]))
+    second = dict((TrainConfig.from_dict(c).seed, o) for c, o in ex.map(run_and_read_metrics,
+                                                                          [cfg(1, "persistent"), cfg(2, "persistent")]))
+    executors.shutdown_pool()
+    assert all(o.ok for _, o in first) and all(o.ok for o in second.values()), [o.error for o in second.values()]
+    # 4 runs on 2 workers: whichever worker took which, a run of the second map came after another in its process
+    assert max(o.value[0] for o in second.values()) >= 1
+    solos = {seed: ProcessPoolExecutor(max_workers=1, **executors._pool_kw()) for seed in second}   # fresh, each
+    try:
+        futures = {seed: solos[seed].submit(executors._call, run_and_read_metrics, cfg(seed, f"fresh{seed}"), 1)
+                   for seed in second}
+        fresh = {seed: f.result() for seed, f in futures.items()}
+    finally:
+        for solo in solos.values():
+            solo.shutdown()
+    for seed, o in second.items():
+        assert fresh[seed].ok and fresh[seed].value[0] == 0, fresh[seed].error
+        assert fresh[seed].value[2] > 0 and o.value[2] > 0    # "auto" compiled in both: the fresh run began eager
+        assert o.value[1].count(",train/loss,") == 16          # the metrics of 16 steps, not an empty file
+        assert o.value[1] == fresh[seed].value[1], seed
+
+
+def test_a_process_that_exits_with_its_workers_idle_exits_quietly():
+    """The persistent pool is shut down at exit, before the interpreter's teardown (which would otherwise print an
+    "Exception ignored in ... weakref_cb" traceback on stderr of every study and notebook kernel)."""
+    import subprocess
+    import sys
+
+    code = ("from altgrad_lib.studies.variant_runs import train_variants  # noqa: F401 (a notebook's modules)\n"
+            "from altgrad_lib.studies.executors import LocalExecutor\n"
+            "if __name__ == '__main__':\n"
+            "    print(sorted(o.value for _, o in LocalExecutor(workers=2, threads=1).map(abs, [-1, -2, -3])))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "[1, 2, 3]", (p.stdout, p.stderr)
+    assert p.stderr == "", p.stderr

@@ -282,3 +282,35 @@ def test_eval_unigram_entropy_is_the_val_split_entropy():
     cnt = Counter(val.tolist())
     n = sum(cnt.values())
     assert h == pytest.approx(-sum(c / n * math.log(c / n) for c in cnt.values()), rel=1e-9)
+
+
+def test_the_licences_content_hash_is_remembered_and_forgotten_when_a_file_changes(tmp_path, monkeypatch):
+    """A second build of the licences corpus finds its token cache without parsing the 2,300 licence files (what
+    every study worker and notebook kernel paid, ~1.7 s): same cache directory, same tokens, same content hash as the
+    full path, which the oracle here is (the cache built by parsing them). Editing a licence file (its size or mtime)
+    sends the next build through the full path again."""
+    import shutil
+
+    src = tmp_path / "licenses"
+    shutil.copytree(D.licenses_dir(), src)
+    monkeypatch.setattr(D, "licenses_dir", lambda: src)
+    D._load_licenses.cache_clear()
+
+    def build():
+        return D.TokenCorpus.build("licenses", "gpt2-2k", cache_dir=tmp_path / "tok", max_docs=40, progress=False)
+
+    a = build()
+    assert not a.from_cache
+    real = D.load_corpus
+    monkeypatch.setattr(D, "load_corpus", lambda *a, **k: pytest.fail("parsed the licence files again"))
+    b = build()
+    assert b.from_cache and b.cache_dir == a.cache_dir and b.meta == a.meta
+    assert (np.asarray(b.train) == np.asarray(a.train)).all() and (np.asarray(b.val) == np.asarray(a.val)).all()
+    calls = []
+    monkeypatch.setattr(D, "load_corpus", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = sorted(src.glob("*.LICENSE"))[0]
+    first.write_text(first.read_text() + "\n")
+    D._load_licenses.cache_clear()
+    build()
+    assert calls == [1]                          # a changed file: parsed and hashed again
+    D._load_licenses.cache_clear()

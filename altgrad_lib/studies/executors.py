@@ -21,6 +21,12 @@ raises errors.Interrupted (train() on SIGTERM / SIGINT) comes back `interrupted=
   threads if they slow each other by less than 1.55x (the sweep's timing of `make run` is the end-to-end check).
   On a busy machine the opposite held (load ~11 from other jobs, 2 tiny 30-step runs: 1 worker 28-34 s, 2
   workers 40-57 s, each process paying ~5 s of torch import): set `ALTGRAD_WORKERS=1` there.
+  Workers persist: the pool outlives one `map` and serves the next one of this process with the same number of
+  workers, environment, working directory, sys.path and altgrad_lib sources (a notebook's looks, its studies and
+  envelopes), so a
+  worker pays its start (torch import, corpus parse, each quantizer configuration's compile: 5-15 s a worker
+  measured on the cpu profile) once per process, not once per call. A map that ends early (a signal, a dead
+  worker, a consumer that stops) discards the pool; the last one is shut down when this process exits.
   A worker process that dies (OOM, segfault) breaks the pool; the jobs it left unfinished are then retried
   one per fresh process, so only the job that kills its process comes back failed ("worker process died").
   Threads: `OMP_NUM_THREADS`, when set, is the per-worker default (a shared box's setting is respected).
@@ -167,14 +173,11 @@ class LocalExecutor:
             for item in items:
                 yield item, (NOT_STARTED if stop() else _call(fn, item, threads if self.threads else None))
             return
-        import multiprocessing as mp
         from concurrent.futures import CancelledError, ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
-        ctx = mp.get_context("spawn")
-        pool_kw = {"mp_context": ctx, "initializer": _worker_init, "initargs": (os.getpid(),)}
-        orphans = []
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)), **pool_kw)
+        orphans, interrupted = [], False
+        pool = _shared_pool(self.workers)
         try:
             futures = {pool.submit(_call, fn, item, threads): item for item in items}
             for fut in as_completed(futures):
@@ -182,31 +185,103 @@ class LocalExecutor:
                     for f in futures:
                         f.cancel()
                 try:
-                    yield futures[fut], fut.result()
+                    out = fut.result()
                 except CancelledError:
-                    yield futures[fut], NOT_STARTED
+                    out = NOT_STARTED
                 except BrokenProcessPool:  # a worker died (killed, out of memory, segfault): culprit unknown
                     orphans.append(futures[fut])
+                    continue
+                interrupted = interrupted or out.interrupted   # a worker stopped by a signal takes no new job
+                yield futures[fut], out
         except BaseException:
             # Ctrl-C in a driver that does not forward signals itself (tools/sweep.py), or the consumer stopped
             # early: the workers are in their own process group, so tell them (SIGTERM: a run checkpoints and
             # stops, anything else dies) instead of waiting for every job to end.
-            for child in pool._processes.values() if pool._processes else ():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGTERM)
-            pool.shutdown(wait=False, cancel_futures=True)
+            _drop_pool(pool, signal.SIGTERM)
             raise
-        pool.shutdown(wait=True)
+        if orphans or interrupted or stop():   # a broken pool, or workers that a signal stopped: not reused
+            _drop_pool(pool)
         for item in orphans:  # retry each alone, so only the job that kills its process fails
             if stop():
                 yield item, Outcome(False, None, "worker stopped by the interruption", interrupted=True)
                 continue
-            with ProcessPoolExecutor(max_workers=1, **pool_kw) as solo:
+            with ProcessPoolExecutor(max_workers=1, **_pool_kw()) as solo:
                 try:
                     out = solo.submit(_call, fn, item, threads).result()
                 except BrokenProcessPool as e:
                     out = Outcome(False, None, f"worker process died: {exc_line(e)}")
             yield item, out
+
+
+_pool: dict[str, Any] = {}   # the persistent local pool: "pool" and the "key" it was started under
+
+
+def _pool_kw() -> dict[str, Any]:
+    import multiprocessing as mp
+
+    return {"mp_context": mp.get_context("spawn"), "initializer": _worker_init, "initargs": (os.getpid(),)}
+
+
+def _pool_key(workers: int) -> tuple:
+    """What a spawned worker took from this process when it started: a pool started under another key (other
+    environment variables, e.g. $ALTGRAD_OUTPUTS or $ALTGRAD_QDQ_KERNEL, another cwd or sys.path, or an edited
+    altgrad_lib source file: a worker would run the code it imported) is not reused."""
+    return (workers, os.getpid(), tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path),
+            _package_stamp())
+
+
+def _package_stamp() -> tuple:
+    """(name, size, mtime) of every altgrad_lib source file (~150 stats, a few ms)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(d, f))
+                    out.append((os.path.join(d, f), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+def _shared_pool(workers: int) -> Any:
+    """The pool of `workers` spawned workers this process keeps between maps (module note), started if need be."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    key, pool = _pool_key(workers), _pool.get("pool")
+    alive = pool is not None and not pool._broken and not pool._shutdown_thread and all(
+        p.is_alive() for p in (pool._processes or {}).values())
+    if pool is not None and (_pool.get("key") != key or not alive):
+        _drop_pool(pool)
+        pool = None
+    if pool is None:
+        pool = ProcessPoolExecutor(max_workers=workers, **_pool_kw())   # workers start on demand, one per job
+        _pool.update(pool=pool, key=key)
+    return pool
+
+
+def _drop_pool(pool: Any, signum: int | None = None) -> None:
+    """Forget `pool` (a later map starts a new one); with `signum`, send it to each worker first and do not wait
+    for them (they stop, or die, on their own), else wait for the idle workers to exit."""
+    if _pool.get("pool") is pool:
+        _pool.clear()
+    if signum is not None:
+        for child in pool._processes.values() if pool._processes else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signum)
+        pool.shutdown(wait=False, cancel_futures=True)
+    else:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def shutdown_pool() -> None:
+    """Stop the persistent workers now (tests, and this process's exit: atexit below)."""
+    if _pool.get("pool") is not None:
+        _drop_pool(_pool["pool"])
+
+
+# At exit, before the interpreter tears its modules down: a pool still referenced then is collected during the
+# teardown, and concurrent.futures' callback prints "Exception ignored in: ... weakref_cb" on stderr.
+atexit.register(shutdown_pool)
 
 
 def map_jobs(executor: Any, fn: Callable[[Any], Any], items: list[Any], stop: Callable[[], bool]) -> Any:
