@@ -104,6 +104,22 @@ def _error_cases(tmp: Path) -> list[tuple[list[str], list[str]]]:
     ]
 
 
+def _in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """main(args) in this process: (exit code, stdout, stderr). For checks that need no process of their own (each
+    `_cli` pays a Python + torch start-up); the subprocess tests above and below keep one real process per behaviour:
+    exit codes and one-line errors (test_input_errors_...), training end to end, run-dir locks."""
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _assert_user_error_in_process(rc: int, err: str, *needles: str) -> str:
+    assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, (rc, err)
+    line = err.strip()
+    assert line.startswith("altgrad: error: ") and all(n in line for n in needles), line
+    return line
+
+
 SUBPROCESS_CASES = (0, 2, 4)  # end to end in a real process; every case also runs in-process below
 
 
@@ -128,14 +144,20 @@ def test_every_input_error_maps_to_exit_2_in_process(tmp_path, capsys, monkeypat
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_without_gpu_is_one_line():
-    _assert_user_error(_cli("train", *TINY, "-p", "device=cuda"), "device='cuda'", "CUDA is not available")
+def test_cuda_without_gpu_is_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    rc, _, err = _in_process(capsys, "train", *TINY, "-p", "device=cuda")
+    _assert_user_error_in_process(rc, err, "device='cuda'", "CUDA is not available")
 
 
-def test_print_config_validates_and_debug_shows_the_traceback():
-    _assert_user_error(_cli("train", "-p", "recipe=fp8_hybird", "--print-config"), "fp8_hybird")
-    p = _cli("--debug", "train", "-p", "recipe=fp8_hybird", "--print-config")
-    assert p.returncode != 0 and "Traceback" in p.stderr and "ConfigError" in p.stderr
+def test_print_config_validates_and_debug_shows_the_traceback(capsys):
+    from altgrad_lib.errors import ConfigError
+
+    rc, _, err = _in_process(capsys, "train", "-p", "recipe=fp8_hybird", "--print-config")
+    _assert_user_error_in_process(rc, err, "fp8_hybird")
+    # --debug: the error propagates (a process prints its traceback)
+    with pytest.raises(ConfigError, match="fp8_hybird"):
+        main(["--debug", "train", "-p", "recipe=fp8_hybird", "--print-config"])
 
 
 def test_print_config_checks_tokenizer_and_backend(capsys):
@@ -156,13 +178,15 @@ def test_a_bug_keeps_its_traceback(monkeypatch, capsys):
         main(["train", "-p", "max_steps=1", "--no-progress"])
 
 
-def test_version_names_package_and_git_sha():
+def test_version_names_package_and_git_sha(capsys):
     import altgrad_lib
 
-    p = _cli("--version")
+    with pytest.raises(SystemExit) as ei:
+        main(["--version"])
+    out = capsys.readouterr().out
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    assert p.returncode == 0 and p.stdout.startswith(f"altgrad {altgrad_lib.__version__} (git ")
-    assert sha and sha[:12] in p.stdout
+    assert ei.value.code == 0 and out.startswith(f"altgrad {altgrad_lib.__version__} (git ")
+    assert sha and sha[:12] in out
 
 
 def test_help_gives_meaning_and_choices_of_every_key(capsys):
@@ -188,19 +212,20 @@ def test_a_failed_start_does_not_lock_the_run_name(tmp_path):
     assert good.returncode == 0 and "status: completed" in good.stdout, good.stderr[-2000:]
 
 
-def test_a_stub_without_results_is_free_for_another_config(tmp_path):
+def test_a_stub_without_results_is_free_for_another_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
     out = tmp_path / "runs"
     stub = out / "exp1"
     (stub / "checkpoints").mkdir(parents=True)                 # what a start that died after mkdir leaves
     (stub / "config.yaml").write_text(yaml.safe_dump({**TrainConfig(device="cpu", lr=0.5).to_dict()}))
     (stub / "provenance.json").write_text('{"numerics_version": 1}')
     (stub / "metrics.csv").write_text("step,name,value\n")
-    p = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1")
-    assert p.returncode == 0 and "status: completed" in p.stdout, p.stderr[-2000:]
+    rc, stdout, err = _in_process(capsys, "train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1")
+    assert rc == 0 and "status: completed" in stdout, err[-2000:]
     assert TrainConfig.from_dict(yaml.safe_load((stub / "config.yaml").read_text())).n_embd == 32
     # a directory that holds a result is still protected
-    other = _cli("train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "lr=0.5")
-    _assert_user_error(other, str(stub), "config hash")
+    rc, _, err = _in_process(capsys, "train", *TINY, "-p", f"out_dir={out}", "-p", "run_name=exp1", "-p", "lr=0.5")
+    _assert_user_error_in_process(rc, err, str(stub), "config hash")
 
 
 def test_second_process_on_a_run_dir_is_refused_with_the_holder(tmp_path):
@@ -217,13 +242,14 @@ def test_second_process_on_a_run_dir_is_refused_with_the_holder(tmp_path):
     assert p.returncode == 0 and "status: completed" in p.stdout, p.stderr[-2000:]
 
 
-def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path):
-    p = _cli("train", *TINY, "-p", f"out_dir={tmp_path}", "-p", "run_name=div", "-p", "lr=1000",
-             "-p", "max_steps=6", "-p", "warmup_steps=0", "-p", "grad_clip=0")
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "status: diverged" in p.stdout and "result: diverged at step " in p.stdout
-    assert "first non-finite" in p.stdout or "validation loss is non-finite" in p.stdout
-    assert "val/loss:" not in p.stdout and "train/loss:" not in p.stdout
+def test_diverged_run_reports_the_divergence_not_a_stale_loss(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ALTGRAD_OFFLINE", "1")
+    rc, stdout, err = _in_process(capsys, "train", *TINY, "-p", f"out_dir={tmp_path}", "-p", "run_name=div",
+                                  "-p", "lr=1000", "-p", "max_steps=6", "-p", "warmup_steps=0", "-p", "grad_clip=0")
+    assert rc == 0, err[-2000:]
+    assert "status: diverged" in stdout and "result: diverged at step " in stdout
+    assert "first non-finite" in stdout or "validation loss is non-finite" in stdout
+    assert "val/loss:" not in stdout and "train/loss:" not in stdout
     from altgrad_lib.notebook import analysis
     from altgrad_lib.training.run_dir import Run
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from altgrad_lib.model import GPT, GPTConfig
 from altgrad_lib.quantize.recipes import get_policy
@@ -78,11 +79,17 @@ def _grads(model: GPT, x: torch.Tensor, y: torch.Tensor, compile_backend: str | 
 def test_compiled_gradients_match_eager(case, device):
     recipe, backend, compile_backend = case
     torch._dynamo.reset()
+    counters.clear()
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 64, (2, 16), generator=g).to(device)
     y = torch.randint(0, 64, (2, 16), generator=g).to(device)
     eager = _grads(_model(recipe, backend, device), x, y, None)
     compiled = _grads(_model(recipe, backend, device), x, y, compile_backend)
+    # one graph, no break: a quantizer counter updated with `+=` re-assigned its buffer (Module.__setattr__), a side
+    # effect torch.compile cannot keep inside the GEMM-faithful autograd.Function, so every block-recipe layer broke
+    # the graph and was re-traced per weight shape (nvfp4: 18 breaks, 11 graphs; its compile took ~2x as long)
+    assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     blocks = [n for n in eager if ".h." in n]
     assert blocks and all(bool((eager[n] != 0).any()) for n in blocks), "eager reference lost block gradients"
     lost = [n for n, ge in eager.items() if bool((ge != 0).any()) and not bool((compiled[n] != 0).any())]

@@ -3,6 +3,7 @@ published values, the error rates of the sequential claims by simulation, and th
 CLI."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -237,6 +238,34 @@ def test_per_seed_points_follow_the_seeds(tmp_path):
     s = Study.from_dict(d)
     assert [p.config.seed for p in s.expand() if p.config.freeze_blocks] == [0, 1]
     assert [p.config.seed for p in with_seeds(s, [0, 1, 2]).expand() if p.config.freeze_blocks] == [0, 1, 2]
+
+
+def test_a_sequential_study_checks_its_claims_once_and_expands_once(tmp_path, monkeypatch):
+    """The claims check at load ran 4 times for a sequential study (itself, then again in each Study the replay
+    derives: its fixed-sample twin and with_seeds at the minimum and the maximum seeds), and every comparison's
+    levels re-built every point's TrainConfig: params/studies/*_fp4_orderings.yaml took ~16 s each to load. The
+    derived studies (the same settings at other seeds) skip the check their parent ran, and a study expands once."""
+    from altgrad_lib.studies.sequential import study_replay, with_seeds
+    from altgrad_lib.studies.study import Study
+    from altgrad_lib.training.config import TrainConfig
+
+    checks = []
+    check = Study._check_claims_compute
+    monkeypatch.setattr(Study, "_check_claims_compute", lambda self: (checks.append(self.axes["seed"]), check(self)))
+    s = _seq_study(tmp_path, control=True)
+    assert checks == [(0, 1, 2)]          # the study itself at its minimum seeds, nothing derived from it
+    built = []
+    from_dict = TrainConfig.from_dict.__func__
+    monkeypatch.setattr(TrainConfig, "from_dict", classmethod(lambda cls, d: (built.append(1), from_dict(cls, d))[1]))
+    first = s.expand()
+    s.levels("grad_clip"), s.expand()
+    assert not built and s.expand() == first and s.expand() is not s.expand()   # a copy: callers may change it
+    study_replay(s, _seq_index(s, lambda c: 3.0))
+    assert checks == [(0, 1, 2)]
+    assert with_seeds(s, [0, 1, 2, 3])._derived and not dataclasses.replace(s, description="x")._derived
+    # a derived study keeps the structural checks: a baseline that is no level still fails in one line
+    with pytest.raises(ValueError, match="is not a level of"):
+        dataclasses.replace(s, comparisons=({"axis": "grad_clip", "baseline": 7.0},), _derived=True)
 
 
 # ------------------------------------------------------------------------------------------ with claims.py's rules

@@ -270,9 +270,11 @@ class Quantizer(nn.Module):
 
     # -- numerics ----------------------------------------------------------------------------------------
     def _count(self, x: Tensor, n_sat: Tensor, n_under: Tensor) -> None:
-        self.n_elements += x.numel()
-        self.n_saturated += n_sat
-        self.n_underflow += n_under
+        # in place, never `+=`: that re-assigns the buffer (Module.__setattr__), a side effect torch.compile cannot
+        # keep inside an autograd.Function (a graph break and a re-trace per weight shape in every GEMM-faithful layer)
+        self.n_elements.add_(x.numel())
+        self.n_saturated.add_(n_sat)
+        self.n_underflow.add_(n_under)
 
     def forward(self, x: Tensor, axis: int = -1) -> Tensor:
         """Fake quantization with the spec's STE (autograd); block kinds and per_row scale along `axis`.

@@ -238,7 +238,7 @@ class Scaler(nn.Module):
         cfg = self.config
         if cfg.kind == "delayed":
             s = self._delayed_scale(x)
-            self.n_updates += 1
+            self.n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
             return s
         if cfg.kind == "none":
             s, amax, hits = torch.ones((), dtype=torch.float32, device=x.device), None, None
@@ -252,10 +252,10 @@ class Scaler(nn.Module):
         """The state update of scale_for for a stateless kind (current / per_row; none: amax None) whose
         (s, amax, eps hits) of compact_scale were computed elsewhere (kernels.py's compiled kernels)."""
         if amax is not None:
-            self.eps_hits += hits
+            self.eps_hits.add_(hits)
             self._record(amax.amax() if amax.dim() else amax)
             self.scale.copy_(s.amin() if s.dim() else s)
-        self.n_updates += 1
+        self.n_updates.add_(1)
 
     @torch.no_grad()
     def scale_peek(self, x: Tensor) -> Tensor:
@@ -294,7 +294,7 @@ class Scaler(nn.Module):
             hit_now = torch.zeros_like(self.eps_hits)
         s = torch.where(first, s_first, s_hist)
         if update:
-            self.eps_hits += torch.where(first, hit_now, hit.to(torch.int64))
+            self.eps_hits.add_(torch.where(first, hit_now, hit.to(torch.int64)))
             self.scale.copy_(s)
             self._record(amax_now)
         return s

@@ -147,7 +147,7 @@ def with_seeds(study: Any, seeds: Iterable[int]) -> Any:
             done.add(f)
             extra += [{**p, "seed": s} for s in seeds if s not in fams[f]]
     return dataclasses.replace(study, axes={**study.axes, "seed": tuple(seeds)}, points=(*study.points, *extra),
-                               seed_plan=None)
+                               seed_plan=None, _derived=True)
 
 
 def _family(p: Mapping[str, Any]) -> str:
@@ -355,7 +355,7 @@ def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None, 
     entropy: the run loop and every later replay see the same looks); `smoke` (Study.report's control check of all
     the runs, with the entropy) also marks the final table a smoke test (`mark_smoke`)."""
     plan = plan or study.seed_plan
-    fixed = dataclasses.replace(study, seed_plan=None)
+    fixed = dataclasses.replace(study, seed_plan=None, _derived=True)
     cands, cols, values = study_candidates(study, plan)
     comps = {}
     for c in study.comparisons:

@@ -118,6 +118,10 @@ class Study(StudyClaims):
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
     seed_plan: Any = None   # sequential.SeedPlan: seeds until resolved (`seed: {min, max, step}`, --until-resolved)
     source: str = ""                                                # the study file (from_yaml), for messages
+    # a study the seeds-until-resolved replay derives from a checked one (sequential.with_seeds: the same settings
+    # at other seeds; study_replay's fixed-sample twin): its claims were checked at load, so __post_init__ skips
+    # recomputing them (each replay look, and the check at load itself, made 3 such studies)
+    _derived: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
@@ -166,7 +170,7 @@ class Study(StudyClaims):
         if self.positive_controls and not any(c["axis"] == "recipe" for c in self.comparisons):
             raise ValueError("study positive_controls need a comparison on the recipe axis, e.g. "
                              "{axis: recipe, baseline: hp}")
-        if self.comparisons:
+        if self.comparisons and not self._derived:
             self._check_claims_compute()
 
     def _check_comparisons(self) -> None:
@@ -295,7 +299,14 @@ class Study(StudyClaims):
 
     def expand(self) -> list[StudyPoint]:
         """Product points (axes order), then explicit points; an explicit point that repeats a run (same run name)
-        is kept once, two axis values that are one config (aliases: 'bf16' and 'hp') are an error."""
+        is kept once, two axis values that are one config (aliases: 'bf16' and 'hp') are an error. Built once per
+        Study (it is frozen; dataclasses.replace makes a new one): the checks at load, each comparison's levels and
+        each look of a seeds-until-resolved replay ask for it again, and each point costs a TrainConfig."""
+        if "_expanded" not in self.__dict__:
+            object.__setattr__(self, "_expanded", self._expand())
+        return list(self.__dict__["_expanded"])
+
+    def _expand(self) -> list[StudyPoint]:
         combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
         out: dict[str, StudyPoint] = {}
         for i, axes in enumerate([*combos, *[dict(p) for p in self.points]]):
