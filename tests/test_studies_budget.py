@@ -58,8 +58,8 @@ def _study_yaml(tmp_path: Path) -> Path:
 
 def test_dry_run_estimate_is_within_2x_of_the_real_study(tmp_path):
     """The dry run's estimate (probes measured on this machine) against the same study really run, as separate
-    processes on 2 workers, right after it: each run (its worker's start included, as study.csv's seconds include
-    it for a worker's first run) and the whole command within 2x (issue 27: the constant-based estimate was
+    processes on 2 workers, right after it: each run (between its steps alone and its steps plus a worker's
+    start) and the whole command within 2x (issue 27: the constant-based estimate was
     30-200x too low). Timing on a shared machine: both are measured under the same load."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "ALTGRAD_OUTPUTS": str(tmp_path / "out")}
@@ -76,8 +76,12 @@ def test_dry_run_estimate_is_within_2x_of_the_real_study(tmp_path):
     assert real.returncode == 0, real.stderr
     runs = pd.read_csv(tmp_path / "out" / "studies" / "budget_check" / "study.csv")
     assert len(runs) == 2 and (runs.status == "completed").all()
-    for s in runs.seconds:   # one run per worker: each its worker's first
-        assert (lo + start) / 2 <= s <= 2 * (hi + start), (s, lo, hi, start)
+    # one run per worker, each its worker's first. A run's seconds are timed inside the worker, from the job's
+    # start: they hold the part of a worker's start that happens in the job (preflight's corpus load, first
+    # compiles) but not the interpreter and the imports done when the job is unpickled, which `start` counts. So a
+    # run lies between its steps alone and its steps plus a whole start; the whole command is checked below.
+    for s in runs.seconds:
+        assert lo / 2 <= s <= 2 * (hi + start), (s, lo, hi, start)
     assert study_min * 60 / 2 <= wall <= 2 * study_min * 60, (wall, study_min, dry.stdout)
 
 
