@@ -192,15 +192,19 @@ def test_direct_calls_are_taken_and_bit_identical(spec, restore_mode):
         assert g is None or torch.equal(g.get_state(), g0.get_state())
 
 
-def test_direct_calls_go_through_dynamo_when_global_state_changes(restore_mode):
+def _e4m3_kernel_compiled():
+    """An E4M3 per-tensor kernel in "compiled" mode after its compiling call: (the kernel, its args)."""
     kernels.reset_kernels()
     kernels.set_qdq_kernel("compiled")
-    q = Quantizer({"fmt": "E4M3"}, seed=0)
-    x = torch.randn(64, 32)
-    key, build, args = _kernel_case(q, x)
+    key, build, args = _kernel_case(Quantizer({"fmt": "E4M3"}, seed=0), torch.randn(64, 32))
     with torch.no_grad():
         kernels.compiled_kernel(key, torch.device("cpu"), build)(*args)    # compiles
-        direct = kernels.compiled_kernel(key, torch.device("cpu"), build)
+    return kernels.compiled_kernel(key, torch.device("cpu"), build), args
+
+
+def test_direct_calls_go_through_dynamo_when_global_state_changes(restore_mode):
+    direct, args = _e4m3_kernel_compiled()
+    with torch.no_grad():
         ref = direct(*args)
     assert direct.direct_calls == 0        # the signature's first call after compiling went through dynamo
     with torch.no_grad():
@@ -214,15 +218,9 @@ def test_direct_calls_fall_back_to_dynamo_when_the_private_api_differs(restore_m
     def broken(code):
         raise AttributeError("no cache entries in this torch")
 
-    kernels.reset_kernels()
-    kernels.set_qdq_kernel("compiled")
     monkeypatch.setattr(kernel_direct, "_debug_get_cache_entry_list", broken)
-    q = Quantizer({"fmt": "E4M3"}, seed=0)
-    x = torch.randn(64, 32)
-    key, build, args = _kernel_case(q, x)
+    k, args = _e4m3_kernel_compiled()
     with torch.no_grad():
-        kernels.compiled_kernel(key, torch.device("cpu"), build)(*args)    # compiles
-        k = kernels.compiled_kernel(key, torch.device("cpu"), build)
         ref = k(*args)
         again = k(*args)
     assert not k.enabled and k.direct_calls == 0
