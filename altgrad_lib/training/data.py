@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from altgrad_lib.choices import CORPORA   # re-exported (__all__)
 from altgrad_lib.io import atomic_file, atomic_write_text
@@ -119,8 +120,6 @@ def licenses_dir() -> Path:
 
 
 def _parse_license_file(path: Path) -> tuple[dict[str, Any], str]:
-    import yaml
-
     raw = path.read_text(encoding="utf-8")
     m = _FRONT_MATTER.match(raw)
     if m is None:
@@ -292,8 +291,6 @@ def _digest_memo(root: Path, corpus: str, tokenizer: str, max_docs: int | None) 
     A memo only names a token cache, which _cache_valid still checks against its meta.json."""
     if str(corpus).strip().lower() != "licenses":
         return None
-    import yaml
-
     try:
         src = licenses_dir()
         h = hashlib.sha256(f"{CACHE_FORMAT}|{tokenizer}|{max_docs}|{yaml.__version__}|{src}|".encode())
