@@ -225,3 +225,50 @@ def test_direct_calls_fall_back_to_dynamo_when_the_private_api_differs(restore_m
         again = k(*args)
     assert not k.enabled and k.direct_calls == 0
     assert _same(again[0], ref[0])
+
+
+# Fewer kernels and graphs per process (bench/results/run_fixed_costs.md): each one is a dynamo trace (~0.3-1 s
+# with inductor's cache warm) and, on a cold cache, a C++ compile (seconds), paid again by every process.
+def _graphs(kern) -> int:
+    """How many graphs dynamo holds for a compiled kernel (its cache entries)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    return len(_debug_get_cache_entry_list(kern._code))
+
+
+@pytest.mark.parametrize("spec", [{"fmt": "E4M3"}, {"fmt": "E3M4", "scaling": "per_row"},
+                                  {"fmt": "E2M1", "scaling": "nvfp4"}], ids=["tensor", "per_row", "block"])
+def test_one_graph_serves_activations_and_weights_of_every_shape(spec, restore_mode):
+    """The callers flatten x (a view of it) so that one dynamic graph serves every shape; dynamo traced a view with
+    its base, so a 3-d activation's view and a 2-d weight's view each compiled a graph of their own (the old code:
+    3 graphs for a per-tensor format on these inputs). Values: test_compiled_kernel_is_bit_identical_to_eager."""
+    torch._dynamo.reset()
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    q = Quantizer(spec, seed=0)
+    g = torch.Generator().manual_seed(0)
+    for shape in [(4, 16, 64), (64, 64), (2, 8, 64), (256, 64), (64, 256), (3, 5, 32)]:   # activations, weights
+        q(torch.randn(*shape, generator=g))
+    assert len(kernels._compiled) == 1 and not kernels._failed, kernels._failed
+    assert _graphs(next(iter(kernels._compiled.values()))) == 1
+
+
+@pytest.mark.parametrize("spec", [{"fmt": "E4M3"}, {"fmt": "E5M2", "rounding": "stochastic"},
+                                  {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"}],
+                         ids=["rne", "sr", "block-sr"])
+def test_eval_uses_the_training_forward_kernel(spec, restore_mode):
+    """Eval (no counters; stochastic rounding becomes nearest) runs the kernel that a round-to-nearest training
+    forward of the format compiles, dropping its counts, instead of compiling one of its own (the old code: two
+    kernels for RNE, where eval ran first at step 0 of every run); its outputs equal the eager eval path's."""
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    rne = {**spec, "rounding": "nearest"}
+    comp, twin, ref = Quantizer(rne, seed=0), Quantizer(spec, seed=0), Quantizer(spec, seed=0)
+    x = torch.randn(4, 16, 64, generator=torch.Generator().manual_seed(1)) * 3
+    twin.eval()
+    y_eval = twin(x)                         # eval first, as a run's step-0 evaluation
+    comp(x)                                  # training forward, round to nearest, counting
+    assert len(kernels._compiled) == 1 and not kernels._failed, (list(kernels._compiled), kernels._failed)
+    assert int(comp.n_elements) == x.numel() and int(twin.n_elements) == 0   # eval counts nothing
+    kernels.set_qdq_kernel("eager")
+    ref.eval()
+    assert _same(ref(x), y_eval)

@@ -42,6 +42,7 @@ import warnings
 from typing import Callable, Hashable
 
 import torch
+from torch.fx.experimental import _config as fx_config
 
 from altgrad_lib.errors import ProcessMode
 from altgrad_lib.numerics.block_scaling import block_qdq
@@ -77,8 +78,38 @@ def _own_code(fn: Callable, name: str) -> Callable:
     return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
 
 
+def _counting(key: Hashable, build: Callable[[], Callable]) -> tuple[Hashable, Callable[[], Callable]]:
+    """A quantizer configuration that does not count (want_stats False: eval, count=False) is served by the kernel
+    of the same configuration that does, and the caller drops the counts: the outputs it uses are computed by the
+    same code (the counts are extra outputs of qdq / block_qdq, the values do not depend on them). Eval's kernels
+    are then the training forward's, not two more per format to trace and compile in every process (nvfp4: 6 -> 4
+    kernels, fp8_hybrid: 3 -> 2; bench/results/run_fixed_costs.md). Keys as quantizer.py's _compiled_qdq
+    ("qdq", spec, want_mask, want_stats, rdt, scale_in) and _compiled_block ("block", spec, want_stats, rdt, axis)
+    make them; any other key is its own."""
+    i = {"qdq": 3, "block": 2}.get(key[0]) if isinstance(key, tuple) and key else None
+    if i is None or len(key) <= i or key[i] is not False:
+        return key, build
+    return key[:i] + (True,) + key[i + 1:], lambda: _bind(build(), want_stats=True)
+
+
+def _base_free(compiled: Callable) -> Callable:
+    """compiled, called with views detached from their bases (the same tensor: shape, strides, storage). Dynamo
+    traces a view input together with its base and guards on the base's sizes, so the flattened inputs of
+    _compiled_qdq (x.detach().reshape(-1): a view of a 3-d activation or of a 2-d weight) recompiled a kernel
+    per base rank and size relation (fp8_hybrid: 8 graphs for 3 kernels, ~0.4 s each per process); a detached
+    view is no view (x._base None), so every flattened shape shares the one dynamic graph. Without duck sizing:
+    a first input whose dims happen to be equal (a 64 x 64 weight, per_row) would otherwise tie them in the
+    graph and recompile for the next shape. Only calls that reach dynamo come here (DirectKernel's direct path
+    runs the graphs without it)."""
+    def call(*args):
+        with fx_config.patch(use_duck_shape=False):
+            return compiled(*(a.detach() if isinstance(a, torch.Tensor) and a._is_view() else a for a in args))
+    return call
+
+
 def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Callable]) -> Callable | None:
     """The compiled kernel of configuration `key` (build() makes its eager function), or None: run eager now."""
+    key, build = _counting(key, build)
     if torch.compiler.is_compiling() or key in _failed:
         return None
     mode = qdq_kernel_mode()     # first: "eager" runs eager even where a kernel was compiled before
@@ -96,7 +127,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
             return None
     fn = build()
     own = _own_code(fn, f"qdq_kernel_{len(_compiled)}")
-    compiled = torch.compile(own, dynamic=True, fullgraph=True)
+    compiled = _base_free(torch.compile(own, dynamic=True, fullgraph=True))
 
     def first_call(*args):
         """Compiles on the way; where that fails, this configuration stays eager (fn as is) and a warning says so."""
