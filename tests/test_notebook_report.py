@@ -175,3 +175,21 @@ def test_committed_notebooks_end_with_a_clean_figure_check():
         assert "displayed_summary()" in last.source and "assert fig_check.endswith" in last.source, path.stem
         text = "".join(o.get("text", "") for o in last.get("outputs", []))
         assert text.startswith("figure check: ") and text.rstrip().endswith("every one passes"), (path.stem, text)
+
+
+def test_notebook_defaults_read_both_source_forms_without_importing_nbformat(tmp_path):
+    """A cell's source is a list of lines (as nbformat writes it) or one string (nbformat 4 allows both); the
+    defaults are the same. Importing notebook/profile.py (every notebook kernel does) must not import nbformat: its
+    jsonschema import cost each kernel ~2 s (bench/results/run_fixed_costs.md)."""
+    import json
+    import subprocess
+    src = "seed: int = 3   # help\nfmt: str = 'E4M3'\n"
+    for source in (src, src.splitlines(keepends=True)):
+        cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": source, "outputs": [],
+                "execution_count": None}
+        (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+        assert profile.notebook_defaults(tmp_path / "n.ipynb") == {"seed": 3, "fmt": "E4M3"}
+    code = "import sys, altgrad_lib.notebook.profile; print('nbformat' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -183,7 +183,7 @@ def test_direct_calls_are_taken_and_bit_identical(spec, restore_mode):
                 if a is not None:
                     assert _same(a, b) and _same(b, c) and a.dtype == b.dtype == c.dtype, (x.shape, a, b, c)
     direct = kernels._compiled[key]
-    assert isinstance(direct, kernels.DirectKernel) and not kernels._failed
+    assert isinstance(direct, kernel_direct.DirectKernel) and not kernels._failed
     # the first call of each signature goes through dynamo; every later one is direct
     assert direct.direct_calls == (rounds - 1) * len(inputs), direct.direct_calls
     for q in twins[1:]:     # the same SR draws through the op: token counts and generator states agree
@@ -272,3 +272,13 @@ def test_eval_uses_the_training_forward_kernel(spec, restore_mode):
     kernels.set_qdq_kernel("eager")
     ref.eval()
     assert _same(ref(x), y_eval)
+
+
+def test_importing_the_training_loop_does_not_import_dynamo():
+    """torch._dynamo (~2-3 s to import) comes with the first kernel a process compiles, not with the package: an hp
+    run, an eager process or a notebook kernel whose runs train in workers never pays it."""
+    import subprocess
+    import sys
+    code = "import sys, altgrad_lib.training.loop; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

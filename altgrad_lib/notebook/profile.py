@@ -12,11 +12,11 @@ same way papermill lays a YAML over the parameters cell. Parameters that match n
 from __future__ import annotations
 
 import ast
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import nbformat
 import yaml
 
 import altgrad_lib
@@ -31,12 +31,15 @@ def code_version() -> str:
 
 
 def notebook_defaults(path: str | Path) -> dict[str, Any] | None:
-    """The CI defaults of a notebook: `name: type = literal` of its cell tagged `parameters`; None without one."""
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if "parameters" in cell.metadata.get("tags", []):
+    """The CI defaults of a notebook: `name: type = literal` of its cell tagged `parameters`; None without one.
+    Read as the JSON it is (nbformat 4: a cell's source is a string or a list of lines), not with nbformat: its
+    import (jsonschema and its format checkers) cost every notebook kernel ~2 s (bench/results/run_fixed_costs.md)."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            source = cell.get("source", "")
             out = {}
-            for node in ast.parse(cell.source).body:
+            for node in ast.parse("".join(source) if isinstance(source, list) else source).body:
                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                     out[node.target.id] = ast.literal_eval(node.value)
             return out

@@ -46,7 +46,6 @@ from torch.fx.experimental import _config as fx_config
 
 from altgrad_lib.errors import ProcessMode
 from altgrad_lib.numerics.block_scaling import block_qdq
-from altgrad_lib.numerics.kernel_direct import DirectKernel
 from altgrad_lib.numerics.quant import qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.numerics.scaling import compact_scale
@@ -117,7 +116,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
         return None
     fn = _compiled.get(key)
     if fn is not None:
-        return fn.dynamo if mode == "dynamo" and isinstance(fn, DirectKernel) else fn
+        return getattr(fn, "dynamo", fn) if mode == "dynamo" else fn   # a DirectKernel's path through dynamo
     if mode == "auto" and device.type != "cpu":
         return None
     if mode == "auto":
@@ -140,6 +139,9 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
                           f"(slower, same numerics). {QDQ_KERNEL_ENV}=eager skips compiling.", RuntimeWarning,
                           stacklevel=3)
             return fn(*args)
+        # local: kernel_direct imports torch._dynamo (~2-3 s), which a process that never compiles (hp runs, eager
+        # mode, notebook kernels that train in workers) need not pay; a process that compiles has it by now
+        from altgrad_lib.numerics.kernel_direct import DirectKernel
         _compiled[key] = DirectKernel(own, compiled)
         return out
 
