@@ -8,13 +8,15 @@ checkpoint's model tensors).
 
 Each (recipe, root) gets its own inductor cache dir: a cold run starts from an empty one (as a user's first
 `make run`) and leaves it warm for the warm runs after it. Roots alternate within a recipe, so a change in the
-machine's load hits both alike; the load average is printed with each run (shared machines: report medians).
+machine's load hits both alike; the load average is printed with each run (shared machines: report medians; the
+CPU time, user + system of the run's process, is less sensitive to other processes than its wall time).
 One thread (OMP_NUM_THREADS=1), as a study worker. Not a test: numbers depend on the machine.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,15 +29,17 @@ import torch
 PARAMS = "params/02_bf16_baseline/cpu.yaml"
 
 
-def one_run(root: Path, recipe: str, cache: Path, out: Path, extra: list[str]) -> float:
+def one_run(root: Path, recipe: str, cache: Path, out: Path, extra: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s: user + system of the process and its children) of one `altgrad train`."""
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "ALTGRAD_OFFLINE": "1", "ALTGRAD_OUTPUTS": str(out), "OMP_NUM_THREADS": "1",
            "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "altgrad_lib.cli", "train", "-f", PARAMS, "-p", f"recipe={recipe}", "--no-progress",
            "--no-resume", "-p", f"out_dir={out}", *extra]
-    t = time.perf_counter()
+    r0, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - t, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
 
 
 def numbers(run_dir: Path) -> tuple[str, str, dict]:
@@ -64,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="run_fixed_costs-"))
     print(f"cpu: {_cpu()}; torch {torch.__version__}; scratch {work}")
     for recipe in args.recipes:
-        times: dict[tuple[str, Path], list[float]] = {}
+        times: dict[tuple[str, Path], list[tuple[float, float]]] = {}
         dirs: dict[Path, Path] = {}
         for kind, n in (("cold", args.cold), ("warm", args.warm)):
             for i in range(n):
@@ -79,10 +83,12 @@ def main(argv: list[str] | None = None) -> int:
                     dt = one_run(root, recipe, cache, out, [a for kv in args.param for a in ("-p", kv)])
                     dirs[root] = next(p.parent for p in out.glob("*/metrics.csv"))
                     times.setdefault((kind, root), []).append(dt)
-                    print(f"{recipe:12s} {kind} {root}: {dt:6.1f} s  (load {os.getloadavg()[0]:.2f})", flush=True)
+                    print(f"{recipe:12s} {kind} {root}: wall {dt[0]:6.1f} s, cpu {dt[1]:6.1f} s "
+                          f"(load {os.getloadavg()[0]:.2f})", flush=True)
         for (kind, root), ts in times.items():
-            print(f"{recipe:12s} {kind} {root}: median {statistics.median(ts):.1f} s of {len(ts)}: "
-                  + ", ".join(f"{t:.1f}" for t in ts))
+            print(f"{recipe:12s} {kind} {root}: median wall {statistics.median(t[0] for t in ts):.1f} s, "
+                  f"cpu {statistics.median(t[1] for t in ts):.1f} s of {len(ts)}: "
+                  + ", ".join(f"{w:.1f}/{c:.1f}" for w, c in ts))
         if len(roots) > 1:
             same = all(same_numbers(dirs[roots[0]], dirs[r]) for r in roots[1:])
             print(f"{recipe:12s} same numbers (metrics, diagnostics, checkpoint) across roots: {same}")

@@ -282,3 +282,32 @@ def test_importing_the_training_loop_does_not_import_dynamo():
     code = "import sys, altgrad_lib.training.loop; print('torch._dynamo' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("recipe", ["fp8_hybrid", "nvfp4"])
+def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_path, restore_mode):
+    """A whole run (evaluations at step 0, mid-way and at the end included) compiles exactly the kernels one training
+    step of its model compiles, each as one dynamo graph: eval reuses the training forward's kernels and the model's
+    activation and weight shapes share each kernel's graph (the old code: fp8_hybrid 3 kernels in 8 graphs, nvfp4 6
+    kernels; bench/results/run_fixed_costs.md). The oracle for "which kernels": a bare training step of the same
+    model, built as train() builds it (preflight), with no evaluation."""
+    from altgrad_lib.training.config import TrainConfig
+    from altgrad_lib.training.loop import train
+    from altgrad_lib.training.preflight import preflight
+
+    cfg = TrainConfig.from_dict(dict(recipe=recipe, max_steps=2, eval_interval=1, eval_iters=2, diagnostics="off",
+                                     n_layer=1, n_embd=32, n_head=2, block_size=32, batch_size=4,
+                                     tokenizer="gpt2-256", out_dir=str(tmp_path)))
+    kernels.set_qdq_kernel("compiled")
+    torch._dynamo.reset()
+    kernels.reset_kernels()
+    train(cfg, resume=False, progress=False, verbose=False)
+    run_kernels = dict(kernels._compiled)
+    assert run_kernels and not kernels._failed, kernels._failed
+    assert all(_graphs(k) == 1 for k in run_kernels.values()), {k[:1]: _graphs(v) for k, v in run_kernels.items()}
+    kernels.reset_kernels()
+    corpus, _, _, (model, _, _) = preflight(cfg.resolved())
+    x, y = corpus.train_batch(cfg.resolved().data_config, 0)
+    model.train()
+    model(x, y)[1].backward()
+    assert set(kernels._compiled) == set(run_kernels)
