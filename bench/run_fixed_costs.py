@@ -46,13 +46,25 @@ def numbers(run_dir: Path) -> tuple[str, str, dict]:
     metrics = "\n".join(ln for ln in (run_dir / "metrics.csv").read_text().splitlines() if ",perf/" not in ln)
     diag = run_dir / "diagnostics.csv"
     ck = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
-    return metrics, diag.read_text() if diag.exists() else "", ck["model"]
+    return metrics, diag.read_text() if diag.exists() else "", {k: ck[k] for k in ("model", "optimizer") if k in ck}
+
+
+def _equal(a, b) -> bool:
+    """Tensors bit for bit (NaN where NaN), containers element by element, anything else by ==."""
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+            a.view(-1).view(torch.uint8) if a.is_floating_point() else a, b.view(-1).view(torch.uint8)
+            if b.is_floating_point() else b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def same_numbers(a: Path, b: Path) -> bool:
     (ma, da, sa), (mb, db, sb) = numbers(a), numbers(b)
-    return ma == mb and da == db and sa.keys() == sb.keys() and all(
-        torch.equal(sa[k], sb[k]) if torch.is_tensor(sa[k]) else sa[k] == sb[k] for k in sa)
+    return ma == mb and da == db and _equal(sa, sb)
 
 
 def main(argv: list[str] | None = None) -> int:
