@@ -48,7 +48,7 @@ from altgrad_lib.numerics.block_scaling import block_qdq
 from altgrad_lib.numerics.kernel_direct import DirectKernel
 from altgrad_lib.numerics.quant import add_counts, qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
-from altgrad_lib.numerics.scaling import compact_scale, record_into
+from altgrad_lib.numerics.scaling import compact_scale, delayed_scale, record_into
 
 QDQ_KERNEL_MODES = ("auto", "compiled", "eager", "dynamo")
 QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
@@ -148,16 +148,20 @@ def _bind(body: Callable, **config) -> Callable:
 def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, history, scale, eps_hits, n_updates,
               n_elements, n_saturated, n_underflow):
     amax = hits = None
-    if not _SCALE_IN:
-        if _SPEC.scaling.kind == "none":
-            s = torch.ones((), dtype=torch.float32, device=x.device)
-        else:
-            s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
+    delayed = _SPEC.scaling.kind == "delayed"
+    if _SCALE_IN:
+        pass
+    elif delayed:    # from the Scaler's buffers: updated as scale_for does (record), read as scale_peek does
+        s = delayed_scale(x, _SPEC.fmt, _SPEC.scaling, history, scale, eps_hits, n_updates, _RECORD)
+    elif _SPEC.scaling.kind == "none":
+        s = torch.ones((), dtype=torch.float32, device=x.device)
+    else:
+        s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
     rbits = None if _RDT is None else _DRAW(x, token, _RDT)
     y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
     # the state updates the eager path makes after the call, in place on the buffers (in the kernel: ~25 us a call
     # less than as separate small ops)
-    if _RECORD:
+    if _RECORD and not (_SCALE_IN or delayed):
         record_into(history, scale, eps_hits, n_updates, s, amax, hits)
     if _COUNT:
         add_counts(n_elements, n_saturated, n_underflow, x.numel(), n_sat, n_under)
@@ -168,10 +172,11 @@ def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, hist
 def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch.dtype | None, scale_in: bool,
                   draw: Callable, record: bool = False, count: bool = False) -> Callable:
     """kernel(x, s, token, history, scale, eps_hits, n_updates, n_elements, n_saturated, n_underflow) -> (y, mask, s,
-    amax, eps hits, n_sat, n_under): the scale from x (s None; amax and hits None for kind "none") or given
-    (scale_in: delayed), then quant.qdq; rdt: the SR bits' dtype (None: nearest). record: Scaler.record's update on
-    the Scaler's buffers (history .. n_updates; stateless kinds); count (with want_stats): the Quantizer's counters
-    (n_elements .. n_underflow) updated as Quantizer._count does. Buffers not used may be None."""
+    amax, eps hits, n_sat, n_under): the scale given (scale_in), else from x (s None; amax and hits None for kinds
+    "none" and "delayed"), delayed from the Scaler's buffers (history .. n_updates), then quant.qdq; rdt: the SR
+    bits' dtype (None: nearest). record: the Scaler's buffers updated as scale_for does; count (with want_stats):
+    the Quantizer's counters (n_elements .. n_underflow) updated as Quantizer._count does. Buffers not used may be
+    None."""
     return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, scale_in=scale_in,
                  draw=draw, record=record, count=count)
 

@@ -379,21 +379,20 @@ class Quantizer(nn.Module):
         rdt = self._sr_dtype(spec, torch.float64 if x.dtype == torch.float64 else torch.float32)
         if rdt is False:
             return None
-        scale_in = spec.scaling.kind == "delayed"
-        record, count = update and not scale_in, update and want_stats
-        key = ("qdq", spec, want_mask, want_stats, rdt, scale_in, record, count)
-        kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, scale_in,
-                                                                    _sr_random_bits, record, count))
+        count = update and want_stats
+        key = ("qdq", spec, want_mask, want_stats, rdt, False, update, count)
+        kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, False,
+                                                                    _sr_random_bits, update, count))
         if kern is None:
             return None
-        s = (self.scaler.scale_for(x) if update else self.scaler.scale_peek(x)) if scale_in else None
         # flattened (per_row: to rows of the last dim), so one compiled graph serves every shape
         xf = x.detach().reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.detach().reshape(-1)
-        sc = self.scaler
-        scaler_bufs = (sc.amax_history, sc.scale, sc.eps_hits, sc.n_updates) if record else (None,) * 4
+        sc = self.scaler    # its buffers: updated (update) or read (delayed) by the kernel
+        scaler_bufs = ((sc.amax_history, sc.scale, sc.eps_hits, sc.n_updates)
+                       if update or spec.scaling.kind == "delayed" else (None,) * 4)
         counters = (self.n_elements, self.n_saturated, self.n_underflow) if count else (None,) * 3
         with torch.no_grad():
-            y, over, s, _, _, _, _ = kern(xf, s, self._rng_token, *scaler_bufs, *counters)
+            y, over, s, _, _, _, _ = kern(xf, None, self._rng_token, *scaler_bufs, *counters)
         if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
             s = s.view(*x.shape[:-1], 1)
         return y.view(x.shape), None if over is None else over.view(x.shape), s

@@ -207,6 +207,38 @@ def record_into(history: Tensor, scale: Tensor, eps_hits: Tensor, n_updates: Ten
     n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
 
 
+def delayed_scale(x: Tensor, fmt, cfg: ScalingConfig, history: Tensor, scale: Tensor, eps_hits: Tensor,
+                  n_updates: Tensor, update: bool) -> Tensor:
+    """Delayed scaling's s for x from a Scaler's buffers (scale_for with update: the buffers updated in place;
+    scale_peek without). Module level so kernels.py's compiled kernels trace it with the buffers as inputs."""
+    amax_now = amax_per_tensor(x)
+    # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
+    if cfg.reduce == "max":
+        amax_hist = history.amax()
+    else:
+        amax_hist = history[0]
+    prev = scale
+    hit = amax_hist < cfg.amax_eps
+    s_hist = scale_from_amax(torch.clamp(amax_hist, min=cfg.amax_eps), fmt, cfg)
+    # TE keeps the previous scale when the reduced amax is 0 or non-finite.
+    keep = hit | ~torch.isfinite(amax_hist)
+    s_hist = torch.where(keep, prev, s_hist)
+    first = n_updates == 0
+    if cfg.delayed_init == "current":
+        amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
+        s_first = scale_from_amax(amax_f, fmt, cfg)
+    else:
+        s_first = torch.ones_like(s_hist)  # TE's initial scale
+        hit_now = torch.zeros_like(eps_hits)
+    s = torch.where(first, s_first, s_hist)
+    if update:
+        eps_hits.add_(torch.where(first, hit_now, hit.to(torch.int64)))
+        scale.copy_(s)
+        push_amax(history, amax_now)
+        n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
+    return s
+
+
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -252,9 +284,7 @@ class Scaler(nn.Module):
         """Multiplier s broadcastable to x (quantized value = Q(x*s)/s); updates history and counters."""
         cfg = self.config
         if cfg.kind == "delayed":
-            s = self._delayed_scale(x)
-            self.n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
-            return s
+            return delayed_scale(x, self.fmt, cfg, self.amax_history, self.scale, self.eps_hits, self.n_updates, True)
         if cfg.kind == "none":
             s, amax, hits = torch.ones((), dtype=torch.float32, device=x.device), None, None
         else:
@@ -278,34 +308,7 @@ class Scaler(nn.Module):
         """
         cfg = self.config
         if cfg.kind == "delayed":
-            return self._delayed_scale(x, update=False)
+            return delayed_scale(x, self.fmt, cfg, self.amax_history, self.scale, self.eps_hits, self.n_updates,
+                                 False)
         s, _ = stateless_scale(x, self.fmt, cfg)
-        return s
-
-    def _delayed_scale(self, x: Tensor, update: bool = True) -> Tensor:
-        cfg = self.config
-        amax_now = amax_per_tensor(x)
-        # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
-        if cfg.reduce == "max":
-            amax_hist = self.amax_history.amax()
-        else:
-            amax_hist = self.amax_history[0]
-        prev = self.scale
-        hit = amax_hist < cfg.amax_eps
-        s_hist = scale_from_amax(torch.clamp(amax_hist, min=cfg.amax_eps), self.fmt, cfg)
-        # TE keeps the previous scale when the reduced amax is 0 or non-finite.
-        keep = hit | ~torch.isfinite(amax_hist)
-        s_hist = torch.where(keep, prev, s_hist)
-        first = self.n_updates == 0
-        if cfg.delayed_init == "current":
-            amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
-            s_first = scale_from_amax(amax_f, self.fmt, cfg)
-        else:
-            s_first = torch.ones_like(s_hist)  # TE's initial scale
-            hit_now = torch.zeros_like(self.eps_hits)
-        s = torch.where(first, s_first, s_hist)
-        if update:
-            self.eps_hits.add_(torch.where(first, hit_now, hit.to(torch.int64)))
-            self.scale.copy_(s)
-            self._record(amax_now)
         return s
