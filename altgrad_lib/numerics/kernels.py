@@ -165,7 +165,12 @@ def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, hist
         record_into(history, scale, eps_hits, n_updates, s, amax, hits)
     if _COUNT:
         add_counts(n_elements, n_saturated, n_underflow, x.numel(), n_sat, n_under)
-    # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU)
+    # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU); what the
+    # kernel put into the buffers itself is not returned (each output: an allocation and wrapper work a call)
+    if _RECORD:
+        amax = hits = None
+    if _COUNT:
+        n_sat = n_under = None
     return y, over if _WANT_MASK else None, s, amax, hits, n_sat, n_under
 
 
@@ -174,9 +179,9 @@ def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch
     """kernel(x, s, token, history, scale, eps_hits, n_updates, n_elements, n_saturated, n_underflow) -> (y, mask, s,
     amax, eps hits, n_sat, n_under): the scale given (scale_in), else from x (s None; amax and hits None for kinds
     "none" and "delayed"), delayed from the Scaler's buffers (history .. n_updates), then quant.qdq; rdt: the SR
-    bits' dtype (None: nearest). record: the Scaler's buffers updated as scale_for does; count (with want_stats):
-    the Quantizer's counters (n_elements .. n_underflow) updated as Quantizer._count does. Buffers not used may be
-    None."""
+    bits' dtype (None: nearest). record: the Scaler's buffers updated as scale_for does (amax, eps hits returned as
+    None); count (with want_stats): the Quantizer's counters (n_elements .. n_underflow) updated as Quantizer._count
+    does (n_sat, n_under returned as None). Buffers not used may be None."""
     return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, scale_in=scale_in,
                  draw=draw, record=record, count=count)
 
