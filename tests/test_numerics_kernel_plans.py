@@ -26,8 +26,9 @@ MODES = ("eager", "dynamo", "compiled")
 ROUNDS = 4     # a signature's first call compiles / goes through dynamo, the second records its plan, then plans
 
 
-def _inputs() -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
+def _inputs(r: int) -> list[torch.Tensor]:
+    """Round r's inputs: the same shapes (signatures) every round, other values (a plan must not keep old ones)."""
+    g = torch.Generator().manual_seed(r)
     x = torch.randn(48, 64, generator=g) * 3
     x[0, :6] = torch.tensor([0.0, -0.0, 1e-30, float("inf"), float("nan"), 1e6])
     return [x, torch.randn(2, 24, 32, generator=g), torch.zeros(16, 32)]   # all-zero: the amax floor fires
@@ -82,7 +83,7 @@ def _run_twins(spec: dict, count: bool) -> list[Quantizer]:
     calls = ["forward", "quantize"] + ([] if twins[0].stateful else ["quantize_stateless"])
     for r in range(ROUNDS):
         for train in (True, False):
-            for x in _inputs():
+            for x in _inputs(r):
                 for what in calls:
                     outs = []
                     for q, mode in zip(twins, MODES):
