@@ -276,9 +276,6 @@ class Scaler(nn.Module):
         self.eps_hits.zero_()
         self.n_updates.zero_()
 
-    def _record(self, amax: Tensor) -> None:
-        push_amax(self.amax_history, amax)
-
     @torch.no_grad()
     def scale_for(self, x: Tensor) -> Tensor:
         """Multiplier s broadcastable to x (quantized value = Q(x*s)/s); updates history and counters."""
