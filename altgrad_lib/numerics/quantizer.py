@@ -387,12 +387,14 @@ class Quantizer(nn.Module):
             return None
         # flattened (per_row: to rows of the last dim), so one compiled graph serves every shape
         xf = x.detach().reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.detach().reshape(-1)
-        sc = self.scaler    # its buffers: updated (update) or read (delayed) by the kernel
-        scaler_bufs = ((sc.amax_history, sc.scale, sc.eps_hits, sc.n_updates)
+        # the Scaler's buffers, updated (update) or read (delayed) by the kernel, and the counters; from _buffers
+        # (what Module.__getattr__ returns for them, without its lookups: ~1 us each a call)
+        sb, qb = self.scaler._buffers, self._buffers
+        scaler_bufs = ((sb["amax_history"], sb["scale"], sb["eps_hits"], sb["n_updates"])
                        if update or spec.scaling.kind == "delayed" else (None,) * 4)
-        counters = (self.n_elements, self.n_saturated, self.n_underflow) if count else (None,) * 3
+        counters = (qb["n_elements"], qb["n_saturated"], qb["n_underflow"]) if count else (None,) * 3
         with torch.no_grad():
-            y, over, s, _, _, _, _ = kern(xf, None, self._rng_token, *scaler_bufs, *counters)
+            y, over, s, _, _, _, _ = kern(xf, None, qb["_rng_token"], *scaler_bufs, *counters)
         if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
             s = s.view(*x.shape[:-1], 1)
         return y.view(x.shape), None if over is None else over.view(x.shape), s
