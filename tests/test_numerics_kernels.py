@@ -159,7 +159,8 @@ def _kernel_case(q: Quantizer, x: torch.Tensor):
     xf = x.reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.reshape(-1)
     s = q.scaler.scale_peek(x) if scale_in else None
     return (("qdq", spec, True, True, rdt, scale_in),
-            lambda: kernels.qdq_kernel_fn(spec, True, True, rdt, scale_in, _sr_random_bits), (xf, s, q._rng_token))
+            lambda: kernels.qdq_kernel_fn(spec, True, True, rdt, scale_in, _sr_random_bits),
+            (xf, s, q._rng_token, *(None,) * 7))
 
 
 @pytest.mark.parametrize("spec", DIRECT_SPECS, ids=[str(i) for i in range(len(DIRECT_SPECS))])

@@ -12,22 +12,37 @@ that signature, under the same global state and with no torch function / dispatc
 bytecode as a plain function: the same compiled graph with the same argument handling, hence the same output bits
 and the same stochastic-rounding draws.
 
+Plans (one level further down): the entry's bytecode only builds the compiled graph's argument list (the call's
+tensors, its sizes, the floats dynamo lifted to 0-d tensors: read from the kernel's frozen configuration), calls
+the graph through a dynamo-disabling wrapper and AOTAutograd's forward wrapper, and picks the return tuple out of
+the graph's outputs: ~20 us of Python a call. For a known signature all of that is fixed, so the first direct call
+of a signature runs the bytecode once with the graph call recorded (_Plan.capture) and later calls rebuild the same
+argument list (the call's tensors in their slots, the recorded constants elsewhere) and call AOTAutograd's runtime
+wrapper (the same compiled graph, the same input-mutation and output handling) themselves. A plan is only made
+where every piece is recognized: each graph argument is one of the call's tensors, an int that is one of their
+sizes / strides / offsets (fixed by the signature), or a fresh 0-d tensor the graph leaves unmutated; each returned
+value is a graph output, one of the call's arguments, or None; the wrappers are the expected ones with no
+parameters bound. Otherwise the signature keeps running its bytecode (the path above).
+
 Uses dynamo internals (torch._dynamo.eval_frame._debug_get_cache_entry_list, CacheEntry.code / .guard_manager,
-torch._C._dynamo.guards.GlobalStateGuard; present in torch 2.11-2.13). Where one is missing or a signature's
-entry cannot be identified, calls keep going through dynamo (the same numerics, dynamo's cost).
+torch._C._dynamo.guards.GlobalStateGuard, the disable wrapper's __wrapped__ and AOTAutograd's forward closure;
+present in torch 2.11-2.13). Where one is missing or a signature's entry cannot be identified, calls keep going
+through dynamo (the same numerics, dynamo's cost).
 """
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Callable
 
 import torch
 
 try:   # private: where missing, every call goes through dynamo
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
     from torch._C._dynamo.guards import GlobalStateGuard
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 except ImportError:    # pragma: no cover - other torch versions
-    GlobalStateGuard = _debug_get_cache_entry_list = None
+    GlobalStateGuard = _debug_get_cache_entry_list = get_eval_frame_callback = None
 
 MAX_SIGNATURES = 64    # per configuration (the cpu model has ~10 shapes per configuration); beyond: through dynamo
 
@@ -44,6 +59,106 @@ def _modes_active() -> bool:
     return torch._C._len_torch_function_stack() > 0 or torch._C._len_torch_dispatch_stack() > 0
 
 
+class _Plan:
+    """A signature's call of its compiled graph without the entry's bytecode (module docstring: Plans)."""
+
+    __slots__ = ("target", "template", "slots", "outs")
+
+    def __init__(self, target: Callable, template: list, slots: tuple, outs: tuple):
+        self.target = target        # AOTAutograd's runtime wrapper: takes the graph's argument list
+        self.template = template    # the graph's arguments, the call's tensors' places None
+        self.slots = slots          # (place in template, index of the call's argument)
+        self.outs = outs            # per returned value: (0, graph output index) | (1, argument index) | (2, None)
+
+    def __call__(self, args: tuple) -> tuple:
+        a = self.template.copy()
+        for pos, j in self.slots:
+            a[pos] = args[j]
+        out = self.target(a)
+        return tuple(out[i] if kind == 0 else args[i] if kind == 1 else None for kind, i in self.outs)
+
+    @staticmethod
+    def capture(fn: Callable, args: tuple) -> tuple[object, _Plan | None]:
+        """Run the entry's bytecode fn on args with its graph call recorded: (its result, the plan or None)."""
+        names = [n for n in fn.__code__.co_names if n.startswith("__compiled_fn")]
+        graph = fn.__globals__.get(names[0]) if len(names) == 1 else None
+        if graph is None:
+            return fn(*args), None
+        seen: list = []
+
+        def recorded(*a):
+            out = graph(*a)
+            seen.append((a, out))
+            return out
+
+        glb = dict(fn.__globals__)
+        glb[names[0]] = recorded
+        res = types.FunctionType(fn.__code__, glb, fn.__name__)(*args)
+        try:
+            plan = _Plan._make(graph, seen, args, res) if len(seen) == 1 else None
+        except Exception:   # pragma: no cover - an unexpected wrapper structure: keep the bytecode
+            plan = None
+        return res, plan
+
+    @staticmethod
+    def _make(graph: Callable, seen: list, args: tuple, res: object) -> _Plan | None:
+        (gargs, gout), = seen
+        if not getattr(graph, "_torchdynamo_disable", False):
+            return None
+        fwd = getattr(graph, "__wrapped__", None)       # aot_module_simplified's forward(*runtime_args)
+        code = getattr(fwd, "__code__", None)
+        if code is None or not code.co_flags & inspect.CO_VARARGS or not fwd.__closure__:
+            return None
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in fwd.__closure__)))
+        target = getattr(cells.get("compiled_fn"), "compiled_fn", None)   # SerializableCompiledFunction's
+        if cells.get("params_buffers_flat") != [] or not callable(target) or not isinstance(gout, list):
+            return None
+        tensors = [(j, a) for j, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        ints = {n for _, a in tensors for n in (*a.shape, *a.stride(), a.storage_offset())}
+        ptrs = {a.untyped_storage().data_ptr() for _, a in tensors}
+        template, slots = [], []
+        for pos, v in enumerate(gargs):
+            j = next((j for j, a in tensors if v is a), None)
+            if j is not None:
+                slots.append((pos, j))
+                v = None
+            elif isinstance(v, bool) or not isinstance(v, (int, torch.Tensor)):
+                return None
+            elif isinstance(v, int):
+                if v not in ints:          # a size fixed by the signature, nothing else
+                    return None
+            elif (type(v) is not torch.Tensor or v.dim() or v.requires_grad or v._version
+                  or v.untyped_storage().data_ptr() in ptrs):
+                return None                # only fresh, unmutated 0-d constants (dynamo's lifted floats)
+            template.append(v)
+        if not isinstance(res, tuple):
+            return None
+        outs = []
+        for r in res:
+            if r is None:
+                outs.append((2, None))
+                continue
+            i = next((i for i, o in enumerate(gout) if r is o), None)
+            j = next((j for j, a in enumerate(args) if r is a), None)
+            if i is not None:
+                outs.append((0, i))
+            elif j is not None:
+                outs.append((1, j))
+            else:
+                return None
+        return _Plan(target, template, tuple(slots), tuple(outs))
+
+
+class _Known:
+    """A signature's cache entry: its bytecode as a function, the global state it was found under, its plan."""
+
+    __slots__ = ("fn", "state", "plan")
+
+    def __init__(self, fn: Callable, state):
+        self.fn, self.state = fn, state
+        self.plan: _Plan | None | bool = None     # None: not tried yet; False: none (the bytecode runs)
+
+
 class DirectKernel:
     """Call `compiled` (torch.compile of `fn`, dynamic, fullgraph) bypassing dynamo's lookup for known signatures."""
 
@@ -52,16 +167,26 @@ class DirectKernel:
         self._code = fn.__code__
         self._globals = fn.__globals__      # where dynamo installs the compiled graphs the bytecode calls
         self._names = self._code.co_varnames[:self._code.co_argcount]
-        self._known: dict[tuple, tuple[Callable, object]] = {}   # signature -> (entry's bytecode, global state)
+        self._known: dict[tuple, _Known] = {}   # signature -> its entry
         self.direct_calls = 0               # calls that bypassed dynamo (tests check the path is taken)
+        self.plan_calls = 0                 # of those, calls that also skipped the entry's bytecode (a plan)
         self.enabled = GlobalStateGuard is not None and _debug_get_cache_entry_list is not None
+        self.plans = self.enabled           # False: direct calls run the bytecode (no plans)
 
     def __call__(self, *args):
         sig = _signature(args)
         hit = self._known.get(sig)
-        if hit is not None and hit[1].check() and not _modes_active():
+        if hit is not None and hit.state.check() and not _modes_active():
             self.direct_calls += 1
-            return hit[0](*args)
+            plan = hit.plan
+            if plan and get_eval_frame_callback() is None:   # else: the bytecode's dynamo-disabling wrapper
+                self.plan_calls += 1
+                return plan(args)
+            if plan is None and self.plans:
+                out, hit.plan = _Plan.capture(hit.fn, args)
+                hit.plan = hit.plan or False
+                return out
+            return hit.fn(*args)
         out = self.dynamo(*args)            # compiles or recompiles where needed, checks every guard
         if hit is None and self.enabled and len(self._known) < MAX_SIGNATURES and not _modes_active():
             try:
@@ -70,7 +195,7 @@ class DirectKernel:
                 self.enabled = False
                 return out
             if fn is not None:
-                self._known[sig] = (fn, GlobalStateGuard())
+                self._known[sig] = _Known(fn, GlobalStateGuard())
         return out
 
     def _entry_for(self, args: tuple) -> Callable | None:

@@ -33,7 +33,10 @@ activation and weight shapes share one compiled kernel.
 Direct calls (kernel_direct.py): once dynamo has run a kernel for an argument signature (shapes, strides, dtypes,
 ...), later calls with that signature run the code dynamo chose for it (its cache entry's transformed bytecode:
 the same compiled graph, the same argument handling) without dynamo's frame hook and guard evaluation, which cost
-~30-80 us per call, about as much as a small kernel itself (bench/results/train_step.md).
+~30-80 us per call, about as much as a small kernel itself (bench/results/train_step.md); from the next call on,
+without that bytecode either (kernel_direct's plans). The qdq kernels also update the Quantizer's state in place
+(the Scaler's buffers, delayed scaling's scale included, and the counters, passed as inputs): one compiled call
+instead of 8-30 small eager ops around it (bench/results/quantizer_call.md).
 """
 from __future__ import annotations
 
@@ -46,9 +49,9 @@ from torch.fx.experimental import _config as fx_config
 
 from altgrad_lib.errors import ProcessMode
 from altgrad_lib.numerics.block_scaling import block_qdq
-from altgrad_lib.numerics.quant import qdq
+from altgrad_lib.numerics.quant import add_counts, qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
-from altgrad_lib.numerics.scaling import compact_scale
+from altgrad_lib.numerics.scaling import compact_scale, delayed_scale, record_into
 
 QDQ_KERNEL_MODES = ("auto", "compiled", "eager", "dynamo")
 QDQ_KERNEL_ENV = "ALTGRAD_QDQ_KERNEL"
@@ -168,7 +171,7 @@ def reset_kernels() -> None:
 # constants (nvfp4 on 1024x256, one thread: 1.5 ms against 3.2 ms from a closure and 4.7 ms with every dim
 # marked dynamic instead).
 
-_SPEC = _WANT_MASK = _WANT_STATS = _RDT = _SCALE_IN = _AXIS = _DRAW = None   # each kernel copy's own values
+_SPEC = _WANT_MASK = _WANT_STATS = _RDT = _SCALE_IN = _AXIS = _DRAW = _RECORD = _COUNT = None   # each copy's own
 
 
 def _bind(body: Callable, **config) -> Callable:
@@ -178,25 +181,45 @@ def _bind(body: Callable, **config) -> Callable:
     return types.FunctionType(body.__code__, g, body.__name__, body.__defaults__, body.__closure__)
 
 
-def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor):
+def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, history, scale, eps_hits, n_updates,
+              n_elements, n_saturated, n_underflow):
     amax = hits = None
-    if not _SCALE_IN:
-        if _SPEC.scaling.kind == "none":
-            s = torch.ones((), dtype=torch.float32, device=x.device)
-        else:
-            s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
+    delayed = _SPEC.scaling.kind == "delayed"
+    if _SCALE_IN:
+        pass
+    elif delayed:    # from the Scaler's buffers: updated as scale_for does (record), read as scale_peek does
+        s = delayed_scale(x, _SPEC.fmt, _SPEC.scaling, history, scale, eps_hits, n_updates, _RECORD)
+    elif _SPEC.scaling.kind == "none":
+        s = torch.ones((), dtype=torch.float32, device=x.device)
+    else:
+        s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
     rbits = None if _RDT is None else _DRAW(x, token, _RDT)
     y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
-    # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU)
+    # the state updates the eager path makes after the call, in place on the buffers (in the kernel: ~25 us a call
+    # less than as separate small ops)
+    if _RECORD and not (_SCALE_IN or delayed):
+        record_into(history, scale, eps_hits, n_updates, s, amax, hits)
+    if _COUNT:
+        add_counts(n_elements, n_saturated, n_underflow, x.numel(), n_sat, n_under)
+    # the mask only where the STE needs it: a bool output costs ~10x the rest of the kernel (inductor CPU); what the
+    # kernel put into the buffers itself is not returned (each output: an allocation and wrapper work a call)
+    if _RECORD:
+        amax = hits = None
+    if _COUNT:
+        n_sat = n_under = None
     return y, over if _WANT_MASK else None, s, amax, hits, n_sat, n_under
 
 
 def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch.dtype | None, scale_in: bool,
-                  draw: Callable) -> Callable:
-    """kernel(x, s, token) -> (y, mask, s, amax, eps hits, n_sat, n_under): the scale from x (s None; amax and hits
-    None for kind "none") or given (scale_in: delayed), then quant.qdq; rdt: the SR bits' dtype (None: nearest)."""
+                  draw: Callable, record: bool = False, count: bool = False) -> Callable:
+    """kernel(x, s, token, history, scale, eps_hits, n_updates, n_elements, n_saturated, n_underflow) -> (y, mask, s,
+    amax, eps hits, n_sat, n_under): the scale given (scale_in), else from x (s None; amax and hits None for kinds
+    "none" and "delayed"), delayed from the Scaler's buffers (history .. n_updates), then quant.qdq; rdt: the SR
+    bits' dtype (None: nearest). record: the Scaler's buffers updated as scale_for does (amax, eps hits returned as
+    None); count (with want_stats): the Quantizer's counters (n_elements .. n_underflow) updated as Quantizer._count
+    does (n_sat, n_under returned as None). Buffers not used may be None."""
     return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, scale_in=scale_in,
-                 draw=draw)
+                 draw=draw, record=record, count=count)
 
 
 def _block_body(x: torch.Tensor, token: torch.Tensor):

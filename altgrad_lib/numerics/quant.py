@@ -64,6 +64,17 @@ def qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_
     return y, over, n_sat, n_under
 
 
+def add_counts(n_elements: Tensor, n_saturated: Tensor, n_underflow: Tensor, numel: int, n_sat: Tensor,
+               n_under: Tensor) -> None:
+    """A Quantizer's counters after a call of qdq with want_stats (its n_sat, n_under), in place: never `+=`, which
+    re-assigns a module's buffer (Module.__setattr__), a side effect torch.compile cannot keep inside an
+    autograd.Function (a graph break and a re-trace per weight shape in every GEMM-faithful layer). kernels.py's
+    compiled kernels trace it with the counters as their inputs."""
+    n_elements.add_(numel)
+    n_saturated.add_(n_sat)
+    n_underflow.add_(n_under)
+
+
 class FakeQuantFn(torch.autograd.Function):
     """y = Q(x*s)/s with a straight-through gradient (identity, or masked where |x*s| > fmax)."""
 

@@ -18,7 +18,7 @@ from altgrad_lib.choices import SR_RNG
 from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, elementwise_scale
 from altgrad_lib.numerics.counter_rng import derive_keys, hash_bits
 from altgrad_lib.numerics.kernels import block_kernel_fn, compiled_kernel, qdq_kernel_fn
-from altgrad_lib.numerics.quant import ClippedStraightThrough, FakeQuantFn, StraightThrough, qdq
+from altgrad_lib.numerics.quant import ClippedStraightThrough, FakeQuantFn, StraightThrough, add_counts, qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.numerics.rounding import default_sr_bits, random_bits
 from altgrad_lib.numerics.scaling import Scaler, stateless_scale
@@ -270,11 +270,7 @@ class Quantizer(nn.Module):
 
     # -- numerics ----------------------------------------------------------------------------------------
     def _count(self, x: Tensor, n_sat: Tensor, n_under: Tensor) -> None:
-        # in place, never `+=`: that re-assigns the buffer (Module.__setattr__), a side effect torch.compile cannot
-        # keep inside an autograd.Function (a graph break and a re-trace per weight shape in every GEMM-faithful layer)
-        self.n_elements.add_(x.numel())
-        self.n_saturated.add_(n_sat)
-        self.n_underflow.add_(n_under)
+        add_counts(self.n_elements, self.n_saturated, self.n_underflow, x.numel(), n_sat, n_under)
 
     def forward(self, x: Tensor, axis: int = -1) -> Tensor:
         """Fake quantization with the spec's STE (autograd); block kinds and per_row scale along `axis`.
@@ -290,10 +286,8 @@ class Quantizer(nn.Module):
         eps0 = self._eps0()
         spec = self.spec if self.training else self._eval_spec
         fast = self._compiled_qdq(x, spec, self.training, spec.ste == "clipped", self.training and self.count)
-        if fast is not None:
-            y, over, s, n_sat, n_under = fast
-            if self.training and self.count:
-                self._count(x, n_sat, n_under)
+        if fast is not None:     # the kernel counted (want_stats) and updated the scaler (training) itself
+            y, over, s = fast
             # the kernel returns the mask only for the clipped STE (the counters use it inside)
             y = ClippedStraightThrough.apply(x, y, over) if over is not None else StraightThrough.apply(x, y)
         elif not self.training:
@@ -317,13 +311,13 @@ class Quantizer(nn.Module):
             return self.quantize(x.movedim(axis, -1)).movedim(-1, axis)
         eps0 = self._eps0()
         fast = self._compiled_qdq(x, self.spec, True, False, self.count)
-        if fast is not None:
-            y, _, s, n_sat, n_under = fast
+        if fast is not None:     # counted and recorded by the kernel
+            y, _, s = fast
         else:
             s = self.scaler.scale_for(x)
             y, _, n_sat, n_under = qdq(x, s, self.spec, None, False, self.count, self.draw_bits(x))
-        if self.count:
-            self._count(x, n_sat, n_under)
+            if self.count:
+                self._count(x, n_sat, n_under)
         if self._observers:
             self._notify(x, y, s, eps0, True)
         return y
@@ -377,29 +371,33 @@ class Quantizer(nn.Module):
         return self._rbits_dtype.get(wdt, False)
 
     def _compiled_qdq(self, x: Tensor, spec: QuantSpec, update: bool, want_mask: bool, want_stats: bool):
-        """(y, mask, s, n_sat, n_under) by the compiled kernel of this configuration, the scaler updated as
-        scale_for would (update) or read as scale_peek does; None where it is not used (kernels.compiled_kernel)."""
+        """(y, mask, s) by the compiled kernel of this configuration, the scaler updated as scale_for would (update)
+        or read as scale_peek does, and with want_stats (update) the counters updated as _count would; None where it
+        is not used (kernels.compiled_kernel)."""
         if torch.compiler.is_compiling() or not x.is_floating_point() or x.dim() == 0:
             return None
         rdt = self._sr_dtype(spec, torch.float64 if x.dtype == torch.float64 else torch.float32)
         if rdt is False:
             return None
-        scale_in = spec.scaling.kind == "delayed"
-        key = ("qdq", spec, want_mask, want_stats, rdt, scale_in)
-        kern = compiled_kernel(key, x.device,
-                               lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, scale_in, _sr_random_bits))
+        count = update and want_stats
+        key = ("qdq", spec, want_mask, want_stats, rdt, False, update, count)
+        kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, False,
+                                                                    _sr_random_bits, update, count))
         if kern is None:
             return None
-        s = (self.scaler.scale_for(x) if update else self.scaler.scale_peek(x)) if scale_in else None
         # flattened (per_row: to rows of the last dim), so one compiled graph serves every shape
         xf = x.detach().reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.detach().reshape(-1)
+        # the Scaler's buffers, updated (update) or read (delayed) by the kernel, and the counters; from _buffers
+        # (what Module.__getattr__ returns for them, without its lookups: ~1 us each a call)
+        sb, qb = self.scaler._buffers, self._buffers
+        scaler_bufs = ((sb["amax_history"], sb["scale"], sb["eps_hits"], sb["n_updates"])
+                       if update or spec.scaling.kind == "delayed" else (None,) * 4)
+        counters = (qb["n_elements"], qb["n_saturated"], qb["n_underflow"]) if count else (None,) * 3
         with torch.no_grad():
-            y, over, s, amax, hits, n_sat, n_under = kern(xf, s, self._rng_token)
-        if update and not scale_in:
-            self.scaler.record(s, amax, hits)
+            y, over, s, _, _, _, _ = kern(xf, None, qb["_rng_token"], *scaler_bufs, *counters)
         if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
             s = s.view(*x.shape[:-1], 1)
-        return y.view(x.shape), None if over is None else over.view(x.shape), s, n_sat, n_under
+        return y.view(x.shape), None if over is None else over.view(x.shape), s
 
     def _compiled_block(self, x: Tensor, spec: QuantSpec, want_stats: bool, axis: int):
         """block_qdq's (y, n_sat, n_under) by the compiled kernel of this configuration, or None."""

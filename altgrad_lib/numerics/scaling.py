@@ -189,6 +189,56 @@ def stateless_scale(x: Tensor, fmt, config: ScalingConfig) -> tuple[Tensor, Tens
     return s, hits
 
 
+def push_amax(history: Tensor, amax: Tensor) -> None:
+    """history[0] = amax, the newest; the rest rolls one place so the oldest entry falls off the end."""
+    if history.numel() > 1:
+        history.copy_(torch.roll(history, 1, 0))
+    history[0] = amax
+
+
+def record_into(history: Tensor, scale: Tensor, eps_hits: Tensor, n_updates: Tensor, s: Tensor,
+                amax: Tensor | None, hits: Tensor | None) -> None:
+    """Scaler.record's update of a stateless kind, in place on the Scaler's buffers (kernels.py's compiled kernels
+    trace it with the buffers as their inputs: one kernel instead of ~5 small ops a call)."""
+    if amax is not None:
+        eps_hits.add_(hits)
+        push_amax(history, amax.amax() if amax.dim() else amax)
+        scale.copy_(s.amin() if s.dim() else s)
+    n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
+
+
+def delayed_scale(x: Tensor, fmt, cfg: ScalingConfig, history: Tensor, scale: Tensor, eps_hits: Tensor,
+                  n_updates: Tensor, update: bool) -> Tensor:
+    """Delayed scaling's s for x from a Scaler's buffers (scale_for with update: the buffers updated in place;
+    scale_peek without). Module level so kernels.py's compiled kernels trace it with the buffers as inputs."""
+    amax_now = amax_per_tensor(x)
+    # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
+    if cfg.reduce == "max":
+        amax_hist = history.amax()
+    else:
+        amax_hist = history[0]
+    prev = scale
+    hit = amax_hist < cfg.amax_eps
+    s_hist = scale_from_amax(torch.clamp(amax_hist, min=cfg.amax_eps), fmt, cfg)
+    # TE keeps the previous scale when the reduced amax is 0 or non-finite.
+    keep = hit | ~torch.isfinite(amax_hist)
+    s_hist = torch.where(keep, prev, s_hist)
+    first = n_updates == 0
+    if cfg.delayed_init == "current":
+        amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
+        s_first = scale_from_amax(amax_f, fmt, cfg)
+    else:
+        s_first = torch.ones_like(s_hist)  # TE's initial scale
+        hit_now = torch.zeros_like(eps_hits)
+    s = torch.where(first, s_first, s_hist)
+    if update:
+        eps_hits.add_(torch.where(first, hit_now, hit.to(torch.int64)))
+        scale.copy_(s)
+        push_amax(history, amax_now)
+        n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
+    return s
+
+
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -226,20 +276,12 @@ class Scaler(nn.Module):
         self.eps_hits.zero_()
         self.n_updates.zero_()
 
-    def _record(self, amax: Tensor) -> None:
-        # history[0] = newest; roll so the oldest entry falls off the end
-        if self.amax_history.numel() > 1:
-            self.amax_history.copy_(torch.roll(self.amax_history, 1, 0))
-        self.amax_history[0] = amax
-
     @torch.no_grad()
     def scale_for(self, x: Tensor) -> Tensor:
         """Multiplier s broadcastable to x (quantized value = Q(x*s)/s); updates history and counters."""
         cfg = self.config
         if cfg.kind == "delayed":
-            s = self._delayed_scale(x)
-            self.n_updates.add_(1)   # in place, never `+=`: see Quantizer._count
-            return s
+            return delayed_scale(x, self.fmt, cfg, self.amax_history, self.scale, self.eps_hits, self.n_updates, True)
         if cfg.kind == "none":
             s, amax, hits = torch.ones((), dtype=torch.float32, device=x.device), None, None
         else:
@@ -251,11 +293,7 @@ class Scaler(nn.Module):
     def record(self, s: Tensor, amax: Tensor | None, hits: Tensor | None) -> None:
         """The state update of scale_for for a stateless kind (current / per_row; none: amax None) whose
         (s, amax, eps hits) of compact_scale were computed elsewhere (kernels.py's compiled kernels)."""
-        if amax is not None:
-            self.eps_hits.add_(hits)
-            self._record(amax.amax() if amax.dim() else amax)
-            self.scale.copy_(s.amin() if s.dim() else s)
-        self.n_updates.add_(1)
+        record_into(self.amax_history, self.scale, self.eps_hits, self.n_updates, s, amax, hits)
 
     @torch.no_grad()
     def scale_peek(self, x: Tensor) -> Tensor:
@@ -267,34 +305,7 @@ class Scaler(nn.Module):
         """
         cfg = self.config
         if cfg.kind == "delayed":
-            return self._delayed_scale(x, update=False)
+            return delayed_scale(x, self.fmt, cfg, self.amax_history, self.scale, self.eps_hits, self.n_updates,
+                                 False)
         s, _ = stateless_scale(x, self.fmt, cfg)
-        return s
-
-    def _delayed_scale(self, x: Tensor, update: bool = True) -> Tensor:
-        cfg = self.config
-        amax_now = amax_per_tensor(x)
-        # Scale from the history of *previous* calls (TE: computed after the previous step, used in this one).
-        if cfg.reduce == "max":
-            amax_hist = self.amax_history.amax()
-        else:
-            amax_hist = self.amax_history[0]
-        prev = self.scale
-        hit = amax_hist < cfg.amax_eps
-        s_hist = scale_from_amax(torch.clamp(amax_hist, min=cfg.amax_eps), self.fmt, cfg)
-        # TE keeps the previous scale when the reduced amax is 0 or non-finite.
-        keep = hit | ~torch.isfinite(amax_hist)
-        s_hist = torch.where(keep, prev, s_hist)
-        first = self.n_updates == 0
-        if cfg.delayed_init == "current":
-            amax_f, hit_now = floor_amax(amax_now, cfg.amax_eps)
-            s_first = scale_from_amax(amax_f, self.fmt, cfg)
-        else:
-            s_first = torch.ones_like(s_hist)  # TE's initial scale
-            hit_now = torch.zeros_like(self.eps_hits)
-        s = torch.where(first, s_first, s_hist)
-        if update:
-            self.eps_hits.add_(torch.where(first, hit_now, hit.to(torch.int64)))
-            self.scale.copy_(s)
-            self._record(amax_now)
         return s
