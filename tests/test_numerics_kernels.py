@@ -253,13 +253,15 @@ def test_one_graph_serves_activations_and_weights_of_every_shape(spec, restore_m
     assert _graphs(next(iter(kernels._compiled.values()))) == 1
 
 
-@pytest.mark.parametrize("spec", [{"fmt": "E4M3"}, {"fmt": "E5M2", "rounding": "stochastic"},
-                                  {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"}],
-                         ids=["rne", "sr", "block-sr"])
+@pytest.mark.parametrize("spec", [{"fmt": "E2M1", "scaling": "nvfp4"},
+                                  {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
+                                  {"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"}],
+                         ids=["block-rne", "block-sr", "mx-sr"])
 def test_eval_uses_the_training_forward_kernel(spec, restore_mode):
-    """Eval (no counters; stochastic rounding becomes nearest) runs the kernel that a round-to-nearest training
-    forward of the format compiles, dropping its counts, instead of compiling one of its own (the old code: two
-    kernels for RNE, where eval ran first at step 0 of every run); its outputs equal the eager eval path's."""
+    """Eval of a block-scaled format (no counters; stochastic rounding becomes nearest) runs the kernel that a
+    round-to-nearest training forward of the format compiles, dropping its counts, instead of compiling one of its
+    own (the old code: two kernels, where eval ran first at step 0 of every run); its outputs equal the eager eval
+    path's. (Per-tensor kinds keep an eval kernel of their own: their training kernels update state in place.)"""
     kernels.reset_kernels()
     kernels.set_qdq_kernel("compiled")
     rne = {**spec, "rounding": "nearest"}
@@ -288,10 +290,11 @@ def test_importing_the_training_loop_does_not_import_dynamo():
 @pytest.mark.parametrize("recipe", ["fp8_hybrid", "nvfp4"])
 def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_path, restore_mode):
     """A whole run (evaluations at step 0, mid-way and at the end included) compiles exactly the kernels one training
-    step of its model compiles, each as one dynamo graph: eval reuses the training forward's kernels and the model's
-    activation and weight shapes share each kernel's graph (the old code: fp8_hybrid 3 kernels in 8 graphs, nvfp4 6
-    kernels; bench/results/run_fixed_costs.md). The oracle for "which kernels": a bare training step of the same
-    model, built as train() builds it (preflight), with no evaluation."""
+    step and one evaluation forward of its model compile, each as one dynamo graph: block-scaled eval reuses the
+    training forward's kernels and the model's activation and weight shapes share each kernel's graph (the old
+    code: fp8_hybrid 3 kernels in 8 graphs, nvfp4 6 kernels; bench/results/run_fixed_costs.md). The oracle for
+    "which kernels": a bare training step and an eval forward of the same model, built as train() builds it
+    (preflight)."""
     from altgrad_lib.training.config import TrainConfig
     from altgrad_lib.training.loop import train
     from altgrad_lib.training.preflight import preflight
@@ -311,4 +314,7 @@ def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_pat
     x, y = corpus.train_batch(cfg.resolved().data_config, 0)
     model.train()
     model(x, y)[1].backward()
+    model.eval()
+    with torch.no_grad():
+        model(x, y)
     assert set(kernels._compiled) == set(run_kernels)

@@ -81,17 +81,16 @@ def _own_code(fn: Callable, name: str) -> Callable:
 
 
 def _counting(key: Hashable, build: Callable[[], Callable]) -> tuple[Hashable, Callable[[], Callable]]:
-    """A quantizer configuration that does not count (want_stats False: eval, count=False) is served by the kernel
-    of the same configuration that does, and the caller drops the counts: the outputs it uses are computed by the
-    same code (the counts are extra outputs of qdq / block_qdq, the values do not depend on them). Eval's kernels
-    are then the training forward's, not two more per format to trace and compile in every process (nvfp4: 6 -> 4
-    kernels, fp8_hybrid: 3 -> 2; bench/results/run_fixed_costs.md). Keys as quantizer.py's _compiled_qdq
-    ("qdq", spec, want_mask, want_stats, rdt, scale_in) and _compiled_block ("block", spec, want_stats, rdt, axis)
-    make them; any other key is its own."""
-    i = {"qdq": 3, "block": 2}.get(key[0]) if isinstance(key, tuple) and key else None
-    if i is None or len(key) <= i or key[i] is not False:
+    """A block-scaled configuration that does not count (want_stats False: eval, count=False) is served by the
+    kernel of the same configuration that does, and the caller drops the counts: the outputs it uses are computed by
+    the same code (the counts are extra outputs of block_qdq, the values do not depend on them). Eval's block kernels
+    are then the training forward's, not more to trace and compile in every process (bench/results/
+    run_fixed_costs.md). Keys as quantizer.py's _compiled_block ("block", spec, want_stats, rdt, axis) make them.
+    Per-tensor / per-row ("qdq") keys are their own: their training kernels update the Scaler's and the counters'
+    buffers in place, which eval must not, so eval runs a kernel without those updates."""
+    if not (isinstance(key, tuple) and len(key) > 2 and key[0] == "block") or key[2] is not False:
         return key, build
-    return key[:i] + (True,) + key[i + 1:], lambda: _bind(build(), want_stats=True)
+    return key[:2] + (True,) + key[3:], lambda: _bind(build(), want_stats=True)
 
 
 def _base_free(compiled: Callable) -> Callable:
