@@ -75,9 +75,10 @@ def restore_mode():
     kernels.set_qdq_kernel(None)
 
 
-# the recipes' configurations (nvfp4, mxfp4, mxfp8) and the options with their own per-block code
+# the recipes' configurations (nvfp4, mxfp4; mxfp8's E4M3 MX is in test_numerics_kernels) and the options with
+# their own per-block code
 COMPILED = [("E2M1", {"kind": "nvfp4"}, "stochastic"), ("E2M1", {"kind": "nvfp4", "tile_2d": True}, "nearest"),
-            ("E2M1", {"kind": "mx"}, "stochastic"), ("E4M3", {"kind": "mx"}, "nearest"),
+            ("E2M1", {"kind": "mx"}, "stochastic"),
             ("E2M1", {"kind": "mx", "mode": "rceil", "headroom": 0.75}, "nearest"),
             ("E4M3", {"kind": "fp8_block", "block_size": 32, "pow2": True}, "nearest")]
 

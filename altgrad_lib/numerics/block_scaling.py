@@ -351,9 +351,11 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
             q = fmt.quantize(xs, rounding="stochastic", sr_bits=sr_bits)
     else:
         q = fmt.quantize(xs, rounding=rounding)
-    if moved:
+    if moved:     # back to x's dims with y's own length along the axis: reshape(x.shape) was a copy compiled
         y = (q * dec).flatten(1, 2)
-        y = (y[:, : x.shape[axis]] if y.shape[1] != x.shape[axis] else y).reshape(x.shape)
+        a = axis % x.dim()
+        y = y[:, : x.shape[a]] if y.shape[1] != x.shape[a] else y
+        y = y.reshape(*x.shape[:a], y.shape[1], *x.shape[a + 1:])
     else:
         y = _unblock(q * dec, x.shape, cfg.tile_2d).reshape(x.shape)
     n_sat = n_under = None
