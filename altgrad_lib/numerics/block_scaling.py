@@ -156,18 +156,16 @@ def is_block_kind(scaling) -> bool:
 def _blocks(x: Tensor, block: int) -> Tensor:
     """(..., K) -> (..., nb, block), zero-padding the last block (zeros change no amax and quantize to 0)."""
     k = x.shape[-1]
-    nb = -(-k // block)
-    if nb * block != k:
-        x = F.pad(x, (0, nb * block - k))
-    return x.reshape(*x.shape[:-1], nb, block)
+    if k % block:
+        x = F.pad(x, (0, block - k % block))
+    return x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
 
 
 def _tiles(x: Tensor, block: int) -> Tensor:
     """(..., R, C) -> (..., R/b, b, C/b, b) zero-padded 2D tiles."""
     r, c = x.shape[-2], x.shape[-1]
-    pr, pc = -(-r // block) * block - r, -(-c // block) * block - c
-    if pr or pc:
-        x = F.pad(x, (0, pc, 0, pr))
+    if r % block or c % block:
+        x = F.pad(x, (0, -c % block, 0, -r % block))
     return x.reshape(*x.shape[:-2], x.shape[-2] // block, block, x.shape[-1] // block, block)
 
 
@@ -175,9 +173,9 @@ def _unblock(y: Tensor, shape: torch.Size, tile_2d: bool) -> Tensor:
     """Inverse of _blocks/_tiles: back to `shape`, dropping the padding."""
     if tile_2d:
         y = y.reshape(*y.shape[:-4], y.shape[-4] * y.shape[-3], y.shape[-2] * y.shape[-1])
-        return y[..., : shape[-2], : shape[-1]]
+        return y[..., : shape[-2], : shape[-1]] if y.shape[-2:] != shape[-2:] else y
     y = y.reshape(*y.shape[:-2], y.shape[-2] * y.shape[-1])
-    return y[..., : shape[-1]]
+    return y[..., : shape[-1]] if y.shape[-1] != shape[-1] else y
 
 
 def _layout(t: Tensor, cfg: BlockScaling) -> tuple[Tensor, tuple[int, ...]]:
@@ -187,6 +185,18 @@ def _layout(t: Tensor, cfg: BlockScaling) -> tuple[Tensor, tuple[int, ...]]:
             raise ValueError(f"tile_2d needs a tensor with >= 2 dims, got shape {tuple(t.shape)}")
         return _tiles(t, cfg.block_size), (-3, -1)
     return _blocks(t.reshape(1) if t.dim() == 0 else t, cfg.block_size), (-1,)
+
+
+def _along(x: Tensor, cfg: BlockScaling, axis: int) -> tuple[Tensor, Tensor]:
+    """1 x B blocks along a dim other than the last, in place: (fp32 view (pre, n_blocks, B, post), block amax
+    (pre, n_blocks, 1, post)); pre / post: the dims before / after `axis` flattened, the axis zero-padded."""
+    axis = axis % x.dim()
+    n, block = x.shape[axis], cfg.block_size
+    x3 = x.detach().to(torch.float32).reshape(math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]))
+    if n % block:
+        x3 = F.pad(x3, (0, 0, 0, block - n % block))
+    xb = x3.reshape(x3.shape[0], x3.shape[1] // block, block, x3.shape[2])
+    return xb, xb.abs().amax(dim=2, keepdim=True)
 
 
 def _grouped(x: Tensor, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
@@ -269,6 +279,20 @@ def _nv_candidate(xb: Tensor, amax: Tensor, fmax: float, target: float, cfg: Blo
     return (1.0 / s_global) / s_blk, s_global * s_blk     # torchao's order: x · (global_encode / block_decode)
 
 
+def _stored(t: Tensor) -> Tensor:
+    """t itself; under torch.compile, computed in a loop of its own and stored (one value per block).
+
+    Why: inductor inlines a pointwise result into each consumer's loop. A block's scale chain (the E4M3 rounding of
+    the nvfp4 scale, frexp and two exp2 for MX: ~40 scalar ops, 2-3 divisions or libm calls) then runs once per
+    vector of the element loop, as scalars; with AVX-512 a block of 16 is one vector, so nothing amortizes it.
+    Stored, inductor computes it vectorized across blocks and the element loop loads one value per block: the
+    kernels took 2.5-3x less time (bench/results/block_step.md). The values are the same ops in the same order
+    (division and the vector exp2 of an integer are exact-rounded, as the scalar ones; tests compare bits)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.prims.inductor_force_stride_order(t, t.stride())
+    return t
+
+
 def _scales(xb: Tensor, amax: Tensor, fmt, cfg: BlockScaling) -> tuple[Tensor, Tensor]:
     """Per-block (encode, decode) multipliers, broadcastable to the blocked view xb: elements Q(xb · enc) · dec."""
     fmax = fmt.kernel.max
@@ -298,27 +322,42 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
     dim): (y, n_saturated, n_underflow). A GEMM passes its reduction dim: the blocks of A·B are along A's
     columns and B's rows.
 
-    draw_bits(xs) -> uniform integers for stochastic rounding of the scaled fp32 tensor xs (its shape is x's with
-    `axis` moved last, plus the block padding); None with rounding="stochastic" uses torch's global RNG.
+    draw_bits(xs) -> uniform integers for stochastic rounding of the scaled fp32 tensor xs (xs: x with `axis` moved
+    last and blocked as (..., n_blocks, block), padding included; called with a tensor of that shape, or of one
+    with the same elements in the same order); None with rounding="stochastic" uses torch's global RNG.
     """
-    if x.dim() > 1 and axis % x.dim() != x.dim() - 1:    # blocks along another axis: the same routine on x·P
+    moved = x.dim() > 1 and axis % x.dim() != x.dim() - 1
+    if moved and (cfg.tile_2d or cfg.four_over_six or (rounding == "stochastic" and draw_bits is None)):
+        # the same routine on x·P (4/6's float64 error sums and the global RNG's draws follow that layout)
         y, n_sat, n_under = block_qdq(x.movedim(axis, -1), fmt, cfg, rounding, draw_bits, sr_bits, want_stats)
         return y.movedim(-1, axis), n_sat, n_under
-    xb, amax = _grouped(x, cfg)
+    # blocks along another axis in place: (pre, n_blocks, block, post), x's memory order, where moving the axis
+    # last made the compiled kernel read x transposed (2-3x the time of blocks along the last dim); the values, the
+    # draws' order and the counts are those of the routine on x·P
+    xb, amax = _along(x, cfg, axis) if moved else _grouped(x, cfg)
     fmax = fmt.kernel.max
     enc, dec = _scales(xb, amax, fmt, cfg)
+    if cfg.headroom != 1.0:
+        dec = dec / cfg.headroom
+    enc, dec = _stored(enc), _stored(dec)
     xs = xb * enc
     if cfg.headroom != 1.0:
         xs = xs * cfg.headroom
-        dec = dec / cfg.headroom
     if rounding == "stochastic":
-        if draw_bits is not None:
-            q = fmt.quantize_with_bits(xs, draw_bits(xs), sr_bits=sr_bits)
+        if draw_bits is not None:    # drawn for xb (xs's shape and dtype): compiled, xs is not stored for the op
+            bits = draw_bits(xb.permute(0, 3, 1, 2)).permute(0, 2, 3, 1) if moved else draw_bits(xb)
+            q = fmt.quantize_with_bits(xs, bits, sr_bits=sr_bits)
         else:
             q = fmt.quantize(xs, rounding="stochastic", sr_bits=sr_bits)
     else:
         q = fmt.quantize(xs, rounding=rounding)
-    y = _unblock(q * dec, x.shape, cfg.tile_2d).reshape(x.shape)
+    if moved:     # back to x's dims with y's own length along the axis: reshape(x.shape) was a copy compiled
+        y = (q * dec).flatten(1, 2)
+        a = axis % x.dim()
+        y = y[:, : x.shape[a]] if y.shape[1] != x.shape[a] else y
+        y = y.reshape(*x.shape[:a], y.shape[1], *x.shape[a + 1:])
+    else:
+        y = _unblock(q * dec, x.shape, cfg.tile_2d).reshape(x.shape)
     n_sat = n_under = None
     if want_stats:
         n_sat = (xs.abs() > fmax).sum()
