@@ -163,7 +163,7 @@ def _recorded_case():
     fn = hit.fn
     name = next(n for n in fn.__code__.co_names if n.startswith("__compiled_fn"))
     graph, seen = fn.__globals__[name], []
-    args = (x.reshape(-1), None, q._rng_token, *(q.scaler.amax_history, q.scaler.scale, q.scaler.eps_hits,
+    args = (x.reshape(-1), q._rng_token, *(q.scaler.amax_history, q.scaler.scale, q.scaler.eps_hits,
                                                  q.scaler.n_updates, q.n_elements, q.n_saturated, q.n_underflow))
 
     def recorded(*a):

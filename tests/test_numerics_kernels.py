@@ -140,7 +140,7 @@ def test_default_mode_is_auto_and_eager_wins_over_a_compiled_kernel(monkeypatch,
 DIRECT_SPECS = [
     {"fmt": "E4M3", "ste": "clipped"},                                               # RNE, per tensor, mask
     {"fmt": "E5M2", "rounding": "stochastic"},                                       # SR, per tensor
-    {"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"},   # scale given
+    {"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"},   # its buffers
     {"fmt": "E3M4", "scaling": "per_row"},
     {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},                   # block, SR
     {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},                  # block, RNE, 16x16 tiles
@@ -155,12 +155,14 @@ def _kernel_case(q: Quantizer, x: torch.Tensor):
     if q._block:
         return (("block", spec, True, rdt, -1), lambda: kernels.block_kernel_fn(spec, True, rdt, -1, _sr_random_bits),
                 (x, q._rng_token))
-    scale_in = spec.scaling.kind == "delayed"
     xf = x.reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.reshape(-1)
-    s = q.scaler.scale_peek(x) if scale_in else None
-    return (("qdq", spec, True, True, rdt, scale_in),
-            lambda: kernels.qdq_kernel_fn(spec, True, True, rdt, scale_in, _sr_random_bits),
-            (xf, s, q._rng_token, *(None,) * 7))
+    # delayed: the scale read from the Scaler's buffers as scale_peek does (no update)
+    sb = q.scaler._buffers
+    bufs = ((sb["amax_history"], sb["scale"], sb["eps_hits"], sb["n_updates"]) if spec.scaling.kind == "delayed"
+            else (None,) * 4)
+    return (("qdq", spec, True, True, rdt, False, False),
+            lambda: kernels.qdq_kernel_fn(spec, True, True, rdt, _sr_random_bits),
+            (xf, q._rng_token, *bufs, *(None,) * 3))
 
 
 @pytest.mark.parametrize("spec", DIRECT_SPECS, ids=[str(i) for i in range(len(DIRECT_SPECS))])

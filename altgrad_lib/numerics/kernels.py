@@ -170,7 +170,7 @@ def reset_kernels() -> None:
 # constants (nvfp4 on 1024x256, one thread: 1.5 ms against 3.2 ms from a closure and 4.7 ms with every dim
 # marked dynamic instead).
 
-_SPEC = _WANT_MASK = _WANT_STATS = _RDT = _SCALE_IN = _AXIS = _DRAW = _RECORD = _COUNT = None   # each copy's own
+_SPEC = _WANT_MASK = _WANT_STATS = _RDT = _AXIS = _DRAW = _RECORD = _COUNT = None   # each copy's own
 
 
 def _bind(body: Callable, **config) -> Callable:
@@ -180,13 +180,11 @@ def _bind(body: Callable, **config) -> Callable:
     return types.FunctionType(body.__code__, g, body.__name__, body.__defaults__, body.__closure__)
 
 
-def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, history, scale, eps_hits, n_updates,
+def _qdq_body(x: torch.Tensor, token: torch.Tensor, history, scale, eps_hits, n_updates,
               n_elements, n_saturated, n_underflow):
     amax = hits = None
     delayed = _SPEC.scaling.kind == "delayed"
-    if _SCALE_IN:
-        pass
-    elif delayed:    # from the Scaler's buffers: updated as scale_for does (record), read as scale_peek does
+    if delayed:    # from the Scaler's buffers: updated as scale_for does (record), read as scale_peek does
         s = delayed_scale(x, _SPEC.fmt, _SPEC.scaling, history, scale, eps_hits, n_updates, _RECORD)
     elif _SPEC.scaling.kind == "none":
         s = torch.ones((), dtype=torch.float32, device=x.device)
@@ -196,7 +194,7 @@ def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, hist
     y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
     # the state updates the eager path makes after the call, in place on the buffers (in the kernel: ~25 us a call
     # less than as separate small ops)
-    if _RECORD and not (_SCALE_IN or delayed):
+    if _RECORD and not delayed:
         record_into(history, scale, eps_hits, n_updates, s, amax, hits)
     if _COUNT:
         add_counts(n_elements, n_saturated, n_underflow, x.numel(), n_sat, n_under)
@@ -209,16 +207,16 @@ def _qdq_body(x: torch.Tensor, s: torch.Tensor | None, token: torch.Tensor, hist
     return y, over if _WANT_MASK else None, s, amax, hits, n_sat, n_under
 
 
-def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch.dtype | None, scale_in: bool,
+def qdq_kernel_fn(spec: QuantSpec, want_mask: bool, want_stats: bool, rdt: torch.dtype | None,
                   draw: Callable, record: bool = False, count: bool = False) -> Callable:
-    """kernel(x, s, token, history, scale, eps_hits, n_updates, n_elements, n_saturated, n_underflow) -> (y, mask, s,
-    amax, eps hits, n_sat, n_under): the scale given (scale_in), else from x (s None; amax and hits None for kinds
-    "none" and "delayed"), delayed from the Scaler's buffers (history .. n_updates), then quant.qdq; rdt: the SR
+    """kernel(x, token, history, scale, eps_hits, n_updates, n_elements, n_saturated, n_underflow) -> (y, mask, s,
+    amax, eps hits, n_sat, n_under): the scale from x (amax and hits None for kinds "none" and "delayed"; delayed:
+    from the Scaler's buffers, history .. n_updates), then quant.qdq; rdt: the SR
     bits' dtype (None: nearest). record: the Scaler's buffers updated as scale_for does (amax, eps hits returned as
     None); count (with want_stats): the Quantizer's counters (n_elements .. n_underflow) updated as Quantizer._count
     does (n_sat, n_under returned as None). Buffers not used may be None."""
-    return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, scale_in=scale_in,
-                 draw=draw, record=record, count=count)
+    return _bind(_qdq_body, spec=spec, want_mask=want_mask, want_stats=want_stats, rdt=rdt, draw=draw,
+                 record=record, count=count)
 
 
 def _block_body(x: torch.Tensor, token: torch.Tensor):

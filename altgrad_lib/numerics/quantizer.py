@@ -380,8 +380,8 @@ class Quantizer(nn.Module):
         if rdt is False:
             return None
         count = update and want_stats
-        key = ("qdq", spec, want_mask, want_stats, rdt, False, update, count)
-        kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt, False,
+        key = ("qdq", spec, want_mask, want_stats, rdt, update, count)
+        kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt,
                                                                     _sr_random_bits, update, count))
         if kern is None:
             return None
@@ -394,7 +394,7 @@ class Quantizer(nn.Module):
                        if update or spec.scaling.kind == "delayed" else (None,) * 4)
         counters = (qb["n_elements"], qb["n_saturated"], qb["n_underflow"]) if count else (None,) * 3
         with torch.no_grad():
-            y, over, s, _, _, _, _ = kern(xf, None, qb["_rng_token"], *scaler_bufs, *counters)
+            y, over, s, _, _, _, _ = kern(xf, qb["_rng_token"], *scaler_bufs, *counters)
         if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
             s = s.view(*x.shape[:-1], 1)
         return y.view(x.shape), None if over is None else over.view(x.shape), s
