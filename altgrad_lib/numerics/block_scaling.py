@@ -279,6 +279,11 @@ def _nv_candidate(xb: Tensor, amax: Tensor, fmax: float, target: float, cfg: Blo
     return (1.0 / s_global) / s_blk, s_global * s_blk     # torchao's order: x · (global_encode / block_decode)
 
 
+# torch 2.11's inductor cannot lower the stride-order prim on the kernels' symbolic block shapes ("cannot determine
+# truth value of Relational"): the kernel then failed to compile and ran eager; there the scales stay inlined
+_STORE_SCALES = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+
+
 def _stored(t: Tensor) -> Tensor:
     """t itself; under torch.compile, computed in a loop of its own and stored (one value per block).
 
@@ -288,7 +293,7 @@ def _stored(t: Tensor) -> Tensor:
     Stored, inductor computes it vectorized across blocks and the element loop loads one value per block: the
     kernels took 2.5-3x less time (bench/results/block_step.md). The values are the same ops in the same order
     (division and the vector exp2 of an integer are exact-rounded, as the scalar ones; tests compare bits)."""
-    if torch.compiler.is_compiling():
+    if _STORE_SCALES and torch.compiler.is_compiling():
         return torch.ops.prims.inductor_force_stride_order(t, t.stride())
     return t
 
