@@ -190,3 +190,16 @@ def test_aliases_are_shown_and_exmy_lookalikes_warn():
         warnings.simplefilter("error")                       # canonical names and plain aliases stay silent
         for n in ("E8M0FNU", "e4m3", "float8_e4m3fn", "E3M4", "E2M3"):
             get_format(n)
+
+
+def test_cached_tables_are_not_handed_out_for_writing():
+    # encode/decode/values share cached tensors of the format's tables (formats._TENSORS); a caller writing to
+    # values()' result must not change what the format encodes next.
+    fmt = get_format("E4M3")
+    x = torch.tensor([0.3, -1.7, 448.0])
+    codes = fmt.encode(x)
+    v = fmt.values()
+    v.fill_(0.0)
+    assert torch.equal(fmt.encode(x), codes)
+    assert torch.equal(fmt.values(), torch.tensor(sorted(set(fmt.values().tolist())), dtype=torch.float64))
+    assert float(fmt.values()[-1]) == 448.0

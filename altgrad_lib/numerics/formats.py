@@ -51,6 +51,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,6 +67,10 @@ _NATIVE_DTYPES = {"float8_e4m3fn": "fn", "float8_e5m2": "ieee", "float8_e4m3fnuz
 
 
 _KERNELS: dict[str, KernelParams] = {}   # kernel constants by key (see FloatFormat.kernel)
+# encode/decode/values' tables as tensors, by (format, table, dtype, device): building BF16's 65,536-entry tables
+# from Python tuples took ~3 ms a call, a third of a grid-storage run's time (the optimizer's per-step statistics).
+# Read-only: callers index them; values() hands out a copy.
+_TENSORS: dict[tuple[Any, str, torch.dtype, str], torch.Tensor] = {}
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,15 @@ class FloatFormat(FormatTables):
     # ---- numerics ----
     def values(self) -> torch.Tensor:
         """Every finite representable value, ascending and unique (float64, 1-D)."""
-        return torch.tensor(self._finite, dtype=torch.float64)
+        return self._tensor("_finite", torch.float64, "cpu").clone()
+
+    def _tensor(self, table: str, dtype: torch.dtype, device: Any) -> torch.Tensor:
+        """One of the derived tables (`_finite`, `_rank_codes`, `_table`) as a cached tensor: never write to it."""
+        key = (self, table, dtype, str(device))
+        t = _TENSORS.get(key)
+        if t is None:
+            t = _TENSORS[key] = torch.tensor(getattr(self, table), dtype=dtype, device=device)
+        return t
 
     def quantize(self, x: torch.Tensor, rounding: str = "nearest", saturate: bool = True,
                  generator: torch.Generator | None = None, sr_bits: int | None = None) -> torch.Tensor:
@@ -260,9 +273,9 @@ class FloatFormat(FormatTables):
                generator: torch.Generator | None = None) -> torch.Tensor:
         """Quantize x and return the uint8 codes (NaN -> the canonical NaN code; "none" formats raise on NaN)."""
         q = self.quantize(x, rounding, saturate, generator).to(torch.float64)
-        fin = torch.tensor(self._finite, dtype=torch.float64, device=q.device)
+        fin = self._tensor("_finite", torch.float64, q.device)
         cdt = torch.uint8 if self.bits <= 8 else torch.int32     # 16-bit grids (formats_wide.py): int32 codes
-        codes_by_rank = torch.tensor(self._rank_codes, dtype=cdt, device=q.device)
+        codes_by_rank = self._tensor("_rank_codes", cdt, q.device)
         idx = torch.searchsorted(fin, torch.nan_to_num(q, nan=0.0, posinf=0.0, neginf=0.0)).clamp_max(len(fin) - 1)
         out = codes_by_rank[idx]
         if self.signed and self.specials != "fnuz":
@@ -277,8 +290,7 @@ class FloatFormat(FormatTables):
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Values (float32) of uint8/int codes."""
-        tbl = torch.tensor(self._table, dtype=torch.float32, device=codes.device)
-        return tbl[codes.long()]
+        return self._tensor("_table", torch.float32, codes.device)[codes.long()]
 
     def _codes_by_rank(self) -> list[int]:
         """For each finite value (ascending), its code (+0 for zero)."""
