@@ -237,6 +237,10 @@ class Quantizer(nn.Module):
         zero = torch.zeros((), dtype=torch.int64, device=x.device)
         return hash_bits(zero, x.numel(), keys, k).reshape(x.shape).to(dtype)
 
+    # get_extra_state builds a new dict (the generator state: a new tensor) every call: state.Snapshots need not
+    # deep-copy it
+    extra_state_is_fresh = True
+
     def get_extra_state(self) -> dict:
         g = self._gen
         out = {

@@ -30,7 +30,7 @@ from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.quantize.linear import set_hp_gemms, set_rng_step
-from altgrad_lib.state import restore_snapshot, snapshot_state
+from altgrad_lib.state import Snapshots, restore_snapshot
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, schedule_steps
 from altgrad_lib.training.data import TokenCorpus
@@ -309,6 +309,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                 return _finish_diverged(cfg, h, run_dir, ckpt_path, 0, val0["val/loss"], math.nan, 0.0,
                                         {"phase": "eval"})
         bar = _progress_bar(cfg.max_steps, start, progress, cfg.run_name)
+        snapshots = Snapshots(model)   # each step's pre-step state, copied into the same tensors (valid in its step)
         try:
             for step in range(start + 1, cfg.max_steps + 1):
                 it = step - 1
@@ -323,7 +324,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                     if cfg.compile:   # the layers' GEMM options are constants of the compiled graph: compile anew
                         torch._dynamo.reset()
                         fwd = torch.compile(model)
-                snap = snapshot_state(model)  # cheap: buffers + RNG, so a divergence can be replayed exactly
+                snap = snapshots.take()  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
                 with autocast():
