@@ -47,6 +47,7 @@ from altgrad_lib.choices import RHT_RNG
 from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.accumulate import AccumSpec, accumulate_matmul
 from altgrad_lib.numerics.counter_rng import hash_bits
+from altgrad_lib.numerics.kernels import transposed
 from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
                                                  overrides_short_str, overrides_to_dict)
 
@@ -270,7 +271,7 @@ def col_copy(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
     """Operand t (R, K) reduced along R (a column-wise copy): quantized along R, returned as (R[padded], K)."""
     if signs is None:
         return rowwise_copy(q, t, train, axis=0)
-    return row_copy(q, t.t().contiguous(), train, signs).t()    # rotated along R: the rotation wants R last
+    return row_copy(q, transposed(t), train, signs).t()    # rotated along R: the rotation wants R last
 
 
 class _GemmFaithfulLinear(torch.autograd.Function):
