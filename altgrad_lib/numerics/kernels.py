@@ -237,9 +237,9 @@ def _transpose_body(t: torch.Tensor):
 
 def transposed(t: torch.Tensor) -> torch.Tensor:
     """t.t().contiguous() of a 2-d t: the same tensor (values, contiguous strides), by a compiled kernel where the
-    mode compiles (compiled_kernel's rules). Inductor's tiled transpose took ~0.55x ATen's copy on the cpu model's
-    1024 x 64-256 operands (one thread, AMD EPYC: 95 against 183 us for 1024 x 256); gemm_quant's column-wise RHT
-    copies transpose 16 of them a step (bench/results/block_step.md)."""
+    mode compiles (compiled_kernel's rules). Inductor's tiled transpose, called direct, took ~0.45x ATen's copy on
+    the cpu model's 1024 x 64-256 operands (one thread, AMD EPYC: 73 against 167 us for 1024 x 256); gemm_quant's
+    column-wise RHT copies transpose 16 of them a step (bench/results/block_step.md)."""
     eager = t.dim() != 2 or (t.requires_grad and torch.is_grad_enabled())     # autograd through it: ATen's
     kern = None if eager else compiled_kernel(("transpose",), t.device, lambda: _transpose_body)
     if kern is None:

@@ -1,22 +1,22 @@
-"""torch.randint(0, 2**k, shape, dtype=torch.int32, generator=g) for a CPU torch.Generator, drawn ~5x faster.
+"""torch.randint(0, 2**k, shape, dtype=torch.int32, generator=g) for a CPU torch.Generator, drawn ~7x faster.
 
 Why: stochastic rounding's bits come from each Quantizer's own torch.Generator (Mersenne Twister, MT19937), and
 those draws define every SR result a run has produced, so neither the generator nor the order or number of draws
-may change. torch's CPU kernel draws one 32-bit output per element through a function call and takes a 64-bit
-modulo by the (runtime) range: ~2.5 ns an element, ~6 ms of a ~45 ms nvfp4 training step on the cpu profile's
-model (bench/results/block_step.md). This module runs the same MT19937 on the generator's own state in a small C
-function, compiled once per machine with the system's C compiler (cached in the temp dir, as inductor caches its
-kernels; ~0.2 s): the state recurrence vectorizes 227 words at a time and the output tempering and the mask by
-the power-of-two range are plain vector loops (1024 x 256 draws, one thread, AMD EPYC: ~90 against ~690 us).
+may change. torch's CPU kernel draws one 32-bit output per element, serially through the generator: ~2.7 ns an
+element, ~6 ms of a ~45 ms nvfp4 training step on the cpu profile's model (bench/results/block_step.md). This
+module runs the same MT19937 on the generator's own state in a small C function, compiled once per machine with the
+system's C compiler (cached in the temp dir, as inductor caches its kernels; ~0.2 s): the state recurrence
+vectorizes 227 words at a time and the output tempering and the mask by the power-of-two range are plain vector
+loops (1024 x 256 draws, one thread, AMD EPYC: ~90 against ~690 us).
 
-Exactly torch's draw, values and generator state alike: torch's `random_from_to` for an int32 range 2^k < 2^32 is
-`random() % 2^k`, one 32-bit MT output per element in the tensor's element order; `random()` is MT19937
-(Matsumoto and Nishimura 1998; ATen's mt19937: `--left == 0` regenerates the 624-word state, then the word at
-`next` is tempered). The state moves through `Generator.get_state()` / `set_state()`, whose byte layout is ATen's
-CPUGeneratorImplState (legacy POD: seed, left, seeded, next, 624 words as uint64, the cached double normal,
-then the cached float normal); a state this module does not recognise (another size, a cached double normal, which
-set_state would not restore as it was) falls back to torch.randint itself, and so does a machine where the function
-cannot be built (a warning says why, once).
+Exactly torch's draw, values and generator state alike: torch's `random_from_to` for an int32 range 2^k, k <= 23
+(the int32 work dtype's; from 2^28 on torch draws 64-bit words) is `random() % 2^k`, one 32-bit MT output per
+element in the tensor's element order; `random()` is MT19937 (Matsumoto and Nishimura 1998; ATen's mt19937:
+`--left == 0` regenerates the 624-word state, then the word at `next` is tempered). The state moves through
+`Generator.get_state()` / `set_state()`, whose byte layout is ATen's CPUGeneratorImplState (legacy POD: seed, left,
+seeded, next, 624 words as uint64, the cached double normal, then the cached float normal); a state this module
+does not recognise (another size, a cached double normal, which set_state would not restore as it was) falls back
+to torch.randint itself, and so does a machine where the function cannot be built (a warning says why, once).
 tests/test_numerics_mt_bits.py compares values and states with torch.randint.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import warnings
 
 import torch
 
-MIN_ELEMENTS = 4096      # below this torch.randint (its ~2.5 ns an element is less than the state's round trip)
+MIN_ELEMENTS = 4096      # below this torch.randint: the state's round trip (~5 us) outweighs ~2.7 ns an element
 _STATE_BYTES = 5056      # sizeof(CPUGeneratorImplState) on 64-bit platforms (torch 2.x)
 
 _SOURCE = r"""
@@ -147,7 +147,7 @@ def _load():
             _lib = _compile_draw()
         except Exception as e:   # no compiler, a read-only temp dir: torch.randint (the same numbers, its speed)
             _lib = False
-            warnings.warn(f"stochastic rounding draws its bits with torch.randint (the same bits, ~5x slower): the "
+            warnings.warn(f"stochastic rounding draws its bits with torch.randint (the same bits, ~7x slower): the "
                           f"fast Mersenne-Twister draw could not be built ({type(e).__name__}: {e})", RuntimeWarning,
                           stacklevel=3)
     return _lib

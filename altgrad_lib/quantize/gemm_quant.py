@@ -228,7 +228,7 @@ def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
         if not compiling:
             _HADAMARD64[key] = h
     m = (signs.to(torch.float64)[:, None] * h / d**0.5).to(dtype=dtype)
-    if not compiling and not signs.requires_grad:
+    if not compiling and not signs.requires_grad and not signs.is_inference():   # (no version counter)
         k = id(signs)
         _RHT_M[k] = (weakref.ref(signs, lambda _, k=k: _RHT_M.pop(k, None)), signs._version, dtype, m)
     return m
