@@ -9,8 +9,10 @@ take; CPU time of one thread does not, though their cache use still shows).
 Steps: train_step.build's (the cpu profile's model: 2 layers x 64, context 64, vocab 257, batch 16, one thread),
 modes interleaved round by round, median over the rounds. --without switches off a lever of the block kernels
 (numerics/block_scaling.py) to measure what it saves: "stored" (per-block scales computed in their own loop,
-_stored), "along" (blocks along a non-last dim quantized in place instead of on x.movedim(axis, -1)). Same numerics
-either way (tests/test_block_kernel_layout.py). Results: bench/results/block_step.md. Not a test.
+_stored), "along" (blocks along a non-last dim quantized in place instead of on x.movedim(axis, -1)), "bits" (SR
+bits by torch.randint instead of numerics/mt_bits.py), "transpose" (the column-wise RHT copies transposed by ATen's
+copy instead of kernels.transposed). Same numerics either way (tests/test_block_kernel_layout.py,
+tests/test_numerics_mt_bits.py, tests/test_numerics_kernels.py). Results: bench/results/block_step.md. Not a test.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import torch
 from train_step import build
 
 from altgrad_lib.model import GPTConfig
-from altgrad_lib.numerics import block_scaling, kernels, quantizer
+from altgrad_lib.numerics import block_scaling, kernels, mt_bits, quantizer
+from altgrad_lib.quantize import gemm_quant
 from altgrad_lib.numerics.kernels import set_qdq_kernel
 from altgrad_lib.numerics.quantizer import Quantizer
 
@@ -42,6 +45,10 @@ def without(levers: set[str]) -> None:
     """Switch levers off (before any kernel is built: kernels bind block_qdq when they are made)."""
     if "stored" in levers:
         block_scaling._stored = lambda t: t
+    if "bits" in levers:
+        mt_bits._lib = False
+    if "transpose" in levers:
+        gemm_quant.transposed = lambda t: t.t().contiguous()
     if "along" in levers:
         inner = block_scaling.block_qdq
 
@@ -85,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", nargs="+", default=["fp32:eager", "nvfp4:eager", "mxfp4:eager", "mxfp8:eager"])
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--without", nargs="*", default=[], choices=("stored", "along"))
+    ap.add_argument("--without", nargs="*", default=[], choices=("stored", "along", "bits", "transpose"))
     ap.add_argument("--kernels", action="store_true", help="also time each kernel configuration per call")
     args = ap.parse_args()
     torch.set_num_threads(1)

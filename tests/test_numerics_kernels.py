@@ -320,3 +320,22 @@ def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_pat
     with torch.no_grad():
         model(x, y)
     assert set(kernels._compiled) == set(run_kernels)
+
+
+def test_transposed_is_the_eager_transpose(restore_mode):
+    """kernels.transposed (gemm_quant's column-wise RHT copies): compiled, the same values and contiguous strides as
+    t.t().contiguous() for every shape, one graph, later calls direct; with grad it stays ATen's (autograd)."""
+    kernels.set_qdq_kernel("compiled")
+    kernels.reset_kernels()
+    g = torch.Generator().manual_seed(0)
+    for shape in [(1024, 256), (64, 96), (33, 7), (96, 64)]:
+        t = torch.randn(*shape, generator=g)
+        t[0, :3] = torch.tensor([-0.0, float("inf"), float("nan")])
+        for _ in range(2):
+            y, ref = kernels.transposed(t), t.t().contiguous()
+            assert y.stride() == ref.stride() and _same(y, ref)
+    kern = kernels._compiled[("transpose",)]
+    assert _graphs(kern) == 1 and kern.direct_calls >= 3     # each shape's second call (the first: dynamo)
+    w = torch.randn(8, 4, requires_grad=True)
+    kernels.transposed(w).sum().backward()
+    assert torch.equal(w.grad, torch.ones(8, 4))

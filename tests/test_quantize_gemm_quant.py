@@ -112,6 +112,18 @@ def test_hadamard_orthogonal_and_inverse_in_float64(d):
         torch.testing.assert_close(back, a, rtol=0, atol=1e-13)
 
 
+
+def test_rht_matrix_follows_its_signs():
+    """The eager cache of M per sign vector: the same bits as a fresh computation, per dtype, and an in-place change
+    of the signs (a checkpoint loaded into the buffer) is seen."""
+    signs = rht_signs(16, 3)
+    ref = (signs.double()[:, None] * hadamard(16) / 4.0).float()
+    assert torch.equal(rht_matrix(signs), ref) and torch.equal(rht_matrix(signs), ref)
+    assert rht_matrix(signs, torch.float64).dtype == torch.float64
+    signs.copy_(rht_signs(16, 4))
+    assert torch.equal(rht_matrix(signs), (signs.double()[:, None] * hadamard(16) / 4.0).float())
+    assert not torch.equal(rht_matrix(signs), ref)
+
 def test_rht_leaves_hp_wgrad_exact():
     """Both wgrad operands rotated along tokens: dYᵀX unchanged (float64, integer data: every sum exact)."""
     m = make(LayerSpec(gemm=GemmOptions(rht=("wgrad", "dgrad", "fprop"))), dtype=torch.float64)

@@ -229,3 +229,20 @@ def block_kernel_fn(spec: QuantSpec, want_stats: bool, rdt: torch.dtype | None, 
                     draw: Callable) -> Callable:
     """kernel(x, token) -> block_qdq's (y, n_sat, n_under)."""
     return _bind(_block_body, spec=spec, want_stats=want_stats, rdt=rdt, axis=axis, draw=draw)
+
+
+def _transpose_body(t: torch.Tensor):
+    return (t.t().contiguous(),)     # a tuple: DirectKernel makes plans for tuple returns only
+
+
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """t.t().contiguous() of a 2-d t: the same tensor (values, contiguous strides), by a compiled kernel where the
+    mode compiles (compiled_kernel's rules). Inductor's tiled transpose, called direct, took ~0.45x ATen's copy on
+    the cpu model's 1024 x 64-256 operands (one thread, AMD EPYC: 73 against 167 us for 1024 x 256); gemm_quant's
+    column-wise RHT copies transpose 16 of them a step (bench/results/block_step.md)."""
+    eager = t.dim() != 2 or (t.requires_grad and torch.is_grad_enabled())     # autograd through it: ATen's
+    kern = None if eager else compiled_kernel(("transpose",), t.device, lambda: _transpose_body)
+    if kern is None:
+        return t.t().contiguous()
+    with torch.no_grad():
+        return kern(t.detach())[0]

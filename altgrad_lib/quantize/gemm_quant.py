@@ -35,6 +35,7 @@ not in hp_gemms (a GEMM kept in high precision runs the FP32 matmul, as TE's Dis
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from typing import Mapping
 
@@ -46,6 +47,7 @@ from altgrad_lib.choices import RHT_RNG
 from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.accumulate import AccumSpec, accumulate_matmul
 from altgrad_lib.numerics.counter_rng import hash_bits
+from altgrad_lib.numerics.kernels import transposed
 from altgrad_lib.quantize.gemm_overrides import (GEMMS, Overrides, normalize_overrides, operand_quantizer,
                                                  overrides_short_str, overrides_to_dict)
 
@@ -204,19 +206,32 @@ def layer_signs(layer) -> Tensor:
 
 
 _HADAMARD64: dict[tuple[int, str], Tensor] = {}   # (order, device) -> hadamard(d), once per process (eager)
+# id(signs) -> (weakref to signs, its _version, dtype, M): eager, the last M of each live sign vector (a layer's fixed
+# rht_signs serves every backward: 4 small ops, ~18 us a call, 16 calls a step of the cpu nvfp4 model); an entry
+# goes when its tensor does, and an in-place change of the signs (load_state_dict) bumps _version: recomputed
+_RHT_M: dict[int, tuple] = {}
 
 
 def rht_matrix(signs: Tensor, dtype=torch.float32) -> Tensor:
-    """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4)."""
+    """M = diag(s)·H_d / sqrt(d): orthogonal; entries ±2^-k exactly for d = 4^k (16: ±1/4). Eager callers share
+    one M per sign vector and dtype: do not modify it in place."""
+    compiling = torch.compiler.is_compiling()
+    hit = None if compiling else _RHT_M.get(id(signs))
+    if hit is not None and hit[0]() is signs and hit[1] == signs._version and hit[2] == dtype:
+        return hit[3]
     d = signs.numel()
     # H on the signs' device: a CPU H times CUDA signs failed on the GPU only (seen on an H100)
     key = (d, str(signs.device))
-    h = None if torch.compiler.is_compiling() else _HADAMARD64.get(key)   # ~16 small ops per eager call saved
+    h = None if compiling else _HADAMARD64.get(key)   # ~16 small ops per eager call saved
     if h is None:
         h = hadamard(d).to(signs.device)
-        if not torch.compiler.is_compiling():
+        if not compiling:
             _HADAMARD64[key] = h
-    return (signs.to(torch.float64)[:, None] * h / d**0.5).to(dtype=dtype)
+    m = (signs.to(torch.float64)[:, None] * h / d**0.5).to(dtype=dtype)
+    if not compiling and not signs.requires_grad and not signs.is_inference():   # (no version counter)
+        k = id(signs)
+        _RHT_M[k] = (weakref.ref(signs, lambda _, k=k: _RHT_M.pop(k, None)), signs._version, dtype, m)
+    return m
 
 
 def apply_rht(a: Tensor, signs: Tensor) -> Tensor:
@@ -256,7 +271,7 @@ def col_copy(q, t: Tensor, train: bool, signs: Tensor | None) -> Tensor:
     """Operand t (R, K) reduced along R (a column-wise copy): quantized along R, returned as (R[padded], K)."""
     if signs is None:
         return rowwise_copy(q, t, train, axis=0)
-    return row_copy(q, t.t().contiguous(), train, signs).t()    # rotated along R: the rotation wants R last
+    return row_copy(q, transposed(t), train, signs).t()    # rotated along R: the rotation wants R last
 
 
 class _GemmFaithfulLinear(torch.autograd.Function):
