@@ -51,7 +51,7 @@ struct LegacyState {
 
 /* one build for every x86-64 CPU, the widest vectors it has picked at load time (gcc's ifunc clones; the helpers
    are inlined into each clone so that they vectorize with its ISA) */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(MT_NO_CLONES)
 #define MT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MT_CLONES
@@ -127,6 +127,9 @@ def _compile_draw() -> ctypes.CDLL:
             f.write(_SOURCE)
         try:
             r = subprocess.run([cc, *_FLAGS, "-x", "c", f"{tmp}.c", "-o", tmp], capture_output=True, text=True)
+            if r.returncode:   # a gcc without the x86-64-v4/v3 clone names (before gcc 11): one build, no clones
+                r = subprocess.run([cc, *_FLAGS, "-DMT_NO_CLONES", "-x", "c", f"{tmp}.c", "-o", tmp],
+                                   capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"{cc} failed: {(r.stderr.strip().splitlines() or [''])[-1][:200]}")
             os.replace(tmp, so)
