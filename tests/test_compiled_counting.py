@@ -1,5 +1,5 @@
 """A counting Quantizer inside a torch.compile'd model (numerics/quant.py qdq with want_stats): the quantized output
-is stored before the counters' reductions (block_scaling._stored), so inductor computes y and the saturation /
+is stored before the counters' reductions (block_scaling.stored_in_kernel), so inductor computes y and the saturation /
 underflow counts in one loop over x instead of a second pass that recomputes x (a GELU's erf included) and the whole
 rounding chain: on the cpu profile's model that pass was ~3 ms of a ~20 ms fp8_hybrid step (bench/results/
 train_step.md). Checked here: the compiled call against the eager one, bit for bit (y, the counters, the Scaler's
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from helpers import assert_same_state, bits_equal
 
-from altgrad_lib.numerics.block_scaling import _STORE_SCALES
+from altgrad_lib.numerics.block_scaling import STORES_IN_KERNEL
 from altgrad_lib.numerics.quantizer import Quantizer
 
 N_ROWS, N_COLS = 16, 256
@@ -52,7 +52,7 @@ def test_compiled_counting_quantizer_equals_eager(spec):
     assert int(se["n_underflow"]) > 0     # the inputs exercise the underflow count
 
 
-@pytest.mark.skipif(not _STORE_SCALES, reason="torch < 2.13: _stored is the identity there (block_scaling.py)")
+@pytest.mark.skipif(not STORES_IN_KERNEL, reason="torch < 2.13: stored_in_kernel is the identity (block_scaling.py)")
 def test_compiled_counting_reads_the_input_in_two_loops():
     """amax, then one loop that stores y and counts: a third loop over the GELU's input would be the recompute."""
     from torch._inductor.utils import run_and_get_code

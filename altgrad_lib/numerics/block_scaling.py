@@ -283,10 +283,10 @@ def _nv_candidate(amax: Tensor, fmax: float, target: float, cfg: BlockScaling,
 
 # torch 2.11's inductor cannot lower the stride-order prim on the kernels' symbolic block shapes ("cannot determine
 # truth value of Relational"): the kernel then failed to compile and ran eager; there the scales stay inlined
-_STORE_SCALES = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
+STORES_IN_KERNEL = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13)
 
 
-def _stored(t: Tensor) -> Tensor:
+def stored_in_kernel(t: Tensor) -> Tensor:
     """t itself; under torch.compile, computed in a loop of its own and stored (one value per block).
 
     Why: inductor inlines a pointwise result into each consumer's loop. A block's scale chain (the E4M3 rounding of
@@ -295,7 +295,7 @@ def _stored(t: Tensor) -> Tensor:
     Stored, inductor computes it vectorized across blocks and the element loop loads one value per block: the
     kernels took 2.5-3x less time (bench/results/block_step.md). The values are the same ops in the same order
     (division and the vector exp2 of an integer are exact-rounded, as the scalar ones; tests compare bits)."""
-    if _STORE_SCALES and torch.compiler.is_compiling():
+    if STORES_IN_KERNEL and torch.compiler.is_compiling():
         return torch.ops.prims.inductor_force_stride_order(t, t.stride())
     return t
 
@@ -346,7 +346,7 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
     enc, dec = _scales(xb, amax, fmt, cfg)
     if cfg.headroom != 1.0:
         dec = dec / cfg.headroom
-    enc, dec = _stored(enc), _stored(dec)
+    enc, dec = stored_in_kernel(enc), stored_in_kernel(dec)
     xs = xb * enc
     if cfg.headroom != 1.0:
         xs = xs * cfg.headroom

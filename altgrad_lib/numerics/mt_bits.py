@@ -34,6 +34,8 @@ import warnings
 
 import torch
 
+from altgrad_lib.io import atomic_write_bytes
+
 MIN_ELEMENTS = 4096      # below this torch.randint: the state's round trip (~5 us) outweighs ~2.7 ns an element
 _STATE_BYTES = 5056      # sizeof(CPUGeneratorImplState) on 64-bit platforms (torch 2.x)
 
@@ -113,7 +115,8 @@ _lib: object = None      # None: not tried yet; False: unavailable (torch.randin
 
 def _compile_draw() -> ctypes.CDLL:
     """The compiled library, built on first use into <tempdir>/altgrad_<user> under its source's hash (a
-    concurrent worker building the same file is harmless: each writes its own temporary file and renames it)."""
+    concurrent worker building the same file is harmless: each builds in its own directory, io.atomic_write_bytes
+    puts the result in place)."""
     cc = os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if cc is None:
         raise RuntimeError("no C compiler found (cc, gcc, clang; or set $CC)")
@@ -122,21 +125,18 @@ def _compile_draw() -> ctypes.CDLL:
     so = os.path.join(d, f"mt_bits_{key}.so")
     if not os.path.exists(so):
         os.makedirs(d, exist_ok=True)
-        tmp = f"{so}.{os.getpid()}"
-        with open(f"{tmp}.c", "w") as f:
-            f.write(_SOURCE)
-        try:
-            r = subprocess.run([cc, *_FLAGS, "-x", "c", f"{tmp}.c", "-o", tmp], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(dir=d) as work:   # built privately, then put in place atomically
+            src, out = os.path.join(work, "mt_bits.c"), os.path.join(work, "mt_bits.so")
+            with open(src, "w") as f:
+                f.write(_SOURCE)
+            r = subprocess.run([cc, *_FLAGS, "-x", "c", src, "-o", out], capture_output=True, text=True)
             if r.returncode:   # a gcc without the x86-64-v4/v3 clone names (before gcc 11): one build, no clones
-                r = subprocess.run([cc, *_FLAGS, "-DMT_NO_CLONES", "-x", "c", f"{tmp}.c", "-o", tmp],
+                r = subprocess.run([cc, *_FLAGS, "-DMT_NO_CLONES", "-x", "c", src, "-o", out],
                                    capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"{cc} failed: {(r.stderr.strip().splitlines() or [''])[-1][:200]}")
-            os.replace(tmp, so)
-        finally:
-            for t in (f"{tmp}.c", tmp):
-                if os.path.exists(t):
-                    os.remove(t)
+            with open(out, "rb") as f:
+                atomic_write_bytes(so, f.read())
     fn = ctypes.CDLL(so).mt_draw
     fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint32)
     fn.restype = ctypes.c_int

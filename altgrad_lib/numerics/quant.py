@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from altgrad_lib.numerics.block_scaling import _STORE_SCALES, BlockScaling, _stored, block_qdq
+from altgrad_lib.numerics.block_scaling import STORES_IN_KERNEL, BlockScaling, stored_in_kernel, block_qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.numerics.rounding import random_bits
 from altgrad_lib.numerics.scaling import Scaler, stateless_scale
@@ -59,13 +59,13 @@ def qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_
     if want_stats:
         n_sat = over.sum()
         under = (xs != 0) & (q == 0)
-        if _STORE_SCALES and torch.compiler.is_compiling():
+        if STORES_IN_KERNEL and torch.compiler.is_compiling():
             # Inside a compiled model y's consumer is a GEMM: inductor stored y there, after the counts (and sorted
             # it next to the GEMM for memory), so the counts took a pass of their own over x that recomputed x's
             # producer (a GELU's erf) and the rounding. Stored here and read by the count, y comes first and shares
             # one loop with the counts (~3 ms of a ~20 ms fp8_hybrid step on the cpu profile model, bench/results/
             # train_step.md). Same counts: y == y is False only where y is NaN, i.e. q is, where q == 0 is already.
-            y = _stored(y)
+            y = stored_in_kernel(y)
             under = under & (y == y)
         n_under = under.sum()
     else:
