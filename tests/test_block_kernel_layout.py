@@ -3,9 +3,8 @@
 - Blocks along a dim other than the last are quantized in place, (pre, n_blocks, B, post), instead of on
   x.movedim(axis, -1) (the routine block_qdq ran before, still its path for 2D tiles and 4/6): same y, the same
   counts, the same stochastic-rounding draws for the same elements, the generator left in the same state.
-- Under torch.compile the per-block scales are stored (stored_in_kernel) and a
-  dim that is a multiple of the block is not
-  padded: the compiled kernels (numerics/kernels.py, via Quantizer) against the eager code, same checks.
+- Under torch.compile the per-block scales are stored (stored_in_kernel) and a dim that is a multiple of the
+  block is not padded: the compiled kernels (numerics/kernels.py, via Quantizer) against the eager code, same checks.
 The eager routine is itself checked against torchao / gfloat in test_numerics_block_scaling.py and
 test_block_recipes_new.py. Cases: dims not a multiple of the block, a middle axis of a 3D tensor, zeros, +-0,
 inf and NaN, blocks whose scales are subnormal or clamp at the scale format's floor, outliers.
