@@ -55,14 +55,14 @@ class Snapshots:
     The (key, module, buffer name) list of the non-parameter state_dict entries is built once (and checked against
     state_dict's keys; a model with state_dict hooks or keys it does not explain takes state_dict's path every time).
     Each take() reads every buffer from its module (so a buffer re-assigned since, e.g. by a device move, is the new
-    one) and copies all of them in one torch._foreach_copy_ into tensors of its own: fresh ones (reuse=False), or,
-    with reuse=True, the same ones every call, so a snapshot is valid until the next take() (the training loop
-    uses it within its step). Extra state (a Quantizer's SR generator) is get_extra_state()'s value, deep-copied
+    one) and copies all of them in one torch._foreach_copy_ into the same tensors of its own every call, so a
+    snapshot is valid until the next take() (the training loop uses it within its step; snapshot_state's tensors
+    are the caller's to keep). Extra state (a Quantizer's SR generator) is get_extra_state()'s value, deep-copied
     unless the module's class sets `extra_state_is_fresh` (a new object every call, nothing shared). The values
     are state_dict's, so restore_snapshot / load_state_dict(strict=False) restore exactly that state."""
 
-    def __init__(self, model: torch.nn.Module, reuse: bool = True) -> None:
-        self.model, self.reuse = model, reuse
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
         self._bufs, self._extra = self._plan(model)
         self._src: list[torch.Tensor] = []
         self._dst: list[torch.Tensor] = []
@@ -88,7 +88,7 @@ class Snapshots:
         if self._bufs is None:
             return _state_dict_state(self.model)
         src = [m._buffers[name] for _, m, name in self._bufs]
-        if not self.reuse or len(src) != len(self._src) or any(a is not b for a, b in zip(src, self._src)):
+        if len(src) != len(self._src) or any(a is not b for a, b in zip(src, self._src)):
             self._src = src
             self._dst = [torch.empty_like(b, memory_format=torch.preserve_format) for b in src]
         if src:

@@ -43,7 +43,7 @@ class StepContext:
     step: int
     x: torch.Tensor                             # (B, T) the step's batch
     y: torch.Tensor                             # (B, T)
-    snap: dict[str, Any] | None                 # pre-step buffers + RNG (state.snapshot_state)
+    snap: dict[str, Any] | None                 # pre-step buffers + RNG (state.Snapshots.take: valid in its step)
     loss: float = math.nan                      # set for on_step
     grad_norm: float = math.nan                 # pre-clip total norm, set for on_step
     lr: float = math.nan

@@ -2,7 +2,7 @@
 
 The copy is made once (deepcopy at attach, before torch.compile wraps the model) and, at each replay,
 gets the live weights (still the pre-update ones: replays run between backward and optimizer.step) and
-the pre-step snapshot of buffers, stochastic-rounding generators and torch RNG (state.snapshot_state),
+the pre-step snapshot of buffers, stochastic-rounding generators and torch RNG (state.Snapshots.take),
 so the replay sees exactly what the training step saw: same batch, weights, scales, SR bits and dropout
 masks. The torch RNG is restored afterwards and the live model, its grads and its quantizers are never
 written. The copy is eager even when training is compiled, which is how dY statistics stay available there.

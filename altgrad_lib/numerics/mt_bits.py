@@ -38,6 +38,7 @@ from altgrad_lib.io import atomic_write_bytes
 
 MIN_ELEMENTS = 4096      # below this torch.randint: the state's round trip (~5 us) outweighs ~2.7 ns an element
 _STATE_BYTES = 5056      # sizeof(CPUGeneratorImplState) on 64-bit platforms (torch 2.x)
+_NORMAL_IS_VALID = slice(5040, 5044)   # its legacy part's int32 normal_is_valid (LegacyState below)
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -168,7 +169,7 @@ def randint_pow2(shape: tuple[int, ...] | torch.Size, k: int, generator: torch.G
     if fn:
         st = generator.get_state()
         # a cached double normal: set_state rebuilds it from fields get_state leaves 0, so it would not survive
-        if st.numel() == _STATE_BYTES and int(st[5040:5044].view(torch.int32)) == 0:
+        if st.numel() == _STATE_BYTES and int(st[_NORMAL_IS_VALID].view(torch.int32)) == 0:
             out = torch.empty(tuple(shape), dtype=torch.int32)
             if fn(st.data_ptr(), out.data_ptr(), n, (1 << k) - 1) == 0:
                 generator.set_state(st)
