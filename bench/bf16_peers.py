@@ -1,8 +1,8 @@
 """Benchmark: BF16 weight storage without a master copy against the FP32 run and against torchao's / optimi's
 all-BF16 AdamW, on notebook 05's cpu profile, 3 seeds, paired by seed.
 
-Runs (params/05_manifold_optimizer/cpu.yaml: 2 x 64, byte-level tokens, 600 steps; lr 2e-3 when
-results/bf16_peers.md was measured, lr 1e-3 since the round-3 cpu profile):
+Runs (params/05_manifold_optimizer/cpu.yaml: 2 x 64, byte-level tokens; 600 steps and lr 2e-3 when
+results/bf16_peers.md was measured, lr 1e-3 since the round-3 cpu profile, 400 steps since round 4):
   hp                      torch.optim.AdamW on FP32 weights (notebook 05's `hp`, the reference)
   hp control              the same with the blocks frozen (freeze_blocks): the window
   BF16 adamw grid_sr      ours, notebook 05's configs (studies.variants.optimizer_runs): FP32 grads and Adam
