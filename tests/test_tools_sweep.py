@@ -133,3 +133,80 @@ def test_kernel_log_noise_stays_out_of_the_sweep_output(tmp_path, capfd):
     assert "[IPKernelApp]" not in captured.err and "KeyboardInterrupt" not in captured.err, captured.err
     out = nbformat.read(tmp_path / "out" / "t.ipynb", as_version=4)
     assert "cell ran" in out.cells[-1].outputs[0]["text"]
+
+
+def test_chain_puts_a_beside_notebook_in_the_group_of_the_one_it_names(tmp_path, monkeypatch):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    stems = ("01_formats", "02_bf16_baseline", "04_exotic_formats", "05_manifold_optimizer", "06_analysis")
+    jobs = [sweep.Job(nb_dir / f"{s}.ipynb", tmp_path / f"{s}.yaml", tmp_path / f"{s}.out") for s in stems]
+    labels = lambda groups: [[j.notebook.stem[:2] for j in g] for g in groups]   # noqa: E731
+    assert labels(sweep.chain(jobs)) == [["02"], ["04", "05"], ["06"]]            # 01 is not in the chain
+    assert labels(sweep.chain([j for j in jobs if j.notebook.stem != "04_exotic_formats"])) == [["02"], ["05"], ["06"]]
+
+
+def test_default_sweep_runs_formats_in_the_background_and_beside_notebooks_together(fake_project, monkeypatch):
+    """No --workers: 01's formats run while the training notebooks run, 05 beside 04 (their spans overlap), 06 after
+    both; the summary keeps the jobs' order whatever order they finished in."""
+    import threading
+    import time
+
+    import pandas as pd
+
+    nb_dir, params = fake_project / "notebooks", fake_project / "params"
+    for stem in ("04_exotic_formats", "05_manifold_optimizer", "06_analysis"):
+        (nb_dir / f"{stem}.ipynb").write_text("{}")
+        (params / stem).mkdir()
+        (params / stem / "cpu.yaml").write_text("max_steps: 10\n")
+    spans, lock = {}, threading.Lock()
+
+    def fake(job, kernel):
+        t0 = time.perf_counter()
+        time.sleep(0.3 if job.notebook.stem in ("04_exotic_formats", "05_manifold_optimizer") else 0.05)
+        with lock:
+            spans[job.label] = (t0, time.perf_counter())
+        return "ok", ""
+
+    monkeypatch.setattr(sweep, "ROOT", fake_project)
+    monkeypatch.setattr(sweep, "run_job", fake)
+    monkeypatch.setenv("ALTGRAD_WORKERS", "1")   # the background formats in this process: the fake is seen there
+    assert sweep.main(["--out", str(fake_project / "out")]) == 0
+    s04, s05, s06 = (spans[f"{n}[cpu]"] for n in ("04_exotic_formats", "05_manifold_optimizer", "06_analysis"))
+    assert s05[0] < s04[1] and s04[0] < s05[1]                  # side by side
+    assert s06[0] >= max(s04[1], s05[1])                        # 06 waits for both
+    assert spans["01_formats[e4m3]"][0] < spans["02_bf16_baseline[cpu]"][1]   # the formats did not wait for 02
+    table = pd.read_csv(fake_project / "outputs" / "sweep" / "summary.csv")
+    assert table.notebook.tolist() == ["01_formats", "01_formats", "02_bf16_baseline", "04_exotic_formats",
+                                       "05_manifold_optimizer", "06_analysis"]
+    assert (table.status == "ok").all()
+    wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv").set_index("notebook").wall_s
+    assert wall["04_exotic_formats"] >= 0.3 and wall["05_manifold_optimizer"] >= 0.3
+
+
+def test_two_real_notebooks_run_side_by_side_in_threads(tmp_path):
+    """run_overlapped runs a group's notebooks in threads of one process: papermill (nbclient's event loop, the
+    kernel managers) must work there; each notebook gets its own kernel and its own output."""
+    import threading
+
+    import nbformat
+
+    results = {}
+
+    def one(name):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(f"import time; time.sleep(1); print('{name} ran')")]
+        src, params = tmp_path / f"{name}.ipynb", tmp_path / f"{name}.yaml"
+        nbformat.write(nb, src)
+        params.write_text("{}\n")
+        out = tmp_path / "out" / f"{name}.ipynb"
+        results[name] = sweep.run_job(sweep.Job(src, params, out), "python3"), out
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    one("c")   # and one in the main thread at the same time
+    for t in threads:
+        t.join()
+    for name, (status, out) in results.items():
+        assert status == ("ok", ""), (name, status)
+        assert f"{name} ran" in "".join(o.get("text", "") for o in nbformat.read(out, 4).cells[0].outputs), name
