@@ -210,3 +210,24 @@ def test_two_real_notebooks_run_side_by_side_in_threads(tmp_path):
     for name, (status, out) in results.items():
         assert status == ("ok", ""), (name, status)
         assert f"{name} ran" in "".join(o.get("text", "") for o in nbformat.read(out, 4).cells[0].outputs), name
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling on this system")
+def test_a_background_job_runs_its_kernel_at_low_priority_session_included(tmp_path):
+    """nice alone does not reach a Jupyter kernel's own session (autogroup): the kernel lowers both itself."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import os\nprint(os.getpriority(os.PRIO_PROCESS, 0), "
+                                          "open('/proc/self/autogroup').read().split()[-1])")]
+    src, params = tmp_path / "t.ipynb", tmp_path / "t.yaml"
+    nbformat.write(nb, src)
+    params.write_text("{}\n")
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)   # the kernel inherits this process's nice value (pytest under nice)
+    for nice, want in ((0, f"{base} 0"), (sweep.BACKGROUND_NICE, f"{max(base, sweep.BACKGROUND_NICE)} "
+                                                                f"{sweep.BACKGROUND_NICE}")):
+        out = tmp_path / "out" / f"t{nice}.ipynb"
+        assert sweep.run_job(sweep.Job(src, params, out), "python3", nice) == ("ok", "")
+        assert "".join(o.get("text", "") for o in nbformat.read(out, 4).cells[0].outputs).strip() == want, nice

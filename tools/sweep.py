@@ -86,15 +86,19 @@ def plan_jobs(profile: str, out_dir: Path, only: list[str] | None = None) -> lis
 KERNEL_ARGS = ("--IPKernelApp.log_level=CRITICAL",)
 
 
-def run_job(job: Job, kernel: str) -> tuple[str, str]:
+def run_job(job: Job, kernel: str, nice: int = 0) -> tuple[str, str]:
+    """One notebook through papermill; nice > 0: its kernel runs at that priority (a background job: no bar)."""
     import papermill as pm  # imported lazily: only the sweep needs it
 
     print(f"start {job.label}", flush=True)
     params = yaml.safe_load(job.params_file.read_text()) or {}
     job.output.parent.mkdir(parents=True, exist_ok=True)
+    # the kernel is a session of its own (jupyter_client), so it lowers its own session's priority (yield_cpu)
+    extra = [f"--IPKernelApp.exec_lines=from altgrad_lib.studies.executors import yield_cpu; yield_cpu({nice})"]
     try:
         pm.execute_notebook(str(job.notebook), str(job.output), parameters=params, kernel_name=kernel,
-                            cwd=str(NOTEBOOK_DIR), progress_bar=True, extra_arguments=list(KERNEL_ARGS))
+                            cwd=str(NOTEBOOK_DIR), progress_bar=not nice,
+                            extra_arguments=list(KERNEL_ARGS) + (extra if nice else []))
         return "ok", ""
     except Exception as exc:  # papermill still writes the failed notebook with the error cell
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -110,7 +114,10 @@ def _run_item(item: tuple) -> tuple[str, str]:
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)   # read by the kernel's torch at start-up
     if nice:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)   # absolute (os.nice would add up over a worker's jobs)
+        from altgrad_lib.studies.executors import yield_cpu
+
+        yield_cpu(nice)   # absolute (os.nice would add up over a worker's jobs)
+        return run_job(job, kernel, nice)
     return run_job(job, kernel)
 
 
