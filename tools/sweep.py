@@ -1,20 +1,17 @@
 """The main job: run every notebook over its papermill parameter files and collect the results.
 
-`python tools/sweep.py --profile cpu` executes
+`python tools/sweep.py --profile cpu` executes, in order,
   - `notebooks/01_formats.ipynb` once per `params/01_formats/*.yaml` (one YAML per format), and
   - every other notebook once with `params/<notebook>/<profile>.yaml` (profiles: `cpu`, `h100`),
 writing executed notebooks to `outputs/notebooks/<notebook>/<params>.ipynb` and a summary table to
 `outputs/sweep/summary.csv`. A failing notebook is recorded and the sweep goes on, so one bad format
 never loses the others; the exit code is non-zero if any notebook failed.
 
-Notebooks run through the same executors as studies (altgrad_lib/studies/executors.py). By default (local, no
-`--workers`) the sweep fills the cores a training notebook leaves idle: the per-format notebook (01: no training, one
-job per format) runs in the background from the start, one single-threaded kernel per core at low priority
-(BACKGROUND_NICE), while the training notebooks run in order in this process, each training its own runs side by
-side through the study layer (studies.variant_runs.train_variants -> runs.run_points); later notebooks reuse earlier
-ones' runs (02's baseline in 03-06, 04's runs in 06), and a notebook in BESIDE runs beside the one it names (05 beside
-04). `--workers N` / `--executor ray` run the notebooks stage by stage instead (01's formats N side by side, then each
-other notebook alone). tcmalloc is preloaded
+Notebooks run through the same executors as studies (altgrad_lib/studies/executors.py). The per-format notebook (01: no
+training, one job per format) runs its jobs side by side, one single-threaded kernel per core; the others run
+one after another, because each trains its own runs side by side through the study layer
+(studies.variant_runs.train_variants -> runs.run_points) and later notebooks reuse earlier ones' runs (02's baseline in
+03-06, 04's runs in 06). `--workers N` / `--executor ray` override that for every notebook. tcmalloc is preloaded
 into the kernels when the machine has it (glibc page-faults on every new large tensor). The sweep ends with
 the wall time of each notebook and the path of the report it wrote: `outputs/report/index.html` (each notebook, its
 question, its headline result and its wall time) beside every executed notebook as HTML (notebook/report.py).
@@ -32,12 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 PARAMS_DIR = ROOT / "params"
 PER_FORMAT_NOTEBOOKS = ("01_formats",)  # swept over every YAML in its folder, not by profile
-# The default local sweep fills the cores a training notebook leaves idle (its own cells, the tail of each batch of
-# runs): the per-format notebooks (no training) run in the background at low priority from the start, and each
-# notebook named here runs beside the one it names. 05 trains no run 04 trains; the hp runs both reuse are
-# finished by 03 before either starts (and the run lock would make one wait for the other and reuse its run).
-BESIDE = {"05_manifold_optimizer": "04_exotic_formats"}
-BACKGROUND_NICE = 10   # the per-format kernels yield the cores to training whenever it can use them
 
 
 @dataclass(frozen=True)
@@ -86,38 +77,27 @@ def plan_jobs(profile: str, out_dir: Path, only: list[str] | None = None) -> lis
 KERNEL_ARGS = ("--IPKernelApp.log_level=CRITICAL",)
 
 
-def run_job(job: Job, kernel: str, nice: int = 0) -> tuple[str, str]:
-    """One notebook through papermill; nice > 0: its kernel runs at that priority (a background job: no bar)."""
+def run_job(job: Job, kernel: str) -> tuple[str, str]:
     import papermill as pm  # imported lazily: only the sweep needs it
 
     print(f"start {job.label}", flush=True)
     params = yaml.safe_load(job.params_file.read_text()) or {}
     job.output.parent.mkdir(parents=True, exist_ok=True)
-    # the kernel is a session of its own (jupyter_client), so it lowers its own session's priority (yield_cpu)
-    extra = [f"--IPKernelApp.exec_lines=from altgrad_lib.studies.executors import yield_cpu; yield_cpu({nice})"]
     try:
         pm.execute_notebook(str(job.notebook), str(job.output), parameters=params, kernel_name=kernel,
-                            cwd=str(NOTEBOOK_DIR), progress_bar=not nice,
-                            extra_arguments=list(KERNEL_ARGS) + (extra if nice else []))
+                            cwd=str(NOTEBOOK_DIR), progress_bar=True, extra_arguments=list(KERNEL_ARGS))
         return "ok", ""
     except Exception as exc:  # papermill still writes the failed notebook with the error cell
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
 
 
-def _run_item(item: tuple) -> tuple[str, str]:
-    """Executor job (module level, picklable): (job, kernel[, threads[, nice]]): one notebook; with a thread count,
-    its kernel gets that many; with a nice value, this worker and the kernel it starts run at that priority."""
-    import os
+def _run_item(item: tuple[Job, str] | tuple[Job, str, int]) -> tuple[str, str]:
+    """Executor job (module level, picklable): one notebook; with a thread count, its kernel gets that many."""
+    job, kernel, *threads = item
+    if threads and threads[0]:
+        import os
 
-    job, kernel, *extra = item
-    threads, nice = (list(extra) + [0, 0])[:2]
-    if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)   # read by the kernel's torch at start-up
-    if nice:
-        from altgrad_lib.studies.executors import yield_cpu
-
-        yield_cpu(nice)   # absolute (os.nice would add up over a worker's jobs)
-        return run_job(job, kernel, nice)
+        os.environ["OMP_NUM_THREADS"] = str(threads[0])   # read by the kernel's torch at start-up
     return run_job(job, kernel)
 
 
@@ -144,84 +124,6 @@ def stages(jobs: list[Job], workers: int | None) -> list[tuple[list[Job], int]]:
     per_format = [j for j in jobs if j.notebook.stem in PER_FORMAT_NOTEBOOKS]
     out = [(per_format, workers or auto_workers(len(per_format)))] if per_format else []
     return out + [([j], workers or 1) for j in jobs if j.notebook.stem not in PER_FORMAT_NOTEBOOKS]
-
-
-def chain(jobs: list[Job]) -> list[list[Job]]:
-    """The training notebooks in order, each group run together: a BESIDE notebook joins the group of the one it
-    names (if that one is in the sweep), e.g. [[02], [03], [04, 05], [06]]."""
-    groups: list[list[Job]] = []
-    rest = [j for j in jobs if j.notebook.stem not in PER_FORMAT_NOTEBOOKS]
-    stems = {j.notebook.stem for j in rest}
-    for j in rest:
-        host = BESIDE.get(j.notebook.stem)
-        if host in stems:
-            next(g for g in groups if g[0].notebook.stem == host).append(j)
-        else:
-            groups.append([j])
-    return groups
-
-
-class Record:
-    """The sweep's rows, written after every job (an interrupted sweep still leaves its record), from any thread."""
-
-    def __init__(self, path: Path, n_jobs: int):
-        import threading
-
-        self.path, self.n_jobs, self.rows, self.spans, self.lock = path, n_jobs, [], {}, threading.Lock()
-
-    def add(self, job: Job, status: str, error: str, seconds: float, end: float) -> None:
-        import pandas as pd
-
-        with self.lock:
-            self.rows.append({"notebook": job.notebook.stem, "params": str(job.params_file.relative_to(ROOT)),
-                              "status": status, "seconds": round(seconds, 1), "output": str(job.output),
-                              "error": error})
-            start, stop = self.spans.get(job.notebook.stem, (end - seconds, end))
-            self.spans[job.notebook.stem] = (min(start, end - seconds), max(stop, end))
-            pd.DataFrame(self.rows).to_csv(self.path, index=False)
-            print(f"[{len(self.rows)}/{self.n_jobs}] {job.label}: {status} in {self.rows[-1]['seconds']} s {error}",
-                  flush=True)
-
-
-def run_overlapped(jobs: list[Job], kernel: str, record: Record) -> None:
-    """BESIDE's schedule: the per-format notebooks in the background (one single-threaded kernel per core, at
-    BACKGROUND_NICE), the training notebooks in chain() order in this process, each group's notebooks side by side
-    (threads: papermill runs each kernel as its own process)."""
-    import threading
-    import time
-
-    from altgrad_lib.studies.executors import auto_workers, get_executor
-
-    def one(job: Job) -> None:
-        t0 = time.perf_counter()
-        try:
-            status, error = run_job(job, kernel)
-        except Exception as exc:   # run_job reports a failed notebook itself; anything else must not stop the sweep
-            status, error = "failed", f"{type(exc).__name__}: {exc}"[:300]
-        record.add(job, status, error, time.perf_counter() - t0, time.perf_counter())
-
-    def background(per_format: list[Job]) -> None:
-        workers = auto_workers(len(per_format))
-        executor = get_executor("local", workers=workers, threads=1)
-        # one worker runs its jobs in this process: lowering its priority would slow the training notebooks too
-        items = [(job, kernel, 1, BACKGROUND_NICE if workers > 1 else 0) for job in per_format]
-        for (job, *_), out in executor.map(_run_item, items):
-            status, error = out.value if out.ok else ("failed", out.error)
-            record.add(job, status, error, out.seconds, time.perf_counter())
-
-    per_format = [j for j in jobs if j.notebook.stem in PER_FORMAT_NOTEBOOKS]
-    bg = threading.Thread(target=background, args=(per_format,), daemon=True) if per_format else None
-    if bg:
-        bg.start()
-    for group in chain(jobs):
-        side = [threading.Thread(target=one, args=(j,), daemon=True) for j in group[1:]]
-        for t in side:
-            t.start()
-        one(group[0])
-        for t in side:
-            t.join()
-    if bg:
-        bg.join()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,13 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     lib = preload_tcmalloc()
     print(f"allocator: {'tcmalloc (' + lib + ')' if lib else 'glibc malloc (no libtcmalloc_minimal.so.4 here)'}")
-    record, t_start = Record(summary_path, len(jobs)), time.perf_counter()
-    overlapped = args.executor == "local" and args.workers is None
-    if overlapped:
-        print("schedule: 01's formats in the background at low priority; "
-              + ", ".join(f"{a} beside {b}" for a, b in BESIDE.items()) + "; the other notebooks one at a time")
-        run_overlapped(jobs, args.kernel, record)
-    for stage_jobs, workers in ([] if overlapped else stages(jobs, args.workers)):
+    rows, walls, t_start = [], {}, time.perf_counter()
+    for stage_jobs, workers in stages(jobs, args.workers):
         try:
             executor = get_executor(args.executor, workers=workers, threads=1 if workers > 1 else None,
                                     address=args.address)
@@ -270,22 +167,21 @@ def main(argv: list[str] | None = None) -> int:
         items = [(job, args.kernel, 1 if workers > 1 else 0) for job in stage_jobs]
         for (job, *_), out in executor.map(_run_item, items):
             status, error = out.value if out.ok else ("failed", out.error)
-            record.add(job, status, error, out.seconds, time.perf_counter())
-        # a stage's wall time, not its jobs' span: the executor's start-up counts
+            rows.append({"notebook": job.notebook.stem, "params": str(job.params_file.relative_to(ROOT)),
+                         "status": status, "seconds": round(out.seconds, 1), "output": str(job.output),
+                         "error": error})
+            # Written after every job so an interrupted sweep still leaves its record.
+            pd.DataFrame(rows).to_csv(summary_path, index=False)
+            print(f"[{len(rows)}/{len(jobs)}] {job.label}: {status} in {rows[-1]['seconds']} s {error}", flush=True)
         nb = stage_jobs[0].notebook.stem
-        record.spans[nb] = (t0, time.perf_counter())
+        walls[nb] = walls.get(nb, 0.0) + time.perf_counter() - t0
 
-    order = {str(j.output): i for i, j in enumerate(jobs)}
-    rows = sorted(record.rows, key=lambda r: order[r["output"]])
     table = pd.DataFrame(rows)
-    table.to_csv(summary_path, index=False)
     print("\n" + table[["notebook", "params", "status", "seconds"]].to_string(index=False))
-    stems = list(dict.fromkeys(r["notebook"] for r in rows))
-    wall = pd.DataFrame({"notebook": stems, "jobs": [int((table.notebook == n).sum()) for n in stems],
-                         "wall_s": [round(record.spans[n][1] - record.spans[n][0], 1) for n in stems]})
+    wall = pd.DataFrame({"notebook": list(walls), "jobs": [int((table.notebook == n).sum()) for n in walls],
+                         "wall_s": [round(w, 1) for w in walls.values()]})
     wall.to_csv(summary_path.with_name("wall.csv"), index=False)
-    print(f"\nwall time per notebook (profile {args.profile}; first start to last end of its jobs"
-          + (", overlapping as scheduled above" if overlapped else "") + f"):\n{wall.to_string(index=False)}\n"
+    print(f"\nwall time per notebook (profile {args.profile}):\n{wall.to_string(index=False)}\n"
           f"total {time.perf_counter() - t_start:.1f} s")
     print(f"\nsummary: {summary_path}")
     failed = table[table.status != "ok"]
