@@ -3,6 +3,8 @@
 - Blocks along a dim other than the last are quantized in place, (pre, n_blocks, B, post), instead of on
   x.movedim(axis, -1) (the routine block_qdq ran before, still its path for 2D tiles and 4/6): same y, the same
   counts, the same stochastic-rounding draws for the same elements, the generator left in the same state.
+- 2D tiles of a 2-d tensor along dim 0 are its tiles along dim 1 (block_scaling.same_tiles_axis): the first test
+  checks them against the moved routine too, the compiled test that one kernel serves both.
 - Under torch.compile the per-block scales are stored (stored_in_kernel) and a dim that is a multiple of the
   block is not padded: the compiled kernels (numerics/kernels.py, via Quantizer) against the eager code, same checks.
 The eager routine is itself checked against torchao / gfloat in test_numerics_block_scaling.py and
@@ -93,6 +95,9 @@ def test_compiled_block_kernels_equal_eager(fmt_name, scaling, rounding, restore
     # a compile each: blocks along the last dim, then (the first configuration only: the layout code is shared by
     # every kind, each compile costs ~15 s of the test command) along dim 0 and padded
     layouts = ((a, -1), (a, 0), (b, 1)) if (fmt_name, scaling, rounding) == COMPILED[0] else ((a, -1),)
+    tiles = scaling.get("tile_2d", False)
+    if tiles:    # a 2-d weight's 16 x 16 tiles along dim 0 (its dgrad copy) are its tiles along dim 1: one kernel
+        layouts = ((a, -1), (a, 0))
     for x, axis in layouts:
         kernels.set_qdq_kernel("eager")
         ya = eager.quantize(x, axis=axis)
@@ -100,6 +105,8 @@ def test_compiled_block_kernels_equal_eager(fmt_name, scaling, rounding, restore
         yb = comp.quantize(x, axis=axis)
         assert_same(yb, ya, x, f"{tuple(x.shape)} axis {axis}")
     assert kernels._compiled and not kernels._failed, kernels._failed
+    if tiles:
+        assert len(kernels._compiled) == 1, list(kernels._compiled)
     assert eager.stats() == comp.stats()
     if rounding == "stochastic":
         assert torch.equal(eager.generator().get_state(), comp.generator().get_state())

@@ -322,6 +322,18 @@ def _scales(xb: Tensor, amax: Tensor, fmt, cfg: BlockScaling) -> tuple[Tensor, T
     return torch.exp2(-e), torch.exp2(e)    # exact: powers of two in [2^-127, 2^127]
 
 
+def same_tiles_axis(x: Tensor, cfg: BlockScaling, rounding: str, axis: int) -> int:
+    """-1 where blocks along `axis` are the blocks along the last dim, else axis. 2D tiles of a 2-d tensor are the same
+    tiles whichever of its dims is the axis: every value computed per tile (max, scale, elements, counts as integer
+    sums) is the same, and so is y's layout (contiguous). Not with stochastic rounding (the bits are drawn in the
+    moved layout's order) nor 4/6 (its float64 error sums would add in another order). The nvfp4 weight's dgrad copy
+    (16 x 16 tiles along `out`) is then the fprop copy's kernel: one compiled graph less per process
+    (bench/results/block_step.md)."""
+    if cfg.tile_2d and x.dim() == 2 and rounding != "stochastic" and not cfg.four_over_six:
+        return -1
+    return axis
+
+
 def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
               draw_bits: Callable[[Tensor], Tensor] | None = None, sr_bits: int | None = None,
               want_stats: bool = False, axis: int = -1) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -333,6 +345,7 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
     last and blocked as (..., n_blocks, block), padding included; called with a tensor of that shape, or of one
     with the same elements in the same order); None with rounding="stochastic" uses torch's global RNG.
     """
+    axis = same_tiles_axis(x, cfg, rounding, axis)
     moved = x.dim() > 1 and axis % x.dim() != x.dim() - 1
     if moved and (cfg.tile_2d or cfg.four_over_six or (rounding == "stochastic" and draw_bits is None)):
         # the same routine on x·P (4/6's float64 error sums and the global RNG's draws follow that layout)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from altgrad_lib.choices import SR_RNG
-from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, elementwise_scale
+from altgrad_lib.numerics.block_scaling import BlockScaling, block_qdq, elementwise_scale, same_tiles_axis
 from altgrad_lib.numerics.counter_rng import derive_keys, hash_bits
 from altgrad_lib.numerics.kernels import block_kernel_fn, compiled_kernel, qdq_kernel_fn
 from altgrad_lib.numerics.quant import ClippedStraightThrough, FakeQuantFn, StraightThrough, add_counts, qdq
@@ -353,7 +353,8 @@ class Quantizer(nn.Module):
         spec = self.spec if train else self._eval_spec
         stochastic = spec.rounding == "stochastic"
         count = count and train and self.count
-        fast = self._compiled_block(x, spec, count, axis)
+        # the kernel of blocks along the last dim where those are the same blocks (2D tiles of a weight, RNE)
+        fast = self._compiled_block(x, spec, count, same_tiles_axis(x, spec.scaling, spec.rounding, axis))
         if fast is not None:
             y, n_sat, n_under = fast
         else:
