@@ -11,8 +11,10 @@ modes interleaved round by round, median over the rounds. --without switches off
 (numerics/block_scaling.py) to measure what it saves: "stored" (per-block scales computed in their own loop,
 _stored), "along" (blocks along a non-last dim quantized in place instead of on x.movedim(axis, -1)), "bits" (SR
 bits by torch.randint instead of numerics/mt_bits.py), "transpose" (the column-wise RHT copies transposed by ATen's
-copy instead of kernels.transposed). Same numerics either way (tests/test_block_kernel_layout.py,
-tests/test_numerics_mt_bits.py, tests/test_numerics_kernels.py). Results: bench/results/block_step.md. Not a test.
+copy instead of kernels.transposed), "tiles" (a 2-d weight's 16 x 16 tiles along dim 0 by their own kernel on the
+moved tensor instead of the kernel of its tiles along dim 1, block_scaling.same_tiles_axis). Same numerics either
+way (tests/test_block_kernel_layout.py, tests/test_numerics_mt_bits.py, tests/test_numerics_kernels.py). Results:
+bench/results/block_step.md. Not a test.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ def without(levers: set[str]) -> None:
         mt_bits._lib = False
     if "transpose" in levers:
         gemm_quant.transposed = lambda t: t.t().contiguous()
+    if "tiles" in levers:
+        block_scaling.same_tiles_axis = quantizer.same_tiles_axis = lambda x, cfg, rounding, axis: axis
     if "along" in levers:
         inner = block_scaling.block_qdq
 
@@ -92,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", nargs="+", default=["fp32:eager", "nvfp4:eager", "mxfp4:eager", "mxfp8:eager"])
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--without", nargs="*", default=[], choices=("stored", "along", "bits", "transpose"))
+    ap.add_argument("--without", nargs="*", default=[], choices=("stored", "along", "bits", "transpose", "tiles"))
     ap.add_argument("--kernels", action="store_true", help="also time each kernel configuration per call")
     args = ap.parse_args()
     torch.set_num_threads(1)
