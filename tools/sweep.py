@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if bg is not None:
         print(f"{plan[bg][0][0].notebook.stem}: {len(plan[bg][0])} kernels beside the other notebooks, at nice "
               f"{BACKGROUND_NICE}", flush=True)
-        # A daemon thread: a Ctrl-C in this thread ends the sweep; the stage's workers die with this process
+        # A daemon thread: a Ctrl-C (main thread) ends the sweep; the stage's workers die with this process
         # (executors.die_with_parent) and their kernels with them.
         thread = threading.Thread(target=run_background, args=(bg,), name="sweep-background", daemon=True)
         thread.start()
@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         thread.join()
         if failure:
             raise failure[0]
+        order = {str(job.output): k for k, job in enumerate(jobs)}   # the table and report in plan order again
+        rows.sort(key=lambda r: order[r["output"]])
+        pd.DataFrame(rows).to_csv(summary_path, index=False)
     walls: dict[str, float] = {}
     for (stage_jobs, _), w in zip(plan, stage_walls):
         nb = stage_jobs[0].notebook.stem
