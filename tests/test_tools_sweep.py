@@ -133,3 +133,46 @@ def test_kernel_log_noise_stays_out_of_the_sweep_output(tmp_path, capfd):
     assert "[IPKernelApp]" not in captured.err and "KeyboardInterrupt" not in captured.err, captured.err
     out = nbformat.read(tmp_path / "out" / "t.ipynb", as_version=4)
     assert "cell ran" in out.cells[-1].outputs[0]["text"]
+
+
+def test_background_stage_only_for_the_per_format_stage_beside_in_process_stages(fake_project, monkeypatch):
+    jobs = sweep.plan_jobs("cpu", fake_project / "out")
+    monkeypatch.setenv("ALTGRAD_WORKERS", "2")
+    plan = sweep.stages(jobs, None)
+    assert sweep.background_stage(plan, None, "local") == 0
+    assert sweep.background_stage(plan, 2, "local") is None            # --workers: stages one after another
+    assert sweep.background_stage(plan, None, "ray") is None
+    assert sweep.background_stage(plan[:1], None, "local") is None     # nothing to run beside
+    assert sweep.background_stage(plan[1:], None, "local") is None     # no per-format stage
+    monkeypatch.setenv("ALTGRAD_WORKERS", "1")                         # 01 in this process: it cannot be reniced
+    assert sweep.background_stage(sweep.stages(jobs, None), None, "local") is None
+
+
+def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, monkeypatch):
+    """Real kernels: 01's two run in worker processes at nice 19 while 02 runs in this process at our own
+    priority; every job is recorded and each notebook's cell output is complete."""
+    import os
+
+    import nbformat
+    import pandas as pd
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}  # params need it
+    nb.cells = [nbformat.v4.new_code_cell("import os\nprint('nice', os.getpriority(os.PRIO_PROCESS, 0))")]
+    for stem in ("01_formats", "02_bf16_baseline"):
+        nbformat.write(nb, fake_project / "notebooks" / f"{stem}.ipynb")
+    monkeypatch.setattr(sweep, "ROOT", fake_project)
+    monkeypatch.setenv("ALTGRAD_WORKERS", "2")
+    assert sweep.main(["--out", str(fake_project / "out")]) == 0
+    table = pd.read_csv(fake_project / "outputs" / "sweep" / "summary.csv")   # in plan order, whatever ended first
+    assert table.params.tolist() == ["params/01_formats/e4m3.yaml", "params/01_formats/e7m0.yaml",
+                                     "params/02_bf16_baseline/cpu.yaml"] and (table.status == "ok").all()
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def printed(path):
+        return nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip()
+    assert printed(fake_project / "out" / "01_formats" / "e4m3.ipynb") == f"nice {max(own, 19)}"
+    assert printed(fake_project / "out" / "01_formats" / "e7m0.ipynb") == f"nice {max(own, 19)}"
+    assert printed(fake_project / "out" / "02_bf16_baseline" / "cpu.ipynb") == f"nice {own}"
+    wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv")
+    assert wall.notebook.tolist() == ["01_formats", "02_bf16_baseline"] and wall.jobs.tolist() == [2, 1]
