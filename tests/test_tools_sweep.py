@@ -149,8 +149,9 @@ def test_background_stage_only_for_the_per_format_stage_beside_in_process_stages
 
 
 def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, monkeypatch):
-    """Real kernels: 01's two run in worker processes at nice 19 while 02 runs in this process at our own
-    priority; every job is recorded and each notebook's cell output is complete."""
+    """Real kernels: 01's two run in worker processes at nice 19 (their autogroups too, where the machine has them:
+    each kernel is a session of its own) while 02 runs in this process at our own priority; every job is recorded
+    and each notebook's cell output is complete."""
     import os
 
     import nbformat
@@ -158,7 +159,10 @@ def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, 
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}  # params need it
-    nb.cells = [nbformat.v4.new_code_cell("import os\nprint('nice', os.getpriority(os.PRIO_PROCESS, 0))")]
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os\nprint('nice', os.getpriority(os.PRIO_PROCESS, 0))\n"
+        "if os.path.exists('/proc/self/autogroup'):\n"
+        "    print('autogroup', open('/proc/self/autogroup').read().split()[-1])")]
     for stem in ("01_formats", "02_bf16_baseline"):
         nbformat.write(nb, fake_project / "notebooks" / f"{stem}.ipynb")
     monkeypatch.setattr(sweep, "ROOT", fake_project)
@@ -169,10 +173,16 @@ def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, 
                                      "params/02_bf16_baseline/cpu.yaml"] and (table.status == "ok").all()
     own = os.getpriority(os.PRIO_PROCESS, 0)
 
+    ag = os.path.exists("/proc/self/autogroup")
+    own_ag = open("/proc/self/autogroup").read().split()[-1] if ag else None
+
     def printed(path):
-        return nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip()
-    assert printed(fake_project / "out" / "01_formats" / "e4m3.ipynb") == f"nice {max(own, 19)}"
-    assert printed(fake_project / "out" / "01_formats" / "e7m0.ipynb") == f"nice {max(own, 19)}"
-    assert printed(fake_project / "out" / "02_bf16_baseline" / "cpu.ipynb") == f"nice {own}"
+        return nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip().splitlines()
+    for stem in ("e4m3", "e7m0"):
+        assert printed(fake_project / "out" / "01_formats" / f"{stem}.ipynb") == (
+            [f"nice {max(own, 19)}"] + ([f"autogroup {max(int(own_ag), 19)}"] if ag else []))
+    # 02's kernel is a session of its own too, at the default autogroup niceness (0)
+    assert printed(fake_project / "out" / "02_bf16_baseline" / "cpu.ipynb") == (
+        [f"nice {own}"] + (["autogroup 0"] if ag else []))
     wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv")
     assert wall.notebook.tolist() == ["01_formats", "02_bf16_baseline"] and wall.jobs.tolist() == [2, 1]
