@@ -257,26 +257,32 @@ def test_one_graph_serves_activations_and_weights_of_every_shape(spec, restore_m
 
 @pytest.mark.parametrize("spec", [{"fmt": "E2M1", "scaling": "nvfp4"},
                                   {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
-                                  {"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"}],
-                         ids=["block-rne", "block-sr", "mx-sr"])
+                                  {"fmt": "E2M1", "scaling": "mx", "rounding": "stochastic"},
+                                  {"fmt": "E4M3"}, {"fmt": "E3M4", "scaling": "per_row"}],
+                         ids=["block-rne", "block-sr", "mx-sr", "tensor", "per_row"])
 def test_eval_uses_the_training_forward_kernel(spec, restore_mode):
-    """Eval of a block-scaled format (no counters; stochastic rounding becomes nearest) runs the kernel that a
-    round-to-nearest training forward of the format compiles, dropping its counts, instead of compiling one of its
-    own (the old code: two kernels, where eval ran first at step 0 of every run); its outputs equal the eager eval
-    path's. (Per-tensor kinds keep an eval kernel of their own: their training kernels update state in place.)"""
+    """Eval (no counters, no state update; stochastic rounding becomes nearest) runs the kernel that a
+    round-to-nearest training forward of the format compiles instead of compiling one of its own (the old code: two
+    kernels, where eval ran first at step 0 of every run; per-tensor / per-row kinds until 2026-11-27): a block kind
+    drops its counts, a per-tensor / per-row kind's kernel updates scratch copies of the Scaler's and the counters'
+    buffers. Its outputs equal the eager eval path's and the quantizer's state (buffers) is left as it was."""
     kernels.reset_kernels()
     kernels.set_qdq_kernel("compiled")
     rne = {**spec, "rounding": "nearest"}
     comp, twin, ref = Quantizer(rne, seed=0), Quantizer(spec, seed=0), Quantizer(spec, seed=0)
     x = torch.randn(4, 16, 64, generator=torch.Generator().manual_seed(1)) * 3
     twin.eval()
+    before = {k: v.clone() for k, v in twin.state_dict().items() if torch.is_tensor(v)}
     y_eval = twin(x)                         # eval first, as a run's step-0 evaluation
+    assert all(torch.equal(v, twin.state_dict()[k]) for k, v in before.items())   # eval updates no state
     comp(x)                                  # training forward, round to nearest, counting
     assert len(kernels._compiled) == 1 and not kernels._failed, (list(kernels._compiled), kernels._failed)
     assert int(comp.n_elements) == x.numel() and int(twin.n_elements) == 0   # eval counts nothing
+    y_again = twin(x * 0.5)                  # again, through the kernel itself (the first call compiled it)
+    assert all(torch.equal(v, twin.state_dict()[k]) for k, v in before.items())
     kernels.set_qdq_kernel("eager")
     ref.eval()
-    assert _same(ref(x), y_eval)
+    assert _same(ref(x), y_eval) and _same(ref(x * 0.5), y_again)
 
 
 def test_importing_the_training_loop_does_not_import_dynamo():
@@ -292,9 +298,10 @@ def test_importing_the_training_loop_does_not_import_dynamo():
 @pytest.mark.parametrize("recipe", ["fp8_hybrid", "nvfp4"])
 def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_path, restore_mode):
     """A whole run (evaluations at step 0, mid-way and at the end included) compiles exactly the kernels one training
-    step and one evaluation forward of its model compile, each as one dynamo graph: block-scaled eval reuses the
-    training forward's kernels and the model's activation and weight shapes share each kernel's graph (the old
-    code: fp8_hybrid 3 kernels in 8 graphs, nvfp4 6 kernels; bench/results/run_fixed_costs.md). The oracle for
+    step and one evaluation forward of its model compile, each as one dynamo graph: eval reuses the training
+    forward's kernels (no kernel of its own: per-tensor ones without the state update) and the model's activation
+    and weight shapes share each kernel's graph (the old code: fp8_hybrid 3 kernels in 8 graphs, then 3 in 3, nvfp4
+    6 kernels; bench/results/run_fixed_costs.md). The oracle for
     "which kernels": a bare training step and an eval forward of the same model, built as train() builds it
     (preflight)."""
     from altgrad_lib.training.config import TrainConfig
@@ -311,6 +318,8 @@ def test_a_run_compiles_only_its_training_kernels_one_graph_each(recipe, tmp_pat
     run_kernels = dict(kernels._compiled)
     assert run_kernels and not kernels._failed, kernels._failed
     assert all(_graphs(k) == 1 for k in run_kernels.values()), {k[:1]: _graphs(v) for k, v in run_kernels.items()}
+    # ("qdq", spec, want_mask, want_stats, rdt, update, count): every per-tensor kernel is one that updates state
+    assert all(k[5] for k in run_kernels if k[0] == "qdq"), [k for k in run_kernels if k[0] == "qdq" and not k[5]]
     kernels.reset_kernels()
     corpus, _, _, (model, _, _) = preflight(cfg.resolved())
     x, y = corpus.train_batch(cfg.resolved().data_config, 0)

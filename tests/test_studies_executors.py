@@ -26,6 +26,27 @@ def probe(x: int) -> tuple[int, int, int]:
     return os.getpid(), torch.get_num_threads(), square_or_fail(x)
 
 
+def freeze_count(x: int) -> tuple[int, int]:
+    import gc
+
+    return os.getpid(), gc.get_freeze_count()
+
+
+def test_a_worker_freezes_what_its_first_job_left_and_the_driver_does_not():
+    """A worker's first job runs with nothing frozen; every later job of that worker finds the objects left by the
+    first one in the GC's permanent generation (full collections no longer walk them); a driver that runs jobs
+    itself (workers=1) freezes nothing."""
+    executors.shutdown_pool()
+    out = [o.value for _, o in LocalExecutor(workers=2, threads=1).map(freeze_count, range(6))]
+    executors.shutdown_pool()
+    by_pid: dict[int, list[int]] = {}
+    for pid, n in out:
+        by_pid.setdefault(pid, []).append(n)
+    assert any(len(ns) > 1 for ns in by_pid.values()), by_pid   # 6 jobs, 2 workers: one ran more than one
+    assert all(sorted(ns)[0] == 0 and all(n > 0 for n in sorted(ns)[1:]) for ns in by_pid.values()), by_pid
+    assert [o.value[1] for _, o in LocalExecutor(workers=1).map(freeze_count, [0, 1])] == [0, 0]
+
+
 def test_in_process_outcomes_and_isolated_failure():
     out = dict(LocalExecutor(workers=1).map(square_or_fail, [1, 2, 3, 4]))
     assert [out[k].value for k in (1, 2, 4)] == [1, 4, 16] and all(out[k].ok for k in (1, 2, 4))

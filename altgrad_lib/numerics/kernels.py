@@ -86,8 +86,9 @@ def _counting(key: Hashable, build: Callable[[], Callable]) -> tuple[Hashable, C
     the same code (the counts are extra outputs of block_qdq, the values do not depend on them). Eval's block kernels
     are then the training forward's, not more to trace and compile in every process (bench/results/
     run_fixed_costs.md). Keys as quantizer.py's _compiled_block ("block", spec, want_stats, rdt, axis) make them.
-    Per-tensor / per-row ("qdq") keys are their own: their training kernels update the Scaler's and the counters'
-    buffers in place, which eval must not, so eval runs a kernel without those updates."""
+    Per-tensor / per-row ("qdq") keys are not mapped here: their training kernels update the Scaler's and the
+    counters' buffers in place, so quantizer.py's _compiled_qdq calls the training kernel for eval itself, with
+    scratch copies of those buffers."""
     if not (isinstance(key, tuple) and len(key) > 2 and key[0] == "block") or key[2] is not False:
         return key, build
     return key[:2] + (True,) + key[3:], lambda: _bind(build(), want_stats=True)

@@ -384,6 +384,12 @@ class Quantizer(nn.Module):
         rdt = self._sr_dtype(spec, torch.float64 if x.dtype == torch.float64 else torch.float32)
         if rdt is False:
             return None
+        # eval of a round-to-nearest, non-delayed spec: its values do not depend on the state (the scale comes from
+        # x), so the training forward's kernel serves it, its state updates going to scratch copies of the buffers:
+        # one kernel of the configuration to trace per process (and, on a cold cache, to compile), not two
+        scratch = not update and spec is self.spec and rdt is None and spec.scaling.kind != "delayed"
+        if scratch:
+            update, want_stats = True, self.count
         count = update and want_stats
         key = ("qdq", spec, want_mask, want_stats, rdt, update, count)
         kern = compiled_kernel(key, x.device, lambda: qdq_kernel_fn(spec, want_mask, want_stats, rdt,
@@ -398,11 +404,26 @@ class Quantizer(nn.Module):
         scaler_bufs = ((sb["amax_history"], sb["scale"], sb["eps_hits"], sb["n_updates"])
                        if update or spec.scaling.kind == "delayed" else (None,) * 4)
         counters = (qb["n_elements"], qb["n_saturated"], qb["n_underflow"]) if count else (None,) * 3
+        if scratch:
+            scaler_bufs, counters = self._scratch_of(scaler_bufs, counters)
         with torch.no_grad():
             y, over, s, _, _, _, _ = kern(xf, qb["_rng_token"], *scaler_bufs, *counters)
         if s.dim():            # per_row: (rows, 1) of the flattened x, back to x's (..., 1)
             s = s.view(*x.shape[:-1], 1)
         return y.view(x.shape), None if over is None else over.view(x.shape), s
+
+    def _scratch_of(self, scaler_bufs: tuple, counters: tuple) -> tuple[tuple, tuple]:
+        """Zeroed tensors like the buffers (None stays None), made once per device (not buffers: no state_dict,
+        snapshot or checkpoint holds them); what a kernel writes into them is never read."""
+        bufs = (*scaler_bufs, *counters)
+        held = self.__dict__.get("_scratch")
+        if held is None or len(held) != len(bufs) or any(
+                (a is None) != (b is None) or (a is not None and (a.device, a.dtype, a.shape) != (b.device, b.dtype,
+                                                                                              b.shape))
+                for a, b in zip(held, bufs)):
+            held = tuple(None if b is None else torch.zeros_like(b) for b in bufs)
+            self.__dict__["_scratch"] = held
+        return held[:4], held[4:]
 
     def _compiled_block(self, x: Tensor, spec: QuantSpec, want_stats: bool, axis: int):
         """block_qdq's (y, n_sat, n_under) by the compiled kernel of this configuration, or None."""
