@@ -61,7 +61,7 @@ def test_analysis_notebook_runs_last_with_its_profile(profile):
 
 
 
-def _fake_run_job(job, kernel):
+def _fake_run_job(job, kernel, nice=0):
     if "e7m0" in job.params_file.name:
         raise RuntimeError("kernel died\ntraceback")        # not caught by run_job: the executor isolates it
     return "ok", ""
