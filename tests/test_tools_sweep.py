@@ -92,7 +92,7 @@ def test_the_sweep_writes_wall_time_per_notebook(fake_project, monkeypatch):
     import pandas as pd
 
     monkeypatch.setattr(sweep, "ROOT", fake_project)
-    monkeypatch.setattr(sweep, "run_job", lambda job, kernel: ("ok", ""))
+    monkeypatch.setattr(sweep, "run_job", lambda job, kernel, nice=0: ("ok", ""))
     assert sweep.main(["--out", str(fake_project / "out"), "--workers", "1"]) == 0
     wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv")
     assert wall.notebook.tolist() == ["01_formats", "02_bf16_baseline"] and wall.jobs.tolist() == [2, 1]
