@@ -37,9 +37,9 @@ DELAYED_REDUCE = ("max", "most_recent")
 DELAYED_INIT = ("current", "one")
 
 # Scales are clamped to [2**-126, 2**126]: keeps s and 1/s finite normal fp32 numbers (an all-zero tensor with
-# amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats).
-_S_MIN = 2.0**-126
-_S_MAX = 2.0**126
+# amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats). Written as literals where used:
+# torch.compile(dynamic=True) (numerics/kernels.py) lifts a float read from a module global to a graph input,
+# and clamp's bounds then specialize it, which restarts dynamo's analysis of the whole kernel (~0.5 s CPU a kernel).
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def scale_from_amax(amax: Tensor, fmt, config: ScalingConfig) -> Tensor:
     s = torch.where(over, torch.nextafter(s, torch.zeros_like(s)), s)
     if config.margin:
         s = s * (2.0 ** -config.margin)
-    s = torch.clamp(s, min=_S_MIN, max=_S_MAX)  # also maps +inf (amax=0 without floor) to a finite scale
+    s = torch.clamp(s, min=2.0**-126, max=2.0**126)   # also maps +inf (amax=0 without floor) to a finite scale
     if config.pow2:
         s = pow2_floor(s)  # round DOWN: x*s never exceeds what the unrounded scale allowed
     return s
