@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -111,11 +112,10 @@ def _freeze_survivors() -> None:
     """After a worker's first job: collect once, then move every object left (torch, dynamo and inductor modules,
     the compiled kernels: ~480k objects in a study worker) to the GC's permanent generation. Python's full
     collections walk all tracked objects, ~0.3-0.4 s each in such a worker, every 2-3 runs of the cpu profile;
-    after the freeze they walk only what later jobs made (bench/results/run_fixed_costs.md). Nothing is leaked:
-    the collection before the freeze frees the first job's garbage; objects are never freed by a freeze either."""
+    after the freeze they walk only what later jobs made (bench/results/run_fixed_costs.md). The collection before
+    the freeze frees the first job's garbage, so what is frozen is the process's long-lived state; frozen objects
+    are still freed by reference counting, only a cycle among them that later becomes garbage would stay."""
     if _worker["in_worker"] and not _worker["frozen"]:
-        import gc
-
         _worker["frozen"] = True
         gc.collect()
         gc.freeze()
