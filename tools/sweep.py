@@ -99,7 +99,7 @@ def run_job(job: Job, kernel: str, nice: int = 0) -> tuple[str, str]:
     try:
         pm.execute_notebook(str(job.notebook), str(job.output), parameters=params, kernel_name=kernel,
                             cwd=str(NOTEBOOK_DIR), progress_bar=True,
-                            extra_arguments=[*KERNEL_ARGS, *autogroup_args(nice)], **CLIENT_KW)
+                            extra_arguments=[*KERNEL_ARGS, *kernel_nice_args(nice)], **CLIENT_KW)
         return "ok", ""
     except Exception as exc:  # papermill still writes the failed notebook with the error cell
         return "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -108,16 +108,13 @@ def run_job(job: Job, kernel: str, nice: int = 0) -> tuple[str, str]:
 BACKGROUND_NICE = 19   # the per-format kernels beside 02-06: the lowest priority, so training never waits for them
 
 
-def autogroup_args(nice: int) -> list[str]:
-    """Kernel arguments that give a kernel's autogroup the niceness `nice`. jupyter_client starts each kernel in a
-    session of its own, and where Linux schedules by autogroup (sched_autogroup_enabled, the default of most
-    distributions' kernels) a process's nice weighs only against its own session's processes: a kernel at nice 19
-    would still take an equal share of the CPU from the training workers. Where /proc/self/autogroup is missing or
-    read-only nothing changes (the process nice still applies)."""
+def kernel_nice_args(nice: int) -> list[str]:
+    """Kernel arguments that make a kernel lower its own priority and its session's (executors.yield_cpu):
+    jupyter_client starts each kernel in a session of its own, and under Linux autogroup scheduling a nice value
+    weighs only within its session, so the worker's nice alone would leave the kernel an equal share of the CPU."""
     if not nice:
         return []
-    code = f"try:\n    open('/proc/self/autogroup', 'w').write('{int(nice)}')\nexcept OSError:\n    pass"
-    return [f"--IPKernelApp.exec_lines={[code]!r}"]
+    return [f"--IPKernelApp.exec_lines=from altgrad_lib.studies.executors import yield_cpu; yield_cpu({int(nice)})"]
 
 
 def _run_item(item: tuple) -> tuple[str, str]:
@@ -129,7 +126,9 @@ def _run_item(item: tuple) -> tuple[str, str]:
     if len(opts) > 0 and opts[0]:
         os.environ["OMP_NUM_THREADS"] = str(opts[0])   # read by the kernel's torch at start-up
     if len(opts) > 1 and opts[1]:
-        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), opts[1]))   # lowering only
+        from altgrad_lib.studies.executors import yield_cpu
+
+        yield_cpu(opts[1])   # absolute and lowering only (os.nice would add up over a worker's jobs)
     return run_job(job, kernel, opts[1] if len(opts) > 1 else 0)
 
 

@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from altgrad_lib.errors import Interrupted, exc_line
@@ -129,6 +130,18 @@ def _exit_now() -> None:
         with contextlib.suppress(Exception):
             f.flush()
     os._exit(0)
+
+
+def yield_cpu(nice: int) -> None:
+    """Lower this process's priority to `nice` (absolute, inherited by its children) and, on Linux, its session's:
+    with autogroup scheduling (sched_autogroup_enabled) CPU time is shared between sessions first, and a Jupyter
+    kernel is a session of its own, so a nice value alone would not make it yield to other kernels' workers.
+    Never raises a priority (a process already nicer keeps its value). Best effort: a system without
+    /proc/self/autogroup keeps the nice value only."""
+    os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        group = Path("/proc/self/autogroup")   # "/autogroup-70 nice 0"
+        group.write_text(str(max(nice, int(group.read_text().split()[-1]))))
 
 
 def _worker_init(driver: int) -> None:
