@@ -161,8 +161,10 @@ def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, 
     nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}  # params need it
     nb.cells = [nbformat.v4.new_code_cell(
         "import os\nprint('nice', os.getpriority(os.PRIO_PROCESS, 0))\n"
-        "if os.path.exists('/proc/self/autogroup'):\n"
-        "    print('autogroup', open('/proc/self/autogroup').read().split()[-1])")]
+        "try:\n"   # "/autogroup-70 nice 0"; some sandboxes have the file but leave it empty
+        "    print('autogroup', int(open('/proc/self/autogroup').read().split()[-1]))\n"
+        "except (OSError, IndexError, ValueError):\n"
+        "    pass")]
     for stem in ("01_formats", "02_bf16_baseline"):
         nbformat.write(nb, fake_project / "notebooks" / f"{stem}.ipynb")
     monkeypatch.setattr(sweep, "ROOT", fake_project)
@@ -173,16 +175,18 @@ def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, 
                                      "params/02_bf16_baseline/cpu.yaml"] and (table.status == "ok").all()
     own = os.getpriority(os.PRIO_PROCESS, 0)
 
-    ag = os.path.exists("/proc/self/autogroup")
-    own_ag = open("/proc/self/autogroup").read().split()[-1] if ag else None
+    try:   # where this machine reports autogroups, the kernels must too; an empty file (some sandboxes) is none
+        ag = bool(open("/proc/self/autogroup").read().split())
+    except OSError:
+        ag = False
 
-    def printed(path):
-        return nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip().splitlines()
+    def check(path, nice, autogroup):
+        lines = nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip().splitlines()
+        assert lines[0] == f"nice {nice}"
+        assert lines[1:] == [f"autogroup {autogroup}"] if ag else lines[1:] in ([], [f"autogroup {autogroup}"])
+    # a kernel is a session of its own, so its autogroup starts at the default niceness (0): 01's lower it to 19
     for stem in ("e4m3", "e7m0"):
-        assert printed(fake_project / "out" / "01_formats" / f"{stem}.ipynb") == (
-            [f"nice {max(own, 19)}"] + ([f"autogroup {max(int(own_ag), 19)}"] if ag else []))
-    # 02's kernel is a session of its own too, at the default autogroup niceness (0)
-    assert printed(fake_project / "out" / "02_bf16_baseline" / "cpu.ipynb") == (
-        [f"nice {own}"] + (["autogroup 0"] if ag else []))
+        check(fake_project / "out" / "01_formats" / f"{stem}.ipynb", max(own, 19), 19)
+    check(fake_project / "out" / "02_bf16_baseline" / "cpu.ipynb", own, 0)
     wall = pd.read_csv(fake_project / "outputs" / "sweep" / "wall.csv")
     assert wall.notebook.tolist() == ["01_formats", "02_bf16_baseline"] and wall.jobs.tolist() == [2, 1]
