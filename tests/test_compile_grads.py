@@ -40,13 +40,16 @@ _OVERRIDES = {"name": "nvfp4_ov", "recipe": "nvfp4", "layers": {"*": {
                                      "grad_output": {"fmt": "E4M3", "scaling": "mx", "rounding": "stochastic"}},
                            "dgrad": {"weight": "E4M3"}}}}}}
 
-# (recipe, backend, compile backend)
+# (recipe, backend, compile backend). Inductor: each kind of quantizer graph once (per-tensor, stateful, the
+# torchao and scaled_mm backends, nvfp4 with its RHT and SR, mxfp4); nvfp4's per-GEMM overrides run through
+# aot_eager only (their MX / per-tensor kernels are inductor-compiled in test_numerics_kernels.py and
+# test_block_kernel_layout.py). ONE_PROCESS: aot_eager in one process without a reset (the last test), with
+# the checks of a case here.
 INDUCTOR = [("fp8_hybrid", "sim"), ("fp8_hybrid_all", "torchao"), ("fp8_hybrid_all", "scaled_mm"),
-            (_STATEFUL, "sim"), ("nvfp4", "sim"), ("mxfp4", "sim"), (_OVERRIDES, "sim")]
-AOT_EAGER = [("hp", "sim"), ("fp8_hybrid", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"),
-             ("fmt:E3M4", "sim"), ("fmt:E1M6:E4M3", "sim"), ("fmt:E7M0", "sim"), (_ROW_BLOCK, "sim"),
-             (_STATEFUL, "sim"), ("fp8_hybrid_all", "scaled_mm"),
-             ("nvfp4", "sim"), ("mxfp4", "sim"), (_OVERRIDES, "sim")]
+            (_STATEFUL, "sim"), ("nvfp4", "sim"), ("mxfp4", "sim")]
+AOT_EAGER = [("hp", "sim"), ("fp8_hybrid_all", "sim"), ("fp8_e4m3", "sim"), (_ROW_BLOCK, "sim"),
+             ("fp8_hybrid_all", "scaled_mm"), ("nvfp4", "sim"), ("mxfp4", "sim"), (_OVERRIDES, "sim")]
+ONE_PROCESS = ["fp8_hybrid", "fmt:E3M4", "fmt:E1M6:E4M3", "fmt:E7M0", _STATEFUL]
 CASES = [(r, b, "inductor") for r, b in INDUCTOR] + [(r, b, "aot_eager") for r, b in AOT_EAGER]
 
 
@@ -74,6 +77,13 @@ def _grads(model: GPT, x: torch.Tensor, y: torch.Tensor, compile_backend: str | 
     return out
 
 
+def _no_lost_gradients(eager: dict[str, torch.Tensor], compiled: dict[str, torch.Tensor]) -> None:
+    blocks = [n for n in eager if ".h." in n]
+    assert blocks and all(bool((eager[n] != 0).any()) for n in blocks), "eager reference lost block gradients"
+    lost = [n for n, ge in eager.items() if bool((ge != 0).any()) and not bool((compiled[n] != 0).any())]
+    assert not lost, f"compiled run gave all-zero gradients to {len(lost)} parameters, e.g. {lost[:3]}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_compiled_gradients_match_eager(case, device):
@@ -90,10 +100,7 @@ def test_compiled_gradients_match_eager(case, device):
     # the graph and was re-traced per weight shape (nvfp4: 18 breaks, 11 graphs; its compile took ~2x as long)
     assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
-    blocks = [n for n in eager if ".h." in n]
-    assert blocks and all(bool((eager[n] != 0).any()) for n in blocks), "eager reference lost block gradients"
-    lost = [n for n, ge in eager.items() if bool((ge != 0).any()) and not bool((compiled[n] != 0).any())]
-    assert not lost, f"compiled run gave all-zero gradients to {len(lost)} parameters, e.g. {lost[:3]}"
+    _no_lost_gradients(eager, compiled)
     for n, ge in eager.items():
         gc = compiled[n]
         if compile_backend == "aot_eager":
@@ -106,12 +113,18 @@ def test_compiled_gradients_match_eager(case, device):
 def test_several_recipes_compile_in_one_process_with_default_dynamic():
     """torch.compile's default automatic-dynamic mode turns constants that change between compiles into
     symbols; a format constant that reached Python code (struct.pack) crashed the second recipe. No reset
-    between recipes here on purpose. aot_eager keeps it fast: the crash was in tracing, before any backend."""
+    between recipes here on purpose. aot_eager keeps it fast: the crash was in tracing, before any backend. Each
+    recipe gets a case's checks too: bit-exact gradients, none lost, no graph break, one graph per recipe."""
     torch._dynamo.reset()
+    counters.clear()
     g = torch.Generator().manual_seed(1)
     x, y = torch.randint(0, 64, (2, 16), generator=g), torch.randint(0, 64, (2, 16), generator=g)
-    for recipe in ("fp8_hybrid", "fmt:E3M4", "fmt:E1M6:E4M3", "fmt:E7M0", _STATEFUL):
+    for i, recipe in enumerate(ONE_PROCESS, 1):
         eager = _grads(_model(recipe, "sim", "cpu"), x, y, None)
         compiled = _grads(_model(recipe, "sim", "cpu"), x, y, "aot_eager")
+        name = _id((recipe, "sim", "aot_eager"))
+        assert not counters["graph_break"], f"{name}: graph breaks: {dict(counters['graph_break'])}"
+        assert counters["stats"]["unique_graphs"] == i, (name, dict(counters["stats"]))   # a new model: its graph
+        _no_lost_gradients(eager, compiled)
         for n, ge in eager.items():
-            assert torch.equal(compiled[n], ge), f"{_id((recipe, 'sim', 'aot_eager'))}: {n} differs from eager"
+            assert torch.equal(compiled[n], ge), f"{name}: {n} differs from eager"
