@@ -183,7 +183,8 @@ def test_per_format_kernels_run_beside_the_others_at_low_priority(fake_project, 
     def check(path, nice, autogroup):
         lines = nbformat.read(path, as_version=4).cells[-1].outputs[0]["text"].strip().splitlines()
         assert lines[0] == f"nice {nice}"
-        assert lines[1:] == [f"autogroup {autogroup}"] if ag else lines[1:] in ([], [f"autogroup {autogroup}"])
+        if ag:   # elsewhere the kernel's autogroup may not be ours to read or write: only its nice value is checked
+            assert lines[1:] == [f"autogroup {autogroup}"]
     # a kernel is a session of its own, so its autogroup starts at the default niceness (0): 01's lower it to 19
     for stem in ("e4m3", "e7m0"):
         check(fake_project / "out" / "01_formats" / f"{stem}.ipynb", max(own, 19), 19)
