@@ -9,8 +9,13 @@ run gets none of the xdist parts.
   reads, so its groups silently become single tests.)
 - Each worker trains into its own ALTGRAD_OUTPUTS/<worker id>: two workers training the same config in the same
   outputs would write one run directory at once (the token cache needs nothing: its files are written atomically).
-- Torch threads stay torch's default (one per core) in each worker: fewer would change reduction order, and tests that
-  compare a subprocess's training with this process's bit for bit (test_training_loop's SIGKILL resumes) fail.
+- Torch threads: each worker gets cores // workers (OMP_NUM_THREADS, set before torch loads, so the notebook kernels,
+  study workers and subprocesses a test starts get the same count: tests that compare a subprocess's training with
+  this process's bit for bit, as test_training_loop's SIGKILL resumes, still compare like with like). The policy of
+  studies/executors.py's workers; a caller's OMP_NUM_THREADS wins. Torch's default (every core in every worker)
+  oversubscribed a 2-core box 2x, and OpenMP threads that spin while waiting took the cores from the other worker:
+  two 50-step nvfp4 runs side by side took 71 s each against 8.7 s alone, and `make test` 15.0 min against 11.7 min
+  with one thread per worker (README "Tests", AMD EPYC).
 - Quantizers run eager in tests ($ALTGRAD_QDQ_KERNEL=eager unless the caller set it): the default "auto" compiles a
   kernel per quantizer configuration after 32 calls, which made the numerics/quantize test files ~2.9x slower
   (26 s -> 76 s, bench/results/train_step.md) and pays only in long runs. tests/test_numerics_kernels.py chooses
@@ -20,15 +25,22 @@ run gets none of the xdist parts.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+from altgrad_lib.studies.executors import default_threads   # imports no torch (it must load after the env below)
 
 os.environ.setdefault("ALTGRAD_QDQ_KERNEL", "eager")
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # "gw0", "gw1", ...; unset in a serial run and in the controller
 
 if WORKER:
+    # cores // workers threads (above); torch reads OMP_NUM_THREADS when it loads, which is after this file
+    os.environ["OMP_NUM_THREADS"] = str(default_threads(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    if "torch" in sys.modules:   # a plugin loaded it first: set this process's count too (children read the env)
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     if os.environ.get("ALTGRAD_OUTPUTS"):
         own = Path(os.environ["ALTGRAD_OUTPUTS"]) / WORKER
         own.mkdir(parents=True, exist_ok=True)
