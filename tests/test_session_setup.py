@@ -1,10 +1,12 @@
-"""conftest.py's thread count under pytest-xdist: each worker, and every process a test starts, runs
-cores // workers torch threads (studies/executors.py's policy), so `make test` does not oversubscribe the box."""
+"""conftest.py's set-up of a parallel session: each worker, and every process a test starts, runs cores // workers
+torch threads (studies/executors.py's policy), so `make test` does not oversubscribe the box; the units it sends
+first name test files that exist."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,3 +24,14 @@ def test_a_worker_and_its_subprocesses_run_cores_over_workers_threads():
     child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                            capture_output=True, text=True, check=True, timeout=120)
     assert int(child.stdout) == expected
+
+
+def test_the_units_sent_first_are_test_files_that_exist():
+    from conftest import SLOW_FIRST, _unit_rank
+
+    root = Path(__file__).resolve().parent.parent
+    missing = [f for f in SLOW_FIRST if not (root / f).is_file()]
+    assert SLOW_FIRST and not missing, missing
+    ranks = [_unit_rank(f"{f}::test_x") for f in SLOW_FIRST]
+    assert ranks == sorted(ranks) and _unit_rank("notebooks/01_formats.ipynb::Cell 0") < ranks[0]
+    assert _unit_rank("tests/test_io.py::test_x") > ranks[-1]
