@@ -40,10 +40,11 @@ run: $(STAMP)
 	$(PY) tools/sweep.py --profile $(PROFILE)
 
 # Tests train into a fresh temporary ALTGRAD_OUTPUTS, so nbval never passes on runs left by older code.
-# pytest-xdist, one worker per core up to 4 (beyond that the notebooks, one unit, are the floor); on a 2-core box
-# the wall time is within ~5 % of half the summed test time (711 s against 1,360 s summed; README states it). tests/conftest.py makes each test
-# file one unit of work and all notebooks one unit, cells in order (03 reuses the run 02 trained), sent first
-# (--no-loadscope-reorder keeps that order), and gives each worker its own outputs and cores // workers torch threads.
+# pytest-xdist, one worker per core up to 4 (beyond that the notebooks, one unit, are the floor); on a 2-core box the
+# wall time is within ~5 % of half the summed test time (711 s against 1,360 s summed; README states it).
+# tests/conftest.py makes each test file one unit of work and all notebooks one unit, cells in order (03 reuses the
+# run 02 trained), sent first (--no-loadscope-reorder keeps that order), and gives each worker its own outputs and
+# cores // workers torch threads.
 XDIST     := -n $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 ))) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	ALTGRAD_OUTPUTS=$$(mktemp -d) $(PY) -m pytest tests $(XDIST) $(NBVAL) $(NOTEBOOKS)
