@@ -18,7 +18,9 @@ SPECS = [  # (spec, axis): per-tensor / per-row / delayed / SR / block kinds, al
     ({"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"}, -1),
     ({"fmt": "E1M6", "scaling": "none"}, -1),            # saturates: the counters' mask must not clip the gradient
     ({"fmt": "E1M6", "scaling": "none", "ste": "clipped"}, 0),   # saturates: the clipped STE's mask is used
-    ({"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"}, 0),
+    # along the last dim: nvfp4 SR along dim 0 (wgrad's dY) is test_block_kernel_layout's first case; here,
+    # through backward and eval too, it took 1.8x as long (this test alone, cold cache: 52 against 29 CPU-s)
+    ({"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"}, -1),
     ({"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}}, -1),
     ({"fmt": "E4M3", "scaling": "mx"}, 0),                # eval (no stats): inductor failed on frexp(float64) here
     ({"fmt": "E4M3", "rounding": "stochastic", "sr_rng": "per_call"}, -1),   # counter-based bits through the op
