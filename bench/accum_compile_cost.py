@@ -48,8 +48,8 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, args.vocab, (args.batch, args.block_size), generator=g).to(args.device)
             for _ in range(2))
-    print(f"torch {torch.__version__} | {cpu_model()} | {cfg.short_str()} | batch {args.batch} | threads {args.threads} | "
-          f"accum {args.accum} | backend {args.backend}", flush=True)
+    print(f"torch {torch.__version__} | {cpu_model()} | {cfg.short_str()} | batch {args.batch} | "
+          f"threads {args.threads} | accum {args.accum} | backend {args.backend}", flush=True)
 
     def step(fn) -> float:
         t = time.perf_counter()
