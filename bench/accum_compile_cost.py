@@ -1,10 +1,11 @@
 """Benchmark: what torch.compile costs for a recipe with a simulated accumulator (`gemm: {accum: ...}`).
 
 The accumulator loop (numerics/accumulate.py) runs K/32 elementwise steps per GEMM (per_add: K); torch.compile
-unrolls it into the graph, and inductor's code generation takes 1-2 s per unrolled addition on CPU. This times,
-on the cpu profile's model and batch (2 x 64, context 64, vocab 257, 16 sequences), one eager step, the first
-compiled step (compile included) and a second compiled step, for FP22 in every GEMM (`fp22`) or FP22 promoted to
-FP32 every 128 products (`p128`). The README's accumulator section quotes it (423 s / 198 s on a 2-core AMD EPYC).
+unrolls it into the graph (accumulate.loop_steps counts them; a compiling run prints the count), and inductor takes
+1.3-2.6 s per unrolled step on a 2-core CPU. This times, on the cpu profile's model and batch (2 x 64, context 64,
+vocab 257, 16 sequences), one eager step, the first compiled step (compile included) and a second compiled step, for
+FP22 in every GEMM (`fp22`, 320 steps) or FP22 promoted to FP32 every 128 products (`p128`, 76 steps). The
+README's accumulator section quotes it (423 s / 198 s on a 2-core AMD EPYC).
 
     ALTGRAD_QDQ_KERNEL=eager TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) .venv/bin/python bench/accum_compile_cost.py fp22
 

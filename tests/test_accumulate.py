@@ -18,13 +18,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from altgrad_lib.numerics import accumulate
 from altgrad_lib.numerics.accumulate import (AccumSpec, accumulate_add, accumulate_matmul,
                                              accumulate_matmul_per_add_reference)
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.rounding import quantize_tensor
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.gemm_quant import GemmOptions
-from altgrad_lib.quantize.linear import QuantizedLinear
+from altgrad_lib.quantize.linear import QuantizedLinear, accum_loop_steps
 from altgrad_lib.quantize.recipes import LayerSpec, get_policy
 from altgrad_lib.training.config import TrainConfig
 
@@ -358,6 +359,60 @@ def test_compiled_gradients_equal_eager(compile_backend):
     comp = _layer_grads(layer, x, torch.compile(layer, backend=compile_backend))
     for e, c in zip(eager, comp):
         assert torch.equal(e, c)
+
+
+def _counting_adds(monkeypatch) -> list[int]:
+    """accumulate_add, counted: one entry per step of accumulate_matmul's loop (what torch.compile unrolls)."""
+    calls = []
+
+    def counted(acc, p, spec):
+        calls.append(1)
+        return accumulate_add(acc, p, spec)
+    monkeypatch.setattr(accumulate, "accumulate_add", counted)
+    return calls
+
+
+@pytest.mark.parametrize("spec", [AccumSpec("fp22"), AccumSpec("fp22", promote_every=128), AccumSpec("bf16", chunk=8),
+                                  AccumSpec("fp22", model="per_add", promote_every=4), AccumSpec("fp32")],
+                         ids=lambda s: s.short_str())
+def test_loop_steps_counts_the_loop_accumulate_matmul_runs(spec, monkeypatch):
+    calls = _counting_adds(monkeypatch)
+    for k in (1, 7, 32, 33, 160, 1024):     # padded last chunk / group, promotion groups side by side
+        calls.clear()
+        accumulate_matmul(torch.randn(3, k), torch.randn(k, 2), spec)
+        assert len(calls) == accumulate.loop_steps(k, spec), (k, len(calls))
+    assert spec.is_fp32 or accumulate.loop_steps(1024, spec) > 0     # non-vacuous: the loop ran
+
+
+def test_a_models_accumulator_steps_are_the_ones_a_training_step_runs(monkeypatch):
+    """accum_loop_steps (the figure the training loop warns with before compiling) against the accumulate_add
+    calls of one forward + backward: fprop over the inputs, dgrad over the outputs, wgrad over the tokens."""
+    calls = _counting_adds(monkeypatch)
+    accum = {"fprop": {"fmt": "bf16", "chunk": 8}, "dgrad": {"fmt": "fp22", "model": "per_add"},
+             "wgrad": {"fmt": "fp22", "chunk": 8, "promote_every": 16}}
+    x = torch.randn(2, 20, 16)
+    _layer_grads(_layer(accum, shape=(16, 4)), x)
+    assert len(calls) == accum_loop_steps(_layer(accum, shape=(16, 4)), tokens=40) == 2 + 4 + 2
+    assert accum_loop_steps(_layer({}), tokens=40) == 0
+
+
+def test_compiling_an_accumulator_recipe_says_it_can_take_minutes(tmp_path, monkeypatch, capsys):
+    """One line, with this model's step count, when compile=True meets an accumulator; none without one.
+    torch.compile is replaced by the identity: nothing compiles here."""
+    from altgrad_lib.training.loop import train
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)
+    base = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=2, max_docs=20, tokenizer="gpt2-256",
+                max_steps=1, eval_interval=1, eval_iters=1, compile=True)
+    acc = {"name": "acc", "recipe": "fp8_hybrid", "layers": {"*": {"input": "E4M3", "weight": "E4M3",
+           "grad_output": "E5M2", "gemm": {"accum": "fp22"}}}}
+    for recipe, said in ((acc, True), ("fp8_hybrid", False)):
+        train(TrainConfig(**base, recipe=recipe, out_dir=str(tmp_path / str(said))), progress=False)
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if "accumulator loop" in ln]
+        if said:   # 4 Linears, chunks of 32: fprop K 32/32/32/128 (7), dgrad K 96/32/128/32 (9), wgrad 32 tokens (4)
+            assert len(lines) == 1 and "accumulator loop (20 steps in this model's GEMMs)" in lines[0], lines
+        else:
+            assert not lines
 
 
 def test_the_readme_example_is_a_valid_recipe():

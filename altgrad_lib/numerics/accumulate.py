@@ -175,6 +175,15 @@ def _promotion_steps(k: int, step: int, spec: AccumSpec) -> int:
     return -(-k // step) if n == 0 or n >= k else n // step
 
 
+def loop_steps(k: int, spec: AccumSpec | None) -> int:
+    """The accumulate_add steps accumulate_matmul runs for a reduction of length k: what torch.compile unrolls
+    into the graph (0 for FP32). The promotion groups run side by side, so a group's steps count once."""
+    if spec is None or spec.is_fp32:
+        return 0
+    c = 1 if spec.model == "per_add" else spec.chunk
+    return min(_promotion_steps(k, c, spec), -(-k // c))
+
+
 def _finish(total: Tensor | None, acc: Tensor) -> Tensor:
     a32 = acc.to(torch.float32)                             # exact: the accumulator format fits float32
     return a32 if total is None else total + a32

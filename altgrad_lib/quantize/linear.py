@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from altgrad_lib.numerics.accumulate import loop_steps
 from altgrad_lib.numerics.counter_rng import seed_keys
 from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.gemm_overrides import GEMMS, override_key
@@ -158,3 +159,15 @@ def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
         if new != m.gemm:
             m.gemm, changed = new, True
     return changed
+
+
+def accum_loop_steps(model: nn.Module, tokens: int) -> int:
+    """The accumulator steps of one training step's simulated GEMMs (numerics/accumulate.py's loop_steps), summed
+    over the layers: what torch.compile unrolls into the graph. fprop reduces over a layer's inputs, dgrad over its
+    outputs, wgrad over the `tokens` of the batch. 0 when no GEMM models an accumulator."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, QuantizedLinear) and m.gemm is not None:
+            k = {"fprop": m.in_features, "dgrad": m.out_features, "wgrad": tokens}
+            total += sum(loop_steps(k[g], m.gemm.accum_for(g)) for g in GEMMS if g not in m.gemm.hp_gemms)
+    return total

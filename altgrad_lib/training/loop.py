@@ -29,7 +29,7 @@ from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
-from altgrad_lib.quantize.linear import set_hp_gemms, set_rng_step
+from altgrad_lib.quantize.linear import accum_loop_steps, set_hp_gemms, set_rng_step
 from altgrad_lib.state import Snapshots, restore_snapshot
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, schedule_steps
@@ -280,11 +280,16 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
     sched = schedule_steps(cfg)   # {} unless precision_schedule: then the GEMMs' phase is a function of the step
     if sched:
         set_hp_gemms(model, hp_gemms_at(start, sched))   # a resumed run continues in its step's phase
+    tokens_per_step = cfg.batch_size * cfg.block_size
+    if cfg.compile and (steps := accum_loop_steps(model, tokens_per_step)):
+        _log(f"compile=True with an accumulator recipe: torch.compile unrolls the accumulator loop ({steps} steps "
+             f"in this model's GEMMs), which can take minutes before the first step: the cpu profile's model took "
+             f"423 s with FP22 in every GEMM (320 steps), 198 s promoted every 128 (76 steps), on a 2-core CPU "
+             f"(bench/accum_compile_cost.py); compile=false starts at once")
     fwd = torch.compile(model) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    tokens_per_step = cfg.batch_size * cfg.block_size
     autocast = functools.partial(_autocast, cfg, device)
     t_run = time.perf_counter()
     model.train()
