@@ -3,8 +3,9 @@
 # no network): the FP8 GEMM bench, the quantizer at the bandwidth floor, one training step of the h100 profile's
 # model (bf16 vs simulated fp8_hybrid, eager and compiled), the CUDA cases of the compiled-vs-eager gradient tests,
 # the accumulator cross-check and a short h100-profile run. Each step has its own time limit and a failing step
-# does not stop the others. Packages the image lacks travel in .gpu/site.tar.gz (built from .venv: geoopt,
-# torchao without its compiled extensions, the GPT-2 ranks, the licence texts). Logs and results go to $OUT.
+# does not stop the others. Packages the image lacks travel in .gpu/site.tar.gz (built by bench/gpu_site.sh:
+# geoopt, torchao without its compiled extensions, datasets, the GPT-2 ranks, the licence texts). Logs and results
+# go to $OUT.
 #
 #   run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=590)
 #   run(command="bash bench/gpu_session.sh peers", carry=[".gpu"], timeout_s=520)   # peers' steps + a compiled run
