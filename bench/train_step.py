@@ -171,11 +171,13 @@ class Recorder:
 
 def print_memory(title: str, rec: Recorder) -> None:
     gib = 2.0 ** 30
-    print(f"\nCUDA memory, {title}: peaks during the mode's steps, counters summed over them")
-    print(f"{'mode':20s} {'alloc GiB':>9s} {'resv GiB':>9s} {'retries':>8s} {'cudaMallocs':>11s}")
+    print(f"\nCUDA memory, {title}: peaks during the mode's steps, counters summed over them; its step times")
+    print(f"{'mode':20s} {'alloc GiB':>9s} {'resv GiB':>9s} {'retries':>8s} {'cudaMallocs':>11s}  ms min/median/max")
     for key, m in rec.mem.items():
+        ms = sorted(1e3 * t for t in rec.times[key])
         print(f"{key:20s} {m['alloc_peak'] / gib:9.2f} {m['reserved_peak'] / gib:9.2f} "
-              f"{m['num_alloc_retries']:8d} {m['num_device_alloc']:11d}")
+              f"{m['num_alloc_retries']:8d} {m['num_device_alloc']:11d}  "
+              f"{ms[0]:.1f} / {ms[len(ms) // 2]:.1f} / {ms[-1]:.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
