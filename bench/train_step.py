@@ -14,9 +14,11 @@ CPU (ALTGRAD_CPU_FP8_GEMM=scaled_mm; hw_fp8.py), against their default dequantiz
     ... --also-consecutive 10      # then 10 steps of each mode in a row: interleaved vs consecutive, per mode
 
 On CUDA it also prints, per mode, what the caching allocator did during that mode's timed steps: peak allocated
-and reserved GiB, failed cudaMallocs that made it free its cache and retry, and cudaMalloc calls. Several models
-share one allocator in this process, and a baseline that doubled next to block-recipe models (gpu_h100.md) is
-why: memory pressure shows as retries, switching costs as interleaved > consecutive.
+and reserved GiB, failed cudaMallocs that made it free its cache and retry, and cudaMalloc calls (memory pressure
+shows as retries, switching costs as interleaved > consecutive). And it warns when a compiled mode's step no longer
+runs the compiled frames it ran right after its build: the models share their forward's code object, and a bf16
+baseline once ran at its eager speed because a later mode's graph break made dynamo skip that frame for every
+model in the process (bench/results/gpu_h100.md, third lease).
 
 Before timing, every mode's first step is checked for gradient flow (guards.py): a compiled path that
 silently gives the transformer blocks zero gradients (as torch 2.11 did) skips the blocks' backward and
@@ -30,7 +32,7 @@ import argparse
 import platform
 import subprocess
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import torch
 
@@ -180,6 +182,29 @@ def print_memory(title: str, rec: Recorder) -> None:
               f"{ms[0]:.1f} / {ms[len(ms) // 2]:.1f} / {ms[-1]:.1f}")
 
 
+def compiled_regions(step) -> list[str]:
+    """The torch.compile frames one call of step runs, as dynamo names them ('0/0': frame 0, its first graph)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step()
+    tag = "Torch-Compiled Region: "
+    return sorted(e.name[len(tag):] for e in prof.events() if e.name.startswith(tag))
+
+
+def regions_changed(key: str, before: list[str], after: list[str]) -> str | None:
+    """A warning when a compiled mode's step no longer runs the graphs it ran right after its build."""
+    if before == after:
+        return None
+
+    def show(names: list[str]) -> str:
+        c = Counter(names)
+        parts = [n if k == 1 else f"{n} x{k}" for n, k in sorted(c.items())]
+        return "[" + ", ".join(parts[:8]) + (", ..." if len(parts) > 8 else "") + "]"
+
+    return (f"WARNING {key}: its step ran compiled frames {show(before)} after its build, {show(after)} after the "
+            "later builds: a later mode changed its graphs (e.g. a graph break that made dynamo skip the model's "
+            "shared forward frame), so its times are not its own compiled model's")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=DEFAULT,
@@ -224,13 +249,19 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__} | {where} | {args.precision} | threads {args.threads} | "
           f"{cfg.short_str()} | batch {args.batch} | qdq kernels {' '.join(kernels)} | median of {args.steps} "
           f"interleaved rounds after {args.warmup} warmup steps")
-    steps, warm_s = {}, {}
+    steps, warm_s, regions = {}, {}, {}
     for key, kern in runs:
         try:
             steps[key], warm_s[key] = build(key, cfg, args.batch, args.warmup, args.device, args.precision, kern)
             print(f"{key:20s} ready (build + warmup {warm_s[key]:.0f}s)", flush=True)
+            if args.device.startswith("cuda") and key.partition("/")[0].endswith(":compiled"):
+                regions[key] = compiled_regions(steps[key])   # one more step, on CUDA only (CPU output unchanged)
         except Exception as e:  # a failing mode should not hide the others
             print(f"{key:20s} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
+    for key, before in regions.items():   # models share code objects, so one mode's build can change another's graphs
+        warning = regions_changed(key, before, compiled_regions(steps[key]))
+        if warning:
+            print(warning, flush=True)
     if args.device.startswith("cuda"):
         print(f"CUDA after the builds: {torch.cuda.memory_reserved(args.device) / 2 ** 30:.2f} GiB reserved, "
               f"{torch.cuda.memory_allocated(args.device) / 2 ** 30:.2f} GiB allocated", flush=True)

@@ -1,11 +1,14 @@
 """bench/train_step.py on CPU with a tiny model: the default output has the interleaved table only, and
 --also-consecutive N adds a table with every mode's interleaved and consecutive medians, from N steps of each
-mode in a row. The timings themselves are not tested (a bench, not a test); the CUDA memory columns need a GPU."""
+mode in a row. The timings themselves are not tested (a bench, not a test); the CUDA memory columns and the
+compiled-frames check are tested on scripted stats and a compiled function (the bench runs them on CUDA only)."""
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import train_step
@@ -77,3 +80,23 @@ def test_cuda_memory_columns_are_peaks_and_summed_counters(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert re.search(r"^a +2\.00 +9\.00 +1 +3  [\d.]+ / [\d.]+ / [\d.]+$", out, re.M)
     assert re.search(r"^b +8\.00 +9\.00 +2 +8  [\d.]+ / [\d.]+ / [\d.]+$", out, re.M)
+
+
+def test_compiled_regions_names_the_frames_a_step_runs():
+    """A compiled function's call runs one dynamo frame; the same function eager runs none."""
+    def f():
+        return (torch.ones(3) * 2).sin()
+
+    g = torch.compile(f, backend="eager")   # no inductor: the frame is what is counted, not the code generated
+    g()
+    (frame,) = train_step.compiled_regions(g)   # its number counts the process's earlier compiled frames
+    assert re.fullmatch(r"\d+/0", frame)
+    assert train_step.compiled_regions(f) == []
+
+
+def test_regions_changed_warns_only_when_the_frames_differ():
+    assert train_step.regions_changed("fp32:compiled", ["0/0"], ["0/0"]) is None
+    # what the second lease's bf16 baseline ran after a compiled nvfp4 build (the frames of its split forward)
+    w = train_step.regions_changed("fp32:compiled", ["0/0"], ["1/0"] * 6 + ["11/0", "12/1"])
+    assert w.startswith("WARNING fp32:compiled:") and "[0/0] after its build" in w
+    assert "[1/0 x6, 11/0, 12/1] after the later builds" in w
