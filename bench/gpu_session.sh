@@ -3,11 +3,13 @@
 # no network): the FP8 GEMM bench, the quantizer at the bandwidth floor, one training step of the h100 profile's
 # model (bf16 vs simulated fp8_hybrid, eager and compiled), the CUDA cases of the compiled-vs-eager gradient tests,
 # the accumulator cross-check and a short h100-profile run. Each step has its own time limit and a failing step
-# does not stop the others. Packages the image lacks travel in .gpu/site.tar.gz (built from .venv: geoopt,
-# torchao without its compiled extensions, the GPT-2 ranks, the licence texts). Logs and results go to $OUT.
+# does not stop the others. Packages the image lacks travel in .gpu/site.tar.gz (built by bench/gpu_site.sh:
+# geoopt, torchao without its compiled extensions, datasets, the GPT-2 ranks, the licence texts). Logs and results
+# go to $OUT.
 #
 #   run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=590)
 #   run(command="bash bench/gpu_session.sh peers", carry=[".gpu"], timeout_s=520)   # peers' steps + a compiled run
+#   run(command="bash bench/gpu_session.sh blocks", carry=[".gpu"], timeout_s=450)  # the bf16-baseline trap, <= 410 s
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -29,7 +31,31 @@ lscpu | grep "Model name"
 $PY -c "import torch, torchao, geoopt, altgrad_lib; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'torchao', torchao.__version__, torch.cuda.get_device_name())" || exit 4
 
+exec 3>&1                    # the call's own stdout, for a summary at the end
 exec > "$OUT/log.txt" 2>&1   # a file, not a tee: `wait` would wait for a tee process substitution forever
+if [ "${1:-}" = blocks ]; then   # why bf16 compiled doubled next to block-recipe models (bench/results/gpu_h100.md)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,memory.used \
+        --format=csv -l 1 > "$OUT/smi.csv" 2>&1 &
+    smi=$!
+    A="--device cuda --precision bf16 --n-layer 6 --n-head 8 --n-embd 512 --block-size 512 --vocab 50304 --batch 32
+       --steps 10 --warmup 3 --also-consecutive 10"
+    # the three modes of the doubled baseline, with the allocator's stats and each mode's steps in a row too.
+    # Sized on 2026-11-28's lease, where compiled nvfp4 was still building after 224 s (77 s at the lease before;
+    # gpu_h100.md): this step gets nearly all of the call, the pair only what a fast build leaves.
+    step blocks_three 370 $PY bench/train_step.py $A --modes fp32:compiled nvfp4:compiled mxfp8:compiled \
+        > "$OUT/blocks_three.txt" 2>&1
+    left=$((405 - (SECONDS - T0)))   # the pair in what is left (its compiles may hit inductor's cache)
+    if [ $left -ge 90 ]; then
+        step blocks_pair $left $PY bench/train_step.py $A --modes fp32:compiled nvfp4:compiled \
+            > "$OUT/blocks_pair.txt" 2>&1
+    else
+        echo "=== blocks_pair: skipped, $left s left"
+    fi
+    kill $smi
+    echo "=== total $((SECONDS - T0)) s"
+    cat "$OUT/log.txt" "$OUT/blocks_three.txt" "$OUT/blocks_pair.txt" >&3 2>/dev/null
+    exit 0
+fi
 if [ "${1:-}" = recheck ]; then   # the block recipes' CUDA cases, the FP8 GEMM bench, a short eager run
     step gemm_speedup 40 $PY bench/gemm_speedup.py --iters 30 && cp bench/results/gemm_speedup_* "$OUT"/
     step cuda_tests 80 $PY -m pytest -q -p no:cacheprovider -n 6 -k "cuda and (nvfp4 or mxfp4)" \
