@@ -7,6 +7,7 @@ HW_BACKENDS = BACKENDS[1:]
 MLP_KINDS = ("gelu", "swiglu")
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
+COMPILE_SCOPES = ("model", "blocks")    # TrainConfig.compile_scope: what torch.compile compiles (model.compile_gpt)
 # Old recipe names that still work, resolved to the canonical name, which is what configs record and print.
 # "bf16" quantized nothing and ran in fp32 unless precision="bf16": the autocast dtype is `precision`, not the recipe.
 RECIPE_ALIASES = {"bf16": "hp"}

@@ -276,3 +276,12 @@ def test_sub_configs_are_typed_frozen_and_built_with_the_config():
 def test_grid_storage_on_a_hardware_backend_is_refused_with_the_config():
     with pytest.raises(ConfigError, match=r"optim.storage='grid_sr' needs backend 'sim' \(got 'torchao'\)"):
         TrainConfig(backend="torchao", recipe="fp8_hybrid", optim={"storage": "grid_sr"})
+
+
+def test_compile_scope_is_checked_and_hashed_only_when_set():
+    with pytest.raises(ConfigError, match=r"compile_scope='block' is invalid; did you mean 'blocks'"):
+        TrainConfig(compile=True, compile_scope="block")
+    with pytest.raises(ConfigError, match=r"compile_scope='blocks' with compile=False: nothing is compiled"):
+        TrainConfig(compile_scope="blocks")          # refused, not silently ignored
+    # the default leaves every earlier hash as it was (test_config_run_hashes.py); blocks is a run of its own
+    assert TrainConfig(compile=True, compile_scope="blocks").config_hash() != TrainConfig(compile=True).config_hash()

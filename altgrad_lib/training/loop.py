@@ -24,7 +24,7 @@ import yaml
 
 from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
-from altgrad_lib.model import freeze_blocks
+from altgrad_lib.model import compile_gpt, freeze_blocks
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
@@ -286,7 +286,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
              f"in this model's GEMMs), which can take minutes before the first step: the cpu profile's model took "
              f"423 s with FP22 in every GEMM (320 steps), 198 s promoted every 128 (76 steps), on a 2-core CPU "
              f"(bench/accum_compile_cost.py); compile=false starts at once")
-    fwd = torch.compile(model) if cfg.compile else model
+    fwd = compile_gpt(model, cfg.compile_scope) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     quantized = list(quantized_modules(model))
     clip = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
@@ -328,7 +328,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                          f"{'+'.join(hp_gemms_at(step, sched))}")
                     if cfg.compile:   # the layers' GEMM options are constants of the compiled graph: compile anew
                         torch._dynamo.reset()
-                        fwd = torch.compile(model)
+                        fwd = compile_gpt(model, cfg.compile_scope)
                 snap = snapshots.take()  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
                 optimizer.zero_grad(set_to_none=True)
