@@ -3,8 +3,10 @@
 Compares FP32 with the simulated fp8_hybrid recipe and the real-dtype FP8 peers, eager and compiled, in one
 process, and prints each mode's overhead against FP32 in the same mode (eager vs eager, compiled vs compiled).
 Any recipe get_policy accepts (nvfp4, mxfp4, mxfp8, fmt:E3M4, ...) is a mode too (simulated): `--recipe nvfp4`
-adds nvfp4:eager and nvfp4:compiled. torchao_slow / scaled_mm_slow are the FP8 peers through torch._scaled_mm on
-CPU (ALTGRAD_CPU_FP8_GEMM=scaled_mm; hw_fp8.py), against their default dequantize + FP32 GEMM path.
+adds nvfp4:eager and nvfp4:compiled; `<mode>:blocks` compiles each transformer block instead of the whole model
+(TrainConfig compile_scope=blocks), against fp32:blocks. torchao_slow / scaled_mm_slow are the FP8 peers through
+torch._scaled_mm on CPU (ALTGRAD_CPU_FP8_GEMM=scaled_mm; hw_fp8.py), against their default dequantize + FP32 GEMM
+path.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py               # all modes
     HF_HUB_OFFLINE=1 .venv/bin/python bench/train_step.py --modes fp32:eager sim:compiled --steps 20
@@ -39,7 +41,7 @@ import torch
 from common import add_model_args, check_device
 
 from altgrad_lib.training.guards import check_gradient_flow
-from altgrad_lib.model import GPT, GPTConfig
+from altgrad_lib.model import GPT, GPTConfig, compile_gpt
 from altgrad_lib.numerics.kernels import QDQ_KERNEL_MODES, set_qdq_kernel
 from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
@@ -80,7 +82,7 @@ DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:
            "scaled_mm:eager", "scaled_mm:compiled"]
 
 
-def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision: str, kernel: str):
+def make_step(mode: str, how: str, cfg: GPTConfig, device: str, precision: str, kernel: str):
     recipe, backend = recipe_backend(mode)
     gemm = "scaled_mm" if mode.endswith("_slow") else "dequant"
     set_cpu_fp8_gemm(gemm)   # torchao modules take it when built / moved, ScaledMMLinear at each call (step below)
@@ -93,7 +95,7 @@ def make_step(mode: str, compiled: bool, cfg: GPTConfig, device: str, precision:
                 m.count = False
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, fused=device == "cuda" or None)
-    fwd = torch.compile(model) if compiled else model
+    fwd = model if how == "eager" else compile_gpt(model, "blocks" if how == "blocks" else "model")
     amp = precision == "bf16"
     checked = []
 
@@ -125,7 +127,7 @@ def build(mode_key: str, cfg: GPTConfig, batch: int, warmup: int, device: str, p
     x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     y = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g).to(device)
     t0 = time.perf_counter()
-    step = make_step(mode, how == "compiled", cfg, device, precision, kernel)
+    step = make_step(mode, how, cfg, device, precision, kernel)
     for _ in range(warmup):
         step(x, y)
     _sync(device)
@@ -208,7 +210,8 @@ def regions_changed(key: str, before: list[str], after: list[str]) -> str | None
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=DEFAULT,
-                    help=f"<{'|'.join(MODES)}|any recipe, e.g. nvfp4>:<eager|compiled>")
+                    help=f"<{'|'.join(MODES)}|any recipe, e.g. nvfp4>:<eager|compiled|blocks> (blocks: each "
+                         "transformer block compiled, TrainConfig compile_scope=blocks)")
     ap.add_argument("--recipe", nargs="+", default=[],
                     help="simulated recipes to time too, eager and compiled (nvfp4, mxfp4, mxfp8, fmt:E3M4, ...)")
     ap.add_argument("--steps", type=int, default=10)
@@ -227,8 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     args.modes = list(dict.fromkeys(args.modes + [f"{r}:{how}" for r in args.recipe for how in ("eager", "compiled")]))
     for key in args.modes:   # every mode checked before any is built
         mode, _, how = key.rpartition(":")
-        if how not in ("eager", "compiled"):
-            ap.error(f"mode {key!r}: expected <mode>:<eager|compiled>")
+        if how not in ("eager", "compiled", "blocks"):
+            ap.error(f"mode {key!r}: expected <mode>:<eager|compiled|blocks>")
         try:
             recipe_backend(mode)
         except ValueError as e:
