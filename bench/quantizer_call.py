@@ -21,7 +21,7 @@ from altgrad_lib.numerics.kernels import set_qdq_kernel
 from altgrad_lib.numerics.quantizer import Quantizer
 from altgrad_lib.quantize.recipes import get_policy
 
-from train_step import cpu_model
+from report_md import cpu_model
 
 
 def cases(x: torch.Tensor) -> dict:

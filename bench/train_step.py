@@ -31,14 +31,13 @@ Not a test: numbers depend on the machine. On CPU the torchao and scaled_mm path
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import time
 from collections import Counter, defaultdict
 
 import torch
 
 from common import add_model_args, check_device
+from report_md import cpu_model
 
 from altgrad_lib.training.guards import check_gradient_flow
 from altgrad_lib.model import GPT, GPTConfig, compile_gpt
@@ -68,16 +67,6 @@ def recipe_backend(mode: str) -> tuple[str, str]:
     return mode, "sim"
 
 
-def cpu_model() -> str:
-    """The CPU's model name as lscpu prints it (platform.processor() where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return platform.processor() or platform.machine()
 DEFAULT = ["fp32:eager", "fp32:compiled", "sim:eager", "sim:compiled", "torchao:eager", "torchao:compiled",
            "scaled_mm:eager", "scaled_mm:compiled"]
 
