@@ -8,10 +8,27 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+
+from altgrad_lib.numerics.kernels import set_qdq_kernel
+from altgrad_lib.quantize.hw_fp8 import set_cpu_fp8_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import train_step
+
+
+@pytest.fixture(autouse=True)
+def _process_state_restored():
+    """main() sets process-wide state (torch's thread count, dynamo's limits, the kernel modes) for its own run;
+    the next test in this worker must find the worker's (a later test checks its thread count)."""
+    threads, dyn = torch.get_num_threads(), torch._dynamo.config
+    limits = dyn.recompile_limit, dyn.cache_size_limit
+    yield
+    torch.set_num_threads(threads)
+    dyn.recompile_limit, dyn.cache_size_limit = limits
+    set_qdq_kernel(None)
+    set_cpu_fp8_gemm(None)
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8", "--vocab", "32", "--batch", "2",
         "--steps", "2", "--warmup", "1", "--qdq-kernel", "eager", "--modes", "fp32:eager", "sim:eager"]

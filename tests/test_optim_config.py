@@ -38,9 +38,10 @@ def test_defaults_and_peak_lr():
 
 def test_default_optimizer_fields_do_not_change_the_hash():
     cfg = TrainConfig()
-    # precision_schedule, like the optim fields, is hashed only when set (the runs from before keep their hash)
+    # precision_schedule and compile_scope, like the optim fields, are hashed only when set (the runs from before
+    # keep their hash)
     d = {k: v for k, v in cfg.to_dict().items()
-         if k not in NON_RESULT_FIELDS and k not in ("optimizer", "optim", "precision_schedule")}
+         if k not in NON_RESULT_FIELDS and k not in ("optimizer", "optim", "precision_schedule", "compile_scope")}
     d["_numerics_version"] = NUMERICS_VERSION
     old = hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert cfg.config_hash() == old
