@@ -48,7 +48,7 @@ if WORKER:
 
 
 # Files whose tests share no fixture and which as one unit would be the longest of all: each test is a unit.
-# test_compile_grads.py: ~27 compile cases, a quarter of the suite's time (each resets dynamo; none shares state).
+# test_compile_grads.py: 28 compile cases, a sixth of the suite's time (each resets dynamo; none shares state).
 PER_TEST = {"tests/test_compile_grads.py"}
 
 
@@ -59,11 +59,11 @@ def _is_notebook(nodeid: str) -> bool:
 # The longest units next (after the notebooks), longest first: xdist hands out units in collection order, one at a
 # time as a worker runs dry, so a long file collected last would run alone at the end while the other core idles.
 # Summed seconds per file in `make test` on 2 cores (AMD EPYC, one thread per worker, cold inductor cache);
-# test_compile_grads' units (one per test) summed 284 s, its longest 75 s. An outdated order costs only balance.
-SLOW_FIRST = ("tests/test_numerics_kernels.py",      # 129 s
+# test_compile_grads' units (one per test) summed 228 s, its longest 77 s. An outdated order costs only balance.
+SLOW_FIRST = ("tests/test_numerics_kernels.py",      # 163 s
               "tests/test_accumulate.py",            # 89 s
               "tests/test_studies_executors.py",     # 85 s
-              "tests/test_compile_grads.py",         # 284 s in 24 units: the inductor cases first (25-75 s each)
+              "tests/test_compile_grads.py",         # 228 s in 28 units: the inductor cases first (15-77 s each)
               "tests/test_studies_faults.py",        # 76 s
               "tests/test_studies_study.py",         # 41 s
               "tests/test_block_kernel_layout.py",   # 38 s
