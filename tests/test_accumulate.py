@@ -28,6 +28,7 @@ from altgrad_lib.quantize.gemm_quant import GemmOptions
 from altgrad_lib.quantize.linear import QuantizedLinear, accum_loop_steps
 from altgrad_lib.quantize.recipes import LayerSpec, get_policy
 from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.loop import train
 
 E4M3 = get_format("E4M3")
 FP8 = {"input": "E4M3", "weight": "E4M3", "grad_output": "E5M2"}
@@ -399,8 +400,6 @@ def test_a_models_accumulator_steps_are_the_ones_a_training_step_runs(monkeypatc
 def test_compiling_an_accumulator_recipe_says_it_can_take_minutes(tmp_path, monkeypatch, capsys):
     """One line, with this model's step count, when compile=True meets an accumulator; none without one.
     torch.compile is replaced by the identity: nothing compiles here."""
-    from altgrad_lib.training.loop import train
-
     monkeypatch.setattr(torch, "compile", lambda model, **kw: model)
     base = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, batch_size=2, max_docs=20, tokenizer="gpt2-256",
                 max_steps=1, eval_interval=1, eval_iters=1, compile=True)

@@ -18,6 +18,8 @@ from torch._dynamo.utils import counters
 from altgrad_lib.model import GPT, GPTConfig, compile_gpt
 from altgrad_lib.quantize.recipes import get_policy
 from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.training import loop
+from altgrad_lib.training.config import TrainConfig
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                   reason="no CUDA GPU on this machine"))]
@@ -157,9 +159,6 @@ def test_blocks_scope_compiles_one_graph_for_every_block_with_eager_gradients():
 
 def test_training_compiles_what_compile_scope_names(tmp_path, monkeypatch):
     """The loop hands compile_scope to compile_gpt (aot_eager here: the wiring, not inductor, is under test)."""
-    from altgrad_lib.training import loop
-    from altgrad_lib.training.config import TrainConfig
-
     scopes = []
 
     def traced(model, scope="model", backend="inductor"):
