@@ -9,7 +9,7 @@
 #
 #   run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=590)
 #   run(command="bash bench/gpu_session.sh peers", carry=[".gpu"], timeout_s=520)   # peers' steps + a compiled run
-#   run(command="bash bench/gpu_session.sh blocks", carry=[".gpu"], timeout_s=450)  # the bf16-baseline trap, <= 410 s
+#   run(command="bash bench/gpu_session.sh blocks", carry=[".gpu"], timeout_s=450)  # block recipes' steps, <= 410 s
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -33,16 +33,16 @@ $PY -c "import torch, torchao, geoopt, altgrad_lib; print('torch', torch.__versi
 
 exec 3>&1                    # the call's own stdout, for a summary at the end
 exec > "$OUT/log.txt" 2>&1   # a file, not a tee: `wait` would wait for a tee process substitution forever
-if [ "${1:-}" = blocks ]; then   # why bf16 compiled doubled next to block-recipe models (bench/results/gpu_h100.md)
+if [ "${1:-}" = blocks ]; then   # the block recipes' compiled steps on the h100 model (bench/results/gpu_h100.md)
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,memory.used \
         --format=csv -l 1 > "$OUT/smi.csv" 2>&1 &
     smi=$!
     A="--device cuda --precision bf16 --n-layer 6 --n-head 8 --n-embd 512 --block-size 512 --vocab 50304 --batch 32
        --steps 10 --warmup 3 --also-consecutive 10"
-    # the three modes of the doubled baseline, with the allocator's stats and each mode's steps in a row too.
-    # Sized on 2026-11-28's lease, where compiled nvfp4 was still building after 224 s (77 s at the lease before;
-    # gpu_h100.md): this step gets nearly all of the call, the pair only what a fast build leaves.
-    step blocks_three 370 $PY bench/train_step.py $A --modes fp32:compiled nvfp4:compiled mxfp8:compiled \
+    # compile_scope=blocks first: one block's graph for all six (on the CPU a 4-layer nvfp4 built in 31 s against
+    # 121 s whole; train_step.md), with the allocator's stats and each mode's steps in a row too. The whole-model
+    # nvfp4 build was still running after 224 s on 2026-11-28's lease: it gets only what is left, in the pair.
+    step blocks_three 300 $PY bench/train_step.py $A --modes fp32:compiled fp32:blocks nvfp4:blocks mxfp8:blocks \
         > "$OUT/blocks_three.txt" 2>&1
     left=$((405 - (SECONDS - T0)))   # the pair in what is left (its compiles may hit inductor's cache)
     if [ $left -ge 90 ]; then
