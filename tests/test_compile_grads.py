@@ -18,8 +18,6 @@ from torch._dynamo.utils import counters
 from altgrad_lib.model import GPT, GPTConfig, compile_gpt
 from altgrad_lib.quantize.recipes import get_policy
 from altgrad_lib.quantize.convert import quantize_model
-from altgrad_lib.training import loop
-from altgrad_lib.training.config import TrainConfig
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                   reason="no CUDA GPU on this machine"))]
@@ -156,18 +154,3 @@ def test_blocks_scope_compiles_one_graph_for_every_block_with_eager_gradients():
     for n, ge in eager.items():
         assert torch.equal(compiled[n], ge), f"{n}: blocks-compiled gradient differs from eager"
 
-
-def test_training_compiles_what_compile_scope_names(tmp_path, monkeypatch):
-    """The loop hands compile_scope to compile_gpt (aot_eager here: the wiring, not inductor, is under test)."""
-    scopes = []
-
-    def traced(model, scope="model", backend="inductor"):
-        scopes.append(scope)
-        return compile_gpt(model, scope, backend="aot_eager")
-    monkeypatch.setattr(loop, "compile_gpt", traced)
-    torch._dynamo.reset()
-    cfg = TrainConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=2, max_docs=20, tokenizer="gpt2-256",
-                      max_steps=2, eval_interval=2, eval_iters=1, compile=True, compile_scope="blocks",
-                      out_dir=str(tmp_path))
-    run = loop.train(cfg, progress=False)
-    assert scopes == ["blocks"] and run.status == "completed"

@@ -20,6 +20,8 @@ from helpers import SR_DELAYED, Crash, assert_same_state, crash_at
 
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.run_dir import Run
+from altgrad_lib.model import compile_gpt
+from altgrad_lib.training import loop
 from altgrad_lib.training.loop import RunConflictError, TrainConfig, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -501,3 +503,20 @@ def test_a_logger_on_a_finished_run_says_it_mirrors_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert run.reused
     assert "is finished, so logger='tensorboard' mirrors nothing" in out, out
+
+
+def test_training_compiles_what_compile_scope_names(tmp_path, monkeypatch):
+    """The loop hands compile_scope to compile_gpt (aot_eager here: the wiring, not inductor, is under test;
+    tests/test_compile_grads.py checks the blocks scope's gradients)."""
+    scopes = []
+
+    def traced(model, scope="model", backend="inductor"):
+        scopes.append(scope)
+        return compile_gpt(model, scope, backend="aot_eager")
+    monkeypatch.setattr(loop, "compile_gpt", traced)
+    torch._dynamo.reset()
+    cfg = TrainConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=2, max_docs=20, tokenizer="gpt2-256",
+                      max_steps=2, eval_interval=2, eval_iters=1, compile=True, compile_scope="blocks",
+                      out_dir=str(tmp_path))
+    run = loop.train(cfg, progress=False)
+    assert scopes == ["blocks"] and run.status == "completed"
