@@ -41,7 +41,8 @@ run: $(STAMP)
 
 # Tests train into a fresh temporary ALTGRAD_OUTPUTS, so nbval never passes on runs left by older code.
 # pytest-xdist, one worker per core up to 4 (beyond that the notebooks, one unit, are the floor); on a 2-core box the
-# wall time is within ~5 % of half the summed test time (668 s against 1,274 s summed; README gives the wall time).
+# wall time is within ~5 % of half the summed test time (615-668 s against 1,171-1,274 s summed; README gives the
+# wall time).
 # tests/conftest.py makes each test file one unit of work and all notebooks one unit, cells in order (03 reuses the
 # run 02 trained), sent first (--no-loadscope-reorder keeps that order), and gives each worker its own outputs and
 # cores // workers torch threads.
