@@ -5,6 +5,8 @@ widget (nbclient records the Output widget's outputs as a frontend would)."""
 from __future__ import annotations
 
 import os
+import time
+from queue import Empty
 
 import pytest
 
@@ -34,6 +36,30 @@ print(board.metric.comm is not None, board.fig is not before, board.fig.axes[0].
 """
 
 
+class _SlicedReplyClient(nbclient.NotebookClient):
+    """nbclient waiting for each shell reply in 1-s polls instead of one poll of the whole timeout. While the kernel
+    sends widget comm messages (the second cell), the one long poll sometimes missed the execute_reply that had
+    arrived and returned it only when its timeout ran out (nbclient issue #312): the cell finished in ~2 s and the
+    test then waited out its 300 s in 3 of 12 full-suite runs, 2 of 12 runs of this file alone. A missed wake-up now
+    costs at most one slice; a kernel that really sends nothing still times out."""
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        whole = kc.shell_channel.get_msg
+
+        async def sliced(timeout: float | None = None):
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+                try:
+                    return await whole(timeout=left)
+                except Empty:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+        kc.shell_channel.get_msg = sliced
+        return kc
+
+
 def _images(outputs):
     return [o["data"]["image/png"] for o in outputs if "data" in o and "image/png" in o["data"]]
 
@@ -44,8 +70,8 @@ def test_dashboard_saved_as_figure_and_live_in_the_kernel():
     nb.cells = [nbformat.v4.new_code_cell(BUILD), nbformat.v4.new_code_cell(CHANGE)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project_root()), os.environ.get("PYTHONPATH", "")])}
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
-                                     resources={"metadata": {"path": str(project_root())}})
+    client = _SlicedReplyClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                                resources={"metadata": {"path": str(project_root())}})
     client.execute(env=env)   # ipykernel's own "python3" spec: this interpreter (the project's venv)
     shown = nb.cells[0].outputs
     text = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in shown)
