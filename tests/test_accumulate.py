@@ -350,8 +350,8 @@ def test_compiled_gradients_equal_eager(compile_backend):
     """Bit-exact: the accumulator's arithmetic is elementwise (inductor compiles without FMA contraction or
     reassociation on CPU, rounding.py) and the chunk sums are the same float64 bmm. Small K on purpose: the loop
     over chunks is unrolled into the graph, and inductor takes ~2 s per unrolled addition on 2 cores (K = 16 in 2
-    chunks, 4 per-add steps, 40 tokens in 5 chunks: 3 promotion groups of 2, the last one padded)."""
-    x = torch.randn(2, 20, 16)
+    chunks, 4 per-add steps, 24 tokens in 3 chunks: 2 promotion groups of 2, the last one padded)."""
+    x = torch.randn(2, 12, 16)
     accum = {"fprop": {"fmt": "bf16", "chunk": 8}, "dgrad": {"fmt": "fp22", "model": "per_add"},
              "wgrad": {"fmt": "fp22", "chunk": 8, "promote_every": 16}}
     eager = _layer_grads(_layer(accum, shape=(16, 4)), x)
