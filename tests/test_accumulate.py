@@ -22,6 +22,7 @@ from altgrad_lib.numerics import accumulate
 from altgrad_lib.numerics.accumulate import (AccumSpec, accumulate_add, accumulate_matmul,
                                              accumulate_matmul_per_add_reference)
 from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.model import GPT, GPTConfig, compile_units
 from altgrad_lib.numerics.rounding import quantize_tensor
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.gemm_quant import GemmOptions
@@ -412,6 +413,15 @@ def test_compiling_an_accumulator_recipe_says_it_can_take_minutes(tmp_path, monk
             assert len(lines) == 1 and "accumulator loop (20 steps in this model's GEMMs)" in lines[0], lines
         else:
             assert not lines
+    # compile_scope=blocks: two identical blocks share one graph, so their steps count once (40 with the whole model)
+    two = {**base, "n_layer": 2, "recipe": acc}
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=256))
+    quantize_model(model, get_policy(acc, seed=0), verbose=False)
+    assert accum_loop_steps(compile_units(model, "model"), 32) == 2 * accum_loop_steps(compile_units(model, "blocks"),
+                                                                                        32) == 40
+    train(TrainConfig(**two, compile_scope="blocks", out_dir=str(tmp_path / "blocks")), progress=False)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "accumulator loop" in ln]
+    assert len(lines) == 1 and "(20 steps in the blocks' GEMMs, once per block configuration" in lines[0], lines
 
 
 def test_the_readme_example_is_a_valid_recipe():

@@ -161,13 +161,20 @@ def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
     return changed
 
 
-def accum_loop_steps(model: nn.Module, tokens: int) -> int:
-    """The accumulator steps of one training step's simulated GEMMs (numerics/accumulate.py's loop_steps), summed
-    over the layers: what torch.compile unrolls into the graph. fprop reduces over a layer's inputs, dgrad over its
+def accum_loop_steps(units: nn.Module | list[nn.Module], tokens: int) -> int:
+    """The accumulator steps of one training step's simulated GEMMs (numerics/accumulate.py's loop_steps): what
+    torch.compile unrolls into its graphs. `units`: the modules compiled one by one (model.compile_units). Units of
+    the same configuration (each layer's shape and GEMM options, in order) share one graph, as the blocks of
+    compile_scope=blocks do, so each configuration counts once. fprop reduces over a layer's inputs, dgrad over its
     outputs, wgrad over the `tokens` of the batch. 0 when no GEMM models an accumulator."""
-    total = 0
-    for m in model.modules():
-        if isinstance(m, QuantizedLinear) and m.gemm is not None:
+    counted, total = set(), 0
+    for unit in units if isinstance(units, list) else [units]:
+        layers = [m for m in unit.modules() if isinstance(m, QuantizedLinear) and m.gemm is not None]
+        key = tuple((m.in_features, m.out_features, m.gemm) for m in layers)
+        if key in counted:
+            continue
+        counted.add(key)
+        for m in layers:
             k = {"fprop": m.in_features, "dgrad": m.out_features, "wgrad": tokens}
             total += sum(loop_steps(k[g], m.gemm.accum_for(g)) for g in GEMMS if g not in m.gemm.hp_gemms)
     return total

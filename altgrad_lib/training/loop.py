@@ -24,7 +24,7 @@ import yaml
 
 from altgrad_lib.errors import Interrupted, UserError
 from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
-from altgrad_lib.model import compile_gpt, freeze_blocks
+from altgrad_lib.model import compile_gpt, compile_units, freeze_blocks
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
@@ -281,9 +281,11 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
     if sched:
         set_hp_gemms(model, hp_gemms_at(start, sched))   # a resumed run continues in its step's phase
     tokens_per_step = cfg.batch_size * cfg.block_size
-    if cfg.compile and (steps := accum_loop_steps(model, tokens_per_step)):
+    if cfg.compile and (steps := accum_loop_steps(compile_units(model, cfg.compile_scope), tokens_per_step)):
+        where = ("this model's GEMMs" if cfg.compile_scope == "model"
+                 else "the blocks' GEMMs, once per block configuration: blocks of one configuration share a graph")
         _log(f"compile=True with an accumulator recipe: torch.compile unrolls the accumulator loop ({steps} steps "
-             f"in this model's GEMMs), which can take minutes before the first step: the cpu profile's model took "
+             f"in {where}), which can take minutes before the first step: the cpu profile's model took "
              f"423 s with FP22 in every GEMM (320 steps), 198 s promoted every 128 (76 steps), on a 2-core CPU "
              f"(bench/accum_compile_cost.py); compile=false starts at once")
     fwd = compile_gpt(model, cfg.compile_scope) if cfg.compile else model
