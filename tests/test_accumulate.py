@@ -18,11 +18,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from altgrad_lib.model import GPT, GPTConfig, compile_units
 from altgrad_lib.numerics import accumulate
 from altgrad_lib.numerics.accumulate import (AccumSpec, accumulate_add, accumulate_matmul,
                                              accumulate_matmul_per_add_reference)
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.model import GPT, GPTConfig, compile_units
 from altgrad_lib.numerics.rounding import quantize_tensor
 from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.gemm_quant import GemmOptions
