@@ -394,8 +394,8 @@ def test_a_models_accumulator_steps_are_the_ones_a_training_step_runs(monkeypatc
              "wgrad": {"fmt": "fp22", "chunk": 8, "promote_every": 16}}
     x = torch.randn(2, 20, 16)
     _layer_grads(_layer(accum, shape=(16, 4)), x)
-    assert len(calls) == accum_loop_steps(_layer(accum, shape=(16, 4)), tokens=40) == 2 + 4 + 2
-    assert accum_loop_steps(_layer({}), tokens=40) == 0
+    assert len(calls) == accum_loop_steps([_layer(accum, shape=(16, 4))], tokens=40) == 2 + 4 + 2
+    assert accum_loop_steps([_layer({})], tokens=40) == 0
 
 
 def test_compiling_an_accumulator_recipe_says_it_can_take_minutes(tmp_path, monkeypatch, capsys):

@@ -161,14 +161,14 @@ def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
     return changed
 
 
-def accum_loop_steps(units: nn.Module | list[nn.Module], tokens: int) -> int:
+def accum_loop_steps(units: list[nn.Module], tokens: int) -> int:
     """The accumulator steps of one training step's simulated GEMMs (numerics/accumulate.py's loop_steps): what
     torch.compile unrolls into its graphs. `units`: the modules compiled one by one (model.compile_units). Units of
     the same configuration (each layer's shape and GEMM options, in order) share one graph, as the blocks of
     compile_scope=blocks do, so each configuration counts once. fprop reduces over a layer's inputs, dgrad over its
     outputs, wgrad over the `tokens` of the batch. 0 when no GEMM models an accumulator."""
     counted, total = set(), 0
-    for unit in units if isinstance(units, list) else [units]:
+    for unit in units:
         layers = [m for m in unit.modules() if isinstance(m, QuantizedLinear) and m.gemm is not None]
         key = tuple((m.in_features, m.out_features, m.gemm) for m in layers)
         if key in counted:
