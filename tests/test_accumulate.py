@@ -22,6 +22,7 @@ from altgrad_lib.model import GPT, GPTConfig, compile_units
 from altgrad_lib.numerics import accumulate
 from altgrad_lib.numerics.accumulate import (AccumSpec, accumulate_add, accumulate_matmul,
                                              accumulate_matmul_per_add_reference)
+from altgrad_lib.numerics.block_scaling import STORES_IN_KERNEL
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.numerics.rounding import quantize_tensor
 from altgrad_lib.quantize.convert import quantize_model
@@ -350,7 +351,7 @@ def test_each_gemm_uses_its_accumulator():
 def test_compiled_gradients_equal_eager(compile_backend):
     """Bit-exact: the accumulator's arithmetic is elementwise (inductor compiles without FMA contraction or
     reassociation on CPU, rounding.py) and the chunk sums are the same float64 bmm. Small K on purpose: the loop
-    over chunks is unrolled into the graph, and inductor takes ~2 s per unrolled addition on 2 cores (K = 16 in 2
+    over chunks is unrolled into the graph, and each unrolled addition costs inductor ~1 s on 2 cores (K = 16 in 2
     chunks, 4 per-add steps, 24 tokens in 3 chunks: 2 promotion groups of 2, the last one padded)."""
     x = torch.randn(2, 12, 16)
     accum = {"fprop": {"fmt": "bf16", "chunk": 8}, "dgrad": {"fmt": "fp22", "model": "per_add"},
@@ -361,6 +362,30 @@ def test_compiled_gradients_equal_eager(compile_backend):
     comp = _layer_grads(layer, x, torch.compile(layer, backend=compile_backend))
     for e, c in zip(eager, comp):
         assert torch.equal(e, c)
+
+
+@pytest.mark.skipif(not STORES_IN_KERNEL, reason="torch < 2.13: stored_in_kernel is the identity (block_scaling.py)")
+@pytest.mark.parametrize("spec", [AccumSpec("bf16", chunk=8), AccumSpec("fp22", promote_every=64)],
+                         ids=lambda s: s.short_str())
+def test_the_compiled_loop_stores_each_steps_sum_and_result(spec):
+    """Compiled, each unrolled step's rounded sum and its input are stored (block_scaling.stored_in_kernel), not
+    inlined into every later use: inlined, the ops inductor generated code for grew far faster than the steps (bf16,
+    chunk 8, K = 64: 104-107 s to compile 8 steps, 7-8 s stored; bench/results/accum_compile.md). Counted in the graph
+    dynamo hands the backend: two stores per step, so a step that loses one fails here, not as a slow compile."""
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    a, b = torch.randn(8, 128), torch.randn(128, 4)
+    out = torch.compile(lambda a, b: accumulate_matmul(a, b, spec), backend=capture, fullgraph=True)(a, b)
+    assert torch.equal(out, accumulate_matmul(a, b, spec))
+    stores = sum(n.op == "call_function" and "inductor_force_stride_order" in str(n.target)
+                 for gm in graphs for n in gm.graph.nodes)
+    steps = accumulate.loop_steps(128, spec)
+    assert steps >= 2 and stores == 2 * steps, (stores, steps)
 
 
 def _counting_adds(monkeypatch) -> list[int]:

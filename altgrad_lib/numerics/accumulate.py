@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from altgrad_lib.errors import check_keys
+from altgrad_lib.numerics.block_scaling import stored_in_kernel
 from altgrad_lib.numerics.rounding import KernelParams, quantize_tensor
 
 # fmt -> (exp_bits, man_bits, rounding)
@@ -159,14 +160,14 @@ def accumulate_add(acc: Tensor, p: Tensor, spec: AccumSpec) -> Tensor:
         # tie of the accumulator's grid (whose spacing is >= 2^29 float64 steps) rounds the way the exact sum does
         toward = torch.where(err > 0, torch.inf, -torch.inf).to(s.dtype)
         s = torch.where(err != 0, torch.nextafter(s, toward), s)
-        return quantize_tensor(s, kp, "nearest", saturate=False, allow_native=False)
+        return quantize_tensor(stored_in_kernel(s), kp, "nearest", saturate=False, allow_native=False)
     # truncate: align both addends to the larger one's exponent, drop their bits below the accumulator's last place
     big = torch.maximum(acc.abs(), p.abs())
     e = ((big.view(torch.int64) >> 52) - 1023).clamp_min(kp.emin)     # floor(log2|big|); subnormal / 0 -> emin
     ulp = ((e - kp.mbits + 1023) << 52).view(torch.float64)            # 2^(e - m) and 2^(m - e), built from bits
     inv = ((kp.mbits - e + 1023) << 52).view(torch.float64)
     s = (acc * inv).trunc_().mul_(ulp).add_((p * inv).trunc_().mul_(ulp))   # exact: multiples of ulp below 2^(e+2)
-    return quantize_tensor(s, kp, "toward_zero", saturate=False, allow_native=False)
+    return quantize_tensor(stored_in_kernel(s), kp, "toward_zero", saturate=False, allow_native=False)
 
 
 def _promotion_steps(k: int, step: int, spec: AccumSpec) -> int:
@@ -223,8 +224,12 @@ def accumulate_matmul(a: Tensor, b: Tensor, spec: AccumSpec | None) -> Tensor:
     # then promote them into the FP32 total in order; elementwise the same operations as one group at a time
     parts = parts.reshape(groups, every, m, n)
     acc = torch.zeros(groups, m, n, dtype=torch.float64, device=a.device)
+    # compiled, the loop is unrolled into one elementwise chain, and inductor inlined each step's sum into every use
+    # of it in the next steps: the op count it generated code for grew far faster than the steps (bf16, chunk 8,
+    # K = 64: 104-107 s to compile 8 steps). Each step's sum and result are stored instead (same values): 7-8 s
+    # (bench/results/accum_compile.md)
     for i in range(every):
-        acc = accumulate_add(acc, parts[:, i], spec)
+        acc = stored_in_kernel(accumulate_add(acc, parts[:, i], spec))
     total = None
     for g in range(groups):
         total = _finish(total, acc[g])

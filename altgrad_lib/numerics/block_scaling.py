@@ -287,7 +287,8 @@ STORES_IN_KERNEL = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2
 
 
 def stored_in_kernel(t: Tensor) -> Tensor:
-    """t itself; under torch.compile, computed in a loop of its own and stored (one value per block).
+    """t itself; under torch.compile, computed in a loop of its own and stored (here: one value per block; also
+    the counters' y in quant.py and each step of the accumulator loop in accumulate.py).
 
     Why: inductor inlines a pointwise result into each consumer's loop. A block's scale chain (the E4M3 rounding of
     the nvfp4 scale, frexp and two exp2 for MX: ~40 scalar ops, 2-3 divisions or libm calls) then runs once per

@@ -286,7 +286,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                  else "the blocks' GEMMs, once per block configuration: blocks of one configuration share a graph")
         _log(f"compile=True with an accumulator recipe: torch.compile unrolls the accumulator loop ({steps} steps "
              f"in {where}), which can take minutes before the first step: the cpu profile's model took "
-             f"423 s with FP22 in every GEMM (320 steps), 198 s promoted every 128 (76 steps), on a 2-core CPU "
+             f"195 s with FP22 in every GEMM (320 steps), 85 s promoted every 128 (76 steps), on a 2-core CPU "
              f"(bench/accum_compile_cost.py); compile=false starts at once")
     fwd = compile_gpt(model, cfg.compile_scope) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
