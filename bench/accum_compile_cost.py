@@ -30,7 +30,7 @@ from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.recipes import get_policy
 
 ACCUM = {"fp22": "fp22", "p128": {"fmt": "fp22", "promote_every": 128}, "gemm": None}
-# `gemm`: (label, accumulator, (M, K, N)); 8 unrolled steps each
+# `gemm` (on the CPU): (label, accumulator, (M, K, N)); 4, 8 and 4 unrolled steps (accumulate.loop_steps)
 GEMMS = [("fp22 chunk 32, promoted every 128", AccumSpec("fp22", chunk=32, promote_every=128), (1024, 256, 256)),
          ("bf16 chunk 8", AccumSpec("bf16", chunk=8), (1024, 64, 256)),
          ("fp22 per_add, promoted every 4", AccumSpec("fp22", model="per_add", promote_every=4), (256, 16, 64))]
@@ -68,7 +68,7 @@ def gemm_only(backend: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("accum", choices=sorted(ACCUM),
-                    help="fp22: FP22 in every GEMM; p128: promoted every 128; gemm: accumulate_matmul alone")
+                    help="fp22: FP22 in every GEMM; p128: promoted every 128; gemm: accumulate_matmul alone, CPU")
     ap.add_argument("--backend", default="inductor", choices=("inductor", "aot_eager"))
     add_model_args(ap, batch=16)
     ap.set_defaults(threads=1, n_layer=2, n_head=2, n_embd=64, block_size=64, vocab=257)   # the cpu profile's
