@@ -197,6 +197,39 @@ def test_direct_calls_are_taken_and_bit_identical(spec, restore_mode):
         assert g is None or torch.equal(g.get_state(), g0.get_state())
 
 
+# Under dynamic=True a kernel lifts the floats it reads (a format's max, the headroom) to graph inputs. A Python
+# decision on one (math.frexp, `!=`, clamp's scalar bound) specialized it, and AOT autograd's tensorify pass then
+# made dynamo trace the whole kernel again: every block kernel was traced twice (~1.8 s more per kernel and process,
+# inductor's cache warm). The pass runs in AOT autograd, so aot_eager shows a restart without inductor's compile.
+TRACED_ONCE = [{"fmt": "E4M3", "ste": "clipped"},
+               {"fmt": "E4M3", "scaling": {"kind": "delayed", "history_len": 4}, "rounding": "stochastic"},
+               {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"},
+               {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "tile_2d": True}},
+               {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "four_over_six": True}},    # the grid's max: clamp only
+               {"fmt": "E2M1", "scaling": {"kind": "nvfp4", "scale_fmt": "UE5M3"}},   # a grid built on first use
+               {"fmt": "E4M3", "scaling": "mx"},                                            # frexp of the max
+               {"fmt": "E2M1", "scaling": {"kind": "mx", "mode": "rceil", "headroom": 0.75}, "rounding": "stochastic"},
+               {"fmt": "E4M3", "scaling": {"kind": "fp8_block", "tile_2d": True, "pow2": True}}]
+
+
+def _analyses() -> tuple[int, int]:
+    """(analyses dynamo began, analyses it restarted) in this process so far."""
+    from torch._dynamo.utils import compilation_time_metrics as m
+    return len(m.get("compile_attempt_0", [])), len(m.get("compile_attempt_1", []))
+
+
+@pytest.mark.parametrize("spec", TRACED_ONCE, ids=[str(i) for i in range(len(TRACED_ONCE))])
+def test_a_kernel_is_traced_once(spec):
+    from torch.fx.experimental import _config as fx_config
+    q = Quantizer(spec, seed=0)      # alive: the SR op draws through its handle
+    key, build, args = _kernel_case(q, torch.randn(64, 96))
+    torch._dynamo.reset()
+    began, restarted = _analyses()
+    with torch.no_grad(), fx_config.patch(use_duck_shape=False):     # as kernels.compiled_kernel calls it
+        torch.compile(build(), dynamic=True, fullgraph=True, backend="aot_eager")(*args)
+    assert _analyses() == (began + 1, restarted), (_analyses(), began, restarted)
+
+
 def _e4m3_kernel_compiled():
     """An E4M3 per-tensor kernel in "compiled" mode after its compiling call: (the kernel, its args)."""
     kernels.reset_kernels()

@@ -111,6 +111,13 @@ class BlockScaling:
                              f"are E8M0, fp8_block scales FP32)")
         if self.four_over_six and self.scale_fmt != "E4M3":
             raise ValueError("BlockScaling.four_over_six=True needs scale_fmt='E4M3' (its 256 scale cap is E4M3's)")
+        # block_qdq's branch, decided here (no dataclass field: to_dict and equality stay the config's): a compiled
+        # kernel lifts the headroom float to a graph input, and `headroom != 1.0` in traced code specialized it,
+        # which made dynamo trace every block kernel twice (rounding.KernelParams says more)
+        object.__setattr__(self, "_rescales", self.headroom != 1.0)
+        # the scale grid built now (UE5M3 is built on first use): dynamo cannot trace FloatFormat's construction, so
+        # a compiled quantize kernel that met it first failed to build and ran eager
+        get_format(self.scale_fmt)
 
     def short_str(self) -> str:
         """e.g. "nv16", "nv16x16", "nv16-46" (4/6), "nv16-ue5m3", "mx32f", "mx32r", "fb128", "fb128x128p2"."""
@@ -220,7 +227,17 @@ def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0, 
     normal range (E4M3: [2^-6, 448]; UE5M3: [2^-14, 114688])."""
     sf = get_format(scale_fmt)
     s = (block_amax / fmax) / s_global
-    return sf.quantize(torch.clamp(s, min=sf.min_normal, max=sf.max))
+    return sf.quantize(_clamp(s, sf.min_normal, sf.max))
+
+
+def _clamp(t: Tensor, lo: float, hi: float) -> Tensor:
+    """torch.clamp(t, lo, hi); compiled, with the bounds as 0-d tensors (the same values, NaN included): a compiled
+    kernel lifts the floats to graph inputs and makes the products tensors, while clamp's scalars specialized them
+    and dynamo traced the kernel again (4/6, where the scale grid's max is used nowhere else; rounding.KernelParams)."""
+    if torch.compiler.is_compiling():
+        one = torch.ones((), dtype=t.dtype, device=t.device)
+        return torch.minimum(torch.maximum(t, lo * one), hi * one)
+    return torch.clamp(t, min=lo, max=hi)
 
 
 def fp8_block_scales(block_amax: Tensor, fmax: float, pow2: bool = False) -> Tensor:
@@ -255,13 +272,11 @@ def _f32_exponent(t: Tensor) -> tuple[Tensor, Tensor]:
 
 def mx_exponents(block_amax: Tensor, fmt, mode: str = "floor") -> Tensor:
     """E8M0 exponents e (int32, in [-127, 127]) of the block scales X = 2^e (see the module docstring)."""
-    fmax = fmt.kernel.max
-    emax_elem = math.frexp(fmax)[1] - 1
     if mode == "floor":
         e, _ = _f32_exponent(block_amax.to(torch.float32))
-        e = e - emax_elem
+        e = e - fmt.kernel.emax
     elif mode == "rceil":
-        descale = block_amax.to(torch.float32) / fmax
+        descale = block_amax.to(torch.float32) / fmt.kernel.max
         e, up = _f32_exponent(descale)
         e = e + up.to(torch.int32)
     else:
@@ -358,11 +373,11 @@ def block_qdq(x: Tensor, fmt, cfg: BlockScaling, rounding: str = "nearest",
     xb, amax = _along(x, cfg, axis) if moved else _grouped(x, cfg)
     fmax = fmt.kernel.max
     enc, dec = _scales(xb, amax, fmt, cfg)
-    if cfg.headroom != 1.0:
+    if cfg._rescales:
         dec = dec / cfg.headroom
     enc, dec = stored_in_kernel(enc), stored_in_kernel(dec)
     xs = xb * enc
-    if cfg.headroom != 1.0:
+    if cfg._rescales:
         xs = xs * cfg.headroom
     if rounding == "stochastic":
         if draw_bits is not None:    # drawn for xb (xs's shape and dtype): compiled, xs is not stored for the op

@@ -73,10 +73,18 @@ class KernelParams:
     # struct.pack cannot take (RecursionError when a second format is compiled in the same process).
     max_bits32: int = field(init=False)
     max_bits64: int = field(init=False)
+    # decisions on `max` the traced code makes in Python, computed here: a compiled quantize kernel lifts the floats
+    # it reads to graph inputs, and a Python decision on one (frexp, a comparison) specializes it, which makes dynamo
+    # trace the kernel a second time (~1.8 s for a block kernel; tests/test_numerics_kernels.py counts the traces)
+    emax: int = field(init=False)          # floor(log2 max): MX's emax_elem
+    split_finite: bool = field(init=False)     # max * (2^(23 - M) + 1) < the fp32 max: Veltkamp's split cannot overflow
 
     def __post_init__(self):
         object.__setattr__(self, "max_bits32", _float_bits(self.max, torch.float32))
         object.__setattr__(self, "max_bits64", _float_bits(self.max, torch.float64))
+        object.__setattr__(self, "emax", math.frexp(self.max)[1] - 1)
+        object.__setattr__(self, "split_finite",
+                           self.max * (2.0 ** (23 - self.mbits) + 1) < torch.finfo(torch.float32).max)
 
 
 def _work_types(x_dtype: torch.dtype, p: KernelParams) -> tuple[torch.dtype, torch.dtype, int, int]:
@@ -256,14 +264,16 @@ def _split_supported(x_dtype: torch.dtype, p: KernelParams) -> bool:
     """Where "split" is exact: float32 work, 1 <= M <= 21 (Veltkamp needs s = 23 - M >= 2; M = 0 ties go to the
     even exponent instead), max * (2^s + 1) finite, u/2 normal, a sign bit and -0 (not fnuz)."""
     return (x_dtype == torch.float32 and not p.needs_f64 and 1 <= p.mbits <= 21 and p.signed
-            and p.specials in ("ieee", "fn", "none") and _bits_supported(x_dtype, p)
-            and p.max * (2.0 ** (23 - p.mbits) + 1) < torch.finfo(torch.float32).max)
+            and p.specials in ("ieee", "fn", "none") and _bits_supported(x_dtype, p) and p.split_finite)
 
 
 def _quantize_split(x: torch.Tensor, p: KernelParams) -> torch.Tensor:
     """Saturating round-to-nearest-even in float32 arithmetic only (see the module docstring, "split")."""
     ax = x.abs()
-    a = torch.clamp(ax, max=p.max)                  # saturate first: RNE of max is max; NaN stays NaN
+    # saturate first: RNE of max is max; NaN stays NaN. max as a 0-d tensor, not clamp's scalar: a compiled kernel
+    # lifts the float to a graph input and makes the product a tensor, while clamp's scalar specialized it (see
+    # KernelParams). One read of ax, as clamp: inductor inlines ax into each use of a (a comparison read it twice)
+    a = torch.minimum(ax, p.max * torch.ones((), dtype=ax.dtype, device=ax.device))
     t = a * float(2 ** (23 - p.mbits) + 1)
     hi = t - (t - a)                                # normal range: RNE at M mantissa bits
     c = 2.0 ** (p.emin + 23 - p.mbits)
