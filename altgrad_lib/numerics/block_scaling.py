@@ -47,6 +47,7 @@ from torch import Tensor
 
 from altgrad_lib.errors import check_keys
 from altgrad_lib.numerics.formats import get_format
+from altgrad_lib.numerics.rounding import clamp_lifted
 
 BLOCK_KINDS = ("nvfp4", "mx", "fp8_block")
 # other names of a block kind: "per_block" is MX FLOOR (OCP MX 1.0's rule), taking only a block_size
@@ -227,17 +228,8 @@ def nvfp4_block_scales(block_amax: Tensor, s_global: Tensor, fmax: float = 6.0, 
     normal range (E4M3: [2^-6, 448]; UE5M3: [2^-14, 114688])."""
     sf = get_format(scale_fmt)
     s = (block_amax / fmax) / s_global
-    return sf.quantize(_clamp(s, sf.min_normal, sf.max))
-
-
-def _clamp(t: Tensor, lo: float, hi: float) -> Tensor:
-    """torch.clamp(t, lo, hi); compiled, with the bounds as 0-d tensors (the same values, NaN included): a compiled
-    kernel lifts the floats to graph inputs and makes the products tensors, while clamp's scalars specialized them
-    and dynamo traced the kernel again (4/6, where the scale grid's max is used nowhere else; rounding.KernelParams)."""
-    if torch.compiler.is_compiling():
-        one = torch.ones((), dtype=t.dtype, device=t.device)
-        return torch.minimum(torch.maximum(t, lo * one), hi * one)
-    return torch.clamp(t, min=lo, max=hi)
+    # lifted bounds (4/6: the grid's max is used nowhere else, so clamp's scalar made dynamo trace the kernel again)
+    return sf.quantize(clamp_lifted(s, sf.min_normal, sf.max))
 
 
 def fp8_block_scales(block_amax: Tensor, fmax: float, pow2: bool = False) -> Tensor:

@@ -267,13 +267,21 @@ def _split_supported(x_dtype: torch.dtype, p: KernelParams) -> bool:
             and p.specials in ("ieee", "fn", "none") and _bits_supported(x_dtype, p) and p.split_finite)
 
 
+def clamp_lifted(t: torch.Tensor, lo: float | None, hi: float) -> torch.Tensor:
+    """torch.clamp(t, lo, hi) (lo None: no lower bound); compiled, with the bounds as 0-d tensors (the same values,
+    NaN included). A compiled kernel lifts the floats it reads to graph inputs and makes these products tensors,
+    while clamp's scalar bounds specialized them and dynamo traced the kernel again (see KernelParams). minimum /
+    maximum read t once, as clamp: comparisons and selects read it 2-3 times, and inductor inlines t into each read."""
+    if not torch.compiler.is_compiling():
+        return torch.clamp(t, min=lo, max=hi)
+    one = torch.ones((), dtype=t.dtype, device=t.device)
+    return torch.minimum(t if lo is None else torch.maximum(t, lo * one), hi * one)
+
+
 def _quantize_split(x: torch.Tensor, p: KernelParams) -> torch.Tensor:
     """Saturating round-to-nearest-even in float32 arithmetic only (see the module docstring, "split")."""
     ax = x.abs()
-    # saturate first: RNE of max is max; NaN stays NaN. max as a 0-d tensor, not clamp's scalar: a compiled kernel
-    # lifts the float to a graph input and makes the product a tensor, while clamp's scalar specialized it (see
-    # KernelParams). One read of ax, as clamp: inductor inlines ax into each use of a (a comparison read it twice)
-    a = torch.minimum(ax, p.max * torch.ones((), dtype=ax.dtype, device=ax.device))
+    a = clamp_lifted(ax, None, p.max)              # saturate first: RNE of max is max; NaN stays NaN
     t = a * float(2 ** (23 - p.mbits) + 1)
     hi = t - (t - a)                                # normal range: RNE at M mantissa bits
     c = 2.0 ** (p.emin + 23 - p.mbits)
