@@ -139,17 +139,30 @@ def test_sigkill_of_the_driver_leaves_no_worker(tmp_path):
 
 
 def test_two_studies_on_one_outputs_share_the_runs(tmp_path):
-    study = _study_file(tmp_path, 300, [0, 1], ["hp"])   # long enough that B meets a run A is training
+    """B meets run 0 while A holds it: A is paused (SIGSTOP) at step 1 until B says so, since a B that starts
+    slower than A trains (a loaded CI box, stop 44) would otherwise find run 0 finished and never wait."""
+    study = _study_file(tmp_path, 300, [0, 1], ["hp"])
     a = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
     _wait_training(tmp_path / "runs", 1, a, step=1)
-    b = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+    a.send_signal(signal.SIGSTOP)
+    try:
+        b = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+        first = []                          # B's stdout up to its "running elsewhere" line (the log flushes)
+        while not first or "running elsewhere" not in first[-1]:
+            line = b.stdout.readline()
+            assert line, (first, b.communicate())
+            first.append(line)
+    finally:
+        a.send_signal(signal.SIGCONT)
     out_b, err_b = b.communicate(timeout=600)
     out_a, err_a = a.communicate(timeout=600)
+    out_b = "".join(first) + out_b
     assert a.returncode == 0, (out_a[-2000:], err_a[-2000:])
     assert b.returncode == 0, (out_b[-2000:], err_b[-2000:])
-    assert "running elsewhere" in out_b + err_b, (out_b[-2000:], err_b[-2000:])
+    assert "hp-s0" in first[-1], first[-1]                         # B waited for the run A holds
     assert "RunLockedError" not in out_a + out_b + err_a + err_b
     assert "status: completed 2" in out_a and "status: completed 2" in out_b, (out_a[-1500:], out_b[-1500:])
+    assert "[1/2] hp-s0" in out_b and "completed (reused)" in out_b.split("[1/2]")[1].splitlines()[0], out_b
     assert list(pd.read_csv(tmp_path / "idx" / "study.csv").status) == ["completed"] * 2   # the last writer's
 
 
