@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,8 +146,11 @@ def test_two_studies_on_one_outputs_share_the_runs(tmp_path):
     a = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
     _wait_training(tmp_path / "runs", 1, a, step=1)
     a.send_signal(signal.SIGSTOP)
+    watchdog = None
     try:
         b = _start(study, "--workers", "1", "--out", str(tmp_path / "idx"))
+        watchdog = threading.Timer(300, b.kill)     # a silent B ends readline() (EOF) instead of hanging the suite
+        watchdog.start()
         first = []                          # B's stdout up to its "running elsewhere" line (the log flushes)
         while not first or "running elsewhere" not in first[-1]:
             line = b.stdout.readline()
@@ -154,6 +158,8 @@ def test_two_studies_on_one_outputs_share_the_runs(tmp_path):
             first.append(line)
     finally:
         a.send_signal(signal.SIGCONT)
+        if watchdog is not None:
+            watchdog.cancel()
     out_b, err_b = b.communicate(timeout=600)
     out_a, err_a = a.communicate(timeout=600)
     out_b = "".join(first) + out_b
