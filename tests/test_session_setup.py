@@ -41,10 +41,11 @@ def test_make_commands_keep_the_bytecode_cache_when_the_shell_turns_it_off():
     """The Makefile unexports PYTHONDONTWRITEBYTECODE: a process `make test` / `make run` starts writes and reads
     __pycache__ (it cut ~50 s from `make test` on a 2-core box that exported it; README)."""
     root = Path(__file__).resolve().parents[1]
-    probe = "probe:\n\t@$(PYTHON) -c 'import sys; print(sys.dont_write_bytecode)'"
+    says = "import sys; print(sys.dont_write_bytecode)"
+    probe = f"probe:\n\t@$(PYTHON) -c '{says}'"
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}   # not a sub-make
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    off = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"], env=env,
+    off = subprocess.run([sys.executable, "-c", says], env=env,
                          capture_output=True, text=True, check=True, timeout=60)
     assert off.stdout.strip() == "True"      # the variable does turn it off outside make
     out = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(root), f"PYTHON={sys.executable}",
