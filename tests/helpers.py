@@ -293,3 +293,23 @@ def lr_envelope_trials():
             rows.append({"recipe": recipe, "lr": lr, "stable": reason == "stable", "reason": reason,
                          "final_val_loss": float("nan") if reason == "diverged" else 5 + lr})
     return pd.DataFrame(rows)
+
+
+def still_alive(pids, timeout: float = 0.0) -> list[int]:
+    """The pids still alive (zombies count as dead) after waiting up to `timeout` s."""
+    import time
+
+    import psutil
+
+    t0 = time.time()
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.time() - t0 > timeout:
+            return alive
+        time.sleep(0.1)

@@ -8,7 +8,7 @@ import math
 import os
 
 import pytest
-from helpers import tiny_study_dict
+from helpers import still_alive, tiny_study_dict
 
 from altgrad_lib.studies import executors
 from altgrad_lib.studies.executors import ExecutorError, LocalExecutor, get_executor
@@ -205,6 +205,22 @@ def test_workers_persist_across_maps_unless_the_environment_changed(monkeypatch)
     executors.shutdown_pool()
 
 
+def test_a_pool_of_the_main_thread_is_not_reused_by_another_thread():
+    """A map in another thread could start the pool's missing workers, which would then die with that thread (the
+    prctl signal of the main thread's workers, die_with_parent): such a map gets a pool of its own."""
+    import threading
+
+    executors.shutdown_pool()
+    first = {o.value[0] for _, o in LocalExecutor(workers=2, threads=1).map(freeze_count, [0, 1])}
+    other: list[int] = []
+    t = threading.Thread(target=lambda: other.extend(
+        o.value[0] for _, o in LocalExecutor(workers=2, threads=1).map(freeze_count, [2, 3])))
+    t.start()
+    t.join()
+    assert first and other and not set(other) & first, (first, other)
+    executors.shutdown_pool()
+
+
 def stop_then_report(x: int) -> int:
     from altgrad_lib.errors import Interrupted
 
@@ -299,3 +315,62 @@ def test_a_process_that_exits_with_its_workers_idle_exits_quietly():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "[1, 2, 3]", (p.stdout, p.stderr)
     assert p.stderr == "", p.stderr
+
+
+_THREAD_DRIVER = """
+import multiprocessing as mp, os, sys, threading, time
+from altgrad_lib.studies.executors import LocalExecutor
+
+def job(x):
+    from tqdm import tqdm
+    tqdm.get_lock()   # as papermill's progress bar in the sweep's workers: a semaphore the driver's tracker records
+    time.sleep(x)
+    return os.getpid()
+
+if __name__ == "__main__":
+    sleep = float(sys.argv[1])
+    t = threading.Thread(target=lambda: list(LocalExecutor(workers=2, threads=1).map(job, [sleep] * 2)), daemon=True)
+    t.start()
+    deadline = time.time() + 60       # workers that die at once must not hang the test: it reads what is printed
+    while len(mp.active_children()) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    if not sleep:
+        t.join()          # the map is over, its thread gone
+    print(*[c.pid for c in mp.active_children()], flush=True)
+    sys.stdin.readline()  # until the test has looked
+"""
+
+
+def test_workers_a_thread_started_outlive_the_thread_but_not_the_driver(tmp_path):
+    """Linux's parent-death signal fires when the *thread* that started a worker exits: workers of a map run in a
+    thread (tools/sweep.py's background stage) were killed when it ended, and at exit the driver's resource tracker
+    warned "There appear to be 2 leaked semaphore objects" (after every `make run`). Now they poll their driver
+    instead: alive after the thread, gone when the driver exits or is SIGKILLed, and nothing on stderr."""
+    import contextlib
+    import subprocess
+    import sys
+    import time
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(_THREAD_DRIVER)
+    for sleep in ("0", "60"):     # the map over and its thread gone; the workers busy when the driver is killed
+        p = subprocess.Popen([sys.executable, str(driver), sleep], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        kids = [int(w) for w in p.stdout.readline().split()]
+        assert len(kids) == 2, (kids, p.stderr.read() if p.poll() is not None else "")
+        if sleep == "0":
+            time.sleep(1.0)           # the old code's workers got SIGKILL as the thread ended
+            assert still_alive(kids) == kids, "workers died with the thread that started them"
+            _, err = p.communicate("\n", timeout=120)    # a normal exit: the idle pool is shut down
+            assert p.returncode == 0 and err == "", err
+        else:
+            p.kill()
+            p.wait(timeout=60)   # not communicate(): surviving workers would hold its pipes open
+        alive = still_alive(kids, 10)   # the watchdog polls every second
+        for pid in alive:   # do not leave them behind on a failure
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        for f in (p.stdin, p.stdout, p.stderr):
+            if not f.closed:
+                f.close()
+        assert not alive, f"workers alive 10 s after their driver exited (sleep {sleep}): {alive}"

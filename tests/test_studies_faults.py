@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import yaml
-from helpers import tiny_study_dict
+from helpers import still_alive, tiny_study_dict
 
 from altgrad_lib.training.interrupt import EXIT_INTERRUPTED
 
@@ -55,22 +55,6 @@ def _wait_training(runs: Path, n: int, proc: subprocess.Popen, step: int = 2, ti
     raise AssertionError(f"{n} runs never trained under {runs}")
 
 
-def _gone(pids: list[int], timeout: float) -> list[int]:
-    """The pids still alive (zombies count as dead) after waiting up to `timeout` s."""
-    t0 = time.time()
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.time() - t0 > timeout:
-            return alive
-        time.sleep(0.1)
-
-
 def test_sigterm_on_a_study_is_forwarded_checkpointed_indexed_and_quick(tmp_path):
     from altgrad_lib.training.checkpoint import load_checkpoint
 
@@ -96,7 +80,7 @@ def test_sigterm_on_a_study_is_forwarded_checkpointed_indexed_and_quick(tmp_path
     for run in busy:                         # each started run saved the step it was in
         step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
         assert 2 <= step < 400 and not (run / "summary.json").exists()
-    assert not _gone(kids, 10)
+    assert not still_alive(kids, 10)
     steps = {run.name: load_checkpoint(run / "checkpoints" / "last.pt")["step"] for run in busy}
     again = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
     out2, err2 = again.communicate(timeout=600)
@@ -131,7 +115,7 @@ def test_sigkill_of_the_driver_leaves_no_worker(tmp_path):
     assert len(kids) >= 2, kids
     p.kill()
     p.wait(timeout=60)      # not communicate(): surviving workers would hold its stdout open
-    alive = _gone(kids, 5)
+    alive = still_alive(kids, 5)
     for pid in alive:                        # do not leave them behind on a failure either
         psutil.Process(pid).kill()
     assert not alive, f"workers alive 5 s after SIGKILL of their driver: {alive}"

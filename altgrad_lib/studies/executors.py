@@ -32,9 +32,11 @@ raises errors.Interrupted (train() on SIGTERM / SIGINT) comes back `interrupted=
   Threads: `OMP_NUM_THREADS`, when set, is the per-worker default (a shared box's setting is respected).
   Workers never outlive the driver: each sets Linux's PR_SET_PDEATHSIG = SIGKILL (prctl via ctypes) when it
   starts, so the kernel kills it when the driver dies, even by SIGKILL (no code of the driver runs then, so only
-  the kernel can do it); elsewhere a daemon thread polls the parent pid every second. Each worker also leaves
-  the driver's process group (a terminal's Ctrl-C reaches only the driver, which forwards one SIGTERM: two
-  would abort the run instead of checkpointing it) and ignores SIGINT between jobs.
+  the kernel can do it); elsewhere, and for workers started from a thread other than the driver's main thread
+  (Linux sends that signal when the *thread* that started the process exits), a daemon thread polls the parent
+  pid every second. Each worker also leaves the driver's process group (a terminal's Ctrl-C reaches only the
+  driver, which forwards one SIGTERM: two would abort the run instead of checkpointing it) and ignores SIGINT
+  between jobs.
 - `ray`: one Ray task per job, `cpus_per_job` / `gpus_per_job` reserved each, on the cluster at `address`
   ("auto" = the one `ray start` made on this node; None = a private local instance). Ray is imported only
   here; without it the error names the extra to install. Every node needs altgrad_lib importable
@@ -84,9 +86,13 @@ def default_threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def die_with_parent(parent: int) -> str:
-    """Make this process die when process `parent` does, even by SIGKILL; returns how ("prctl" or "watchdog")."""
-    if sys.platform.startswith("linux"):
+def die_with_parent(parent: int, from_main_thread: bool = True) -> str:
+    """Make this process die when process `parent` does, even by SIGKILL; returns how ("prctl" or "watchdog").
+    `from_main_thread`: whether `parent` started this process from its main thread. Linux's parent-death signal
+    fires when the parent *thread* that started the process exits: a worker that a map in another thread started
+    (tools/sweep.py's background stage) died with that thread, idle or not, and the semaphores it held were
+    reported leaked when the driver exited. Such a worker polls instead."""
+    if from_main_thread and sys.platform.startswith("linux"):
         import ctypes
 
         pr_set_pdeathsig = 1   # <linux/prctl.h>
@@ -144,11 +150,11 @@ def yield_cpu(nice: int) -> None:
         group.write_text(str(max(nice, int(group.read_text().split()[-1]))))
 
 
-def _worker_init(driver: int) -> None:
+def _worker_init(driver: int, from_main_thread: bool) -> None:
     """First thing in every local worker (see the module note): die with the driver, own process group, no SIGINT."""
     _worker["in_worker"] = True
     atexit.register(_exit_now)   # registered first, so it runs after every library's atexit handler
-    die_with_parent(driver)
+    die_with_parent(driver, from_main_thread)
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # train() installs its own handlers while it runs
 
@@ -248,15 +254,23 @@ _pool: dict[str, Any] = {}   # the persistent local pool: "pool" and the "key" i
 def _pool_kw() -> dict[str, Any]:
     import multiprocessing as mp
 
-    return {"mp_context": mp.get_context("spawn"), "initializer": _worker_init, "initargs": (os.getpid(),)}
+    # a worker is started by the thread that submits: the map's that made the pool (_pool_key records which kind)
+    return {"mp_context": mp.get_context("spawn"), "initializer": _worker_init,
+            "initargs": (os.getpid(), _on_main_thread())}
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _pool_key(workers: int) -> tuple:
     """What a spawned worker took from this process when it started: a pool started under another key (other
     environment variables, e.g. $ALTGRAD_OUTPUTS or $ALTGRAD_QDQ_KERNEL, another cwd or sys.path, or an edited
-    altgrad_lib source file: a worker would run the code it imported) is not reused."""
+    altgrad_lib source file: a worker would run the code it imported) is not reused. Nor is a pool of the main
+    thread by another thread, whose map could start the pool's missing workers with the main thread's death
+    signal (die_with_parent)."""
     return (workers, os.getpid(), tuple(sorted(os.environ.items())), os.getcwd(), tuple(sys.path),
-            _package_stamp())
+            _package_stamp(), _on_main_thread())
 
 
 def _package_stamp() -> tuple:
