@@ -92,9 +92,13 @@ def one_line(msg: object) -> str:
 
 def exc_line(exc: BaseException, limit: int = 300) -> str:
     """`Type: first line of the message`, at most `limit` characters (a failed job's error in indexes and
-    summaries: a worker's traceback-like message must not fill a table cell)."""
-    first = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
+    summaries: a worker's traceback-like message must not fill a table cell). A first line that ends in ":" only
+    introduces the cause (dynamo's "backend='inductor' raised:"), so the next line joins it."""
+    lines = [part.strip() for part in str(exc).splitlines() if part.strip()]
+    first = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines or [""])[0]
     return f"{type(exc).__name__}: {first}"[:limit]
+
+
 class Interrupted(KeyboardInterrupt):
     """A run or study stopped on SIGTERM / SIGINT after writing its state (training/interrupt.py); re-running the
     same command resumes it. A KeyboardInterrupt, so a notebook cell stops as it does on Ctrl-C."""

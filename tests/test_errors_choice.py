@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from altgrad_lib.errors import ConfigError, check_choice, invalid
+from altgrad_lib.errors import ConfigError, check_choice, exc_line, invalid
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.numerics.quant_spec import QuantSpec
 from altgrad_lib.training.config import TrainConfig
@@ -47,3 +47,12 @@ def test_no_package_module_imports_a_private_name_of_another():
                 bad += [f"{f.relative_to(PKG)}: {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
     assert not bad, bad
+
+
+def test_exc_line_keeps_the_cause_that_a_header_line_introduces():
+    """dynamo's BackendCompilerFailed says only "backend='inductor' raised:" on its first line; the cause is on the
+    next one, and a failed kernel's warning showed nothing else (seen under ATEN_CPU_CAPABILITY=default)."""
+    wrapped = RuntimeError("backend='inductor' raised:\nCppCompileError: C++ compile error\n\nCommand:\ng++ ...")
+    assert exc_line(wrapped) == "RuntimeError: backend='inductor' raised: CppCompileError: C++ compile error"
+    assert exc_line(ValueError("three is bad\nsecond line never shown")) == "ValueError: three is bad"
+    assert exc_line(KeyError(), limit=5) == "KeyEr"

@@ -47,7 +47,7 @@ from typing import Callable, Hashable
 import torch
 from torch.fx.experimental import _config as fx_config
 
-from altgrad_lib.errors import ProcessMode
+from altgrad_lib.errors import ProcessMode, exc_line
 from altgrad_lib.numerics.block_scaling import block_qdq
 from altgrad_lib.numerics.quant import add_counts, qdq
 from altgrad_lib.numerics.quant_spec import QuantSpec
@@ -136,7 +136,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
         try:
             out = compiled(*args)
         except Exception as e:   # e.g. inductor without a C++ compiler (Interrupted is no Exception: it passes)
-            _failed[key] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+            _failed[key] = exc_line(e, 250)
             _compiled.pop(key, None)
             warnings.warn(f"a compiled quantize kernel failed to build ({_failed[key]}); its quantizers run eager "
                           f"(slower, same numerics). {QDQ_KERNEL_ENV}=eager skips compiling.", RuntimeWarning,
