@@ -17,7 +17,8 @@ of codes·fl(1/s), so results agree to fp32 rounding, a bound the tests derive).
 fp32 accumulation; cuBLAS and oneDNN apply them to the accumulator (fp32 rounding again, GPU numbers are not
 CPU numbers to the bit either way). `torch._scaled_mm` itself is an option, not the default: on
 CPUs with AMX (Intel Sapphire Rapids and later) torch routes it to oneDNN, which took 750-930 ms for one
-1024x64 @ 64x256 GEMM (2,000-3,000x FP32) and made notebook 03 take hours. Ask for it with the environment
+1024x64 @ 64x256 GEMM (2,000-3,000x FP32; 1.23 s on another AMX Xeon, bench/cpu_fp8_gemm.py) and made notebook 03
+take hours. Ask for it with the environment
 variable ALTGRAD_CPU_FP8_GEMM=scaled_mm (inherited by study workers) or `set_cpu_fp8_gemm("scaled_mm")` before
 building the model. Which CPU kernel runs is not part of a run's config hash, as the CPU vendor is not. CUDA
 tensors always go through `torch._scaled_mm`. Only the two hardware formats are supported; exotic formats
