@@ -17,26 +17,35 @@ export HF_DATASETS_OFFLINE=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # Python's bytecode cache stays on for these commands even where the shell exports PYTHONDONTWRITEBYTECODE (this VM
 # does): without it each test worker, CLI and study process, study worker and notebook kernel compiles altgrad_lib
-# from source (~0.3 s a process, ~150 processes in `make test`) and pytest rewrites every test module again in each
-# worker. `make test` 10 min 35 s -> 9 min 43 s on a fresh clone's first run (README). __pycache__/ is gitignored.
+# from source and pytest rewrites every test module again in each worker (the cost: bench/results/make_test.md).
+# __pycache__/ is gitignored.
 unexport PYTHONDONTWRITEBYTECODE
 
 NOTEBOOKS := notebooks/01_formats.ipynb notebooks/02_bf16_baseline.ipynb notebooks/03_fp8_baseline.ipynb \
              notebooks/04_exotic_formats.ipynb notebooks/05_manifold_optimizer.ipynb notebooks/06_analysis.ipynb
 NBVAL     := --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg
 
-.PHONY: setup run test test-portable test-torch211 notebooks lab bench clean-venv
+.PHONY: setup run test test-portable test-torch211 test-latest lock notebooks lab bench clean-venv
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PIN)
+# The locked set-up: requirements.lock names the exact version of every package installed here (pip constraints, made
+# by `make lock`); a change of the lock or of pyproject.toml re-installs. `make test-latest` installs the newest
+# versions the bounds allow into its own venv instead, so drift is met on purpose, never by a newcomer.
+# $(call install,VENV,PIP_CONSTRAINTS): the project's build backend is installed (and locked) like everything else,
+# then used in place (--no-build-isolation), so an isolated build cannot fetch a newer setuptools.
+LOCK      := requirements.lock
+define install
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q $(2) --upgrade pip setuptools
+	$(1)/bin/python -m pip install -q $(2) $(TORCH_PIN)
 	# ray: the study executor's test runs against a local Ray instance (ray stays an optional extra for users)
-	$(PY) -m pip install -q -e '.[dev,notebooks,ray]'
+	$(1)/bin/python -m pip install -q $(2) --no-build-isolation -e '.[dev,notebooks,ray]'
 	# gpt2.tiktoken (official GPT-2 BPE ranks) ships inside openai-whisper; its heavy deps are not needed.
-	$(PY) -m pip install -q --no-deps $(WHISPER)
-	# nngeometry (K-FAC Fisher monitor) declares torchvision, which it never imports and which would replace torch
-	$(PY) -m pip install -q --no-deps $(NNGEOMETRY)
+	# nngeometry (K-FAC Fisher monitor) declares torchvision, which it never imports and which would replace torch.
+	$(1)/bin/python -m pip install -q $(2) --no-deps $(WHISPER) $(NNGEOMETRY)
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
+	$(call install,$(VENV),-c $(LOCK))
 	touch $@
 
 setup: $(STAMP)
@@ -45,9 +54,8 @@ run: $(STAMP)
 	$(PY) tools/sweep.py --profile $(PROFILE)
 
 # Tests train into a fresh temporary ALTGRAD_OUTPUTS, so nbval never passes on runs left by older code.
-# pytest-xdist, one worker per core up to 4 (beyond that the notebooks, one unit, are the floor); on a 2-core box the
-# wall time is within ~5 % of half the summed test time (615-668 s against 1,171-1,274 s summed; README gives the
-# wall time).
+# pytest-xdist, one worker per core up to 4 (beyond that the notebooks, one unit, are the floor); wall times per
+# machine: bench/results/make_test.md.
 # tests/conftest.py makes each test file one unit of work and all notebooks one unit, cells in order (03 reuses the
 # run 02 trained), sent first (--no-loadscope-reorder keeps that order), and gives each worker its own outputs and
 # cores // workers torch threads.
@@ -62,7 +70,8 @@ test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/torchinductor-aten-default $(MAKE) test
 
 # Re-execute the committed notebooks in place with their CI-default parameters (no -p), in order (03 reuses 02's
-# baseline run; 06 trains the CI study params/studies/ci_formats.yaml, about a minute, and analyses it). Needed whenever library text they print changes (format notes, short_str, tables); commit the
+# baseline run; 06 trains the CI study params/studies/ci_formats.yaml and analyses it). Needed whenever library text
+# they print changes (format notes, short_str, tables); commit the
 # result. A fresh ALTGRAD_OUTPUTS, as in `make test`, so no output comes from a run made by older code.
 # papermill keeps the kernelspec a notebook had; tools/kernelspec.py writes the installed one ("Python 3 (ipykernel)"),
 # which JupyterLab would otherwise rewrite on opening, so the notebooks open clean (tests/test_notebook_kernelspec.py).
@@ -77,15 +86,16 @@ notebooks: $(STAMP)
 VENV211   ?= .venv-torch211
 STAMP211  := $(VENV211)/.altgrad-installed
 
-$(STAMP211): pyproject.toml
+$(STAMP211): pyproject.toml $(LOCK)
 	test -x $(VENV211)/bin/python || $(PYTHON) -m venv $(VENV211)
 	$(VENV211)/bin/python -m pip install -q --upgrade pip
 	$(VENV211)/bin/python -m pip install -q torch==2.11.0
-	$(VENV211)/bin/python -m pip install -q -e '.[dev]'
+	grep -v '^torch==' $(LOCK) > $(VENV211)/constraints.txt
+	$(VENV211)/bin/python -m pip install -q -c $(VENV211)/constraints.txt -e '.[dev]'
 	touch $@
 
 test-torch211: $(STAMP211)
-	ALTGRAD_OUTPUTS=$$(mktemp -d) $(VENV211)/bin/python -m pytest -q tests/test_compile_grads.py \
+	ALTGRAD_LOCK_SKIP=torch ALTGRAD_OUTPUTS=$$(mktemp -d) $(VENV211)/bin/python -m pytest -q tests/test_compile_grads.py \
 		tests/test_numerics_kernel_plans.py tests/test_numerics_mt_bits.py \
 		tests/test_block_kernel_layout.py::test_compiled_block_kernels_equal_eager \
 		tests/test_numerics_rounding.py::test_overflow_inf_nan_follow_the_spec_not_a_cast \
@@ -100,3 +110,28 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The newest versions pyproject.toml's bounds allow, in a venv of their own (made anew each time): `make test-latest`
+# runs the suite there and lists what differs from the lock; `make lock` writes the lock from it. Refreshing the lock
+# is a commit that also re-executes the notebooks whose checked outputs the new versions change (`make notebooks`).
+LATEST    ?= .venv-latest
+$(LATEST)/.altgrad-installed:
+	$(call install,$(LATEST),)
+	touch $@
+
+test-latest:
+	rm -rf $(LATEST)   # made anew: the registry as it is today
+	$(MAKE) $(LATEST)/.altgrad-installed
+	$(PYTHON) tools/lock.py diff $(LATEST)
+	ALTGRAD_UNLOCKED=1 ALTGRAD_OUTPUTS=$$(mktemp -d) $(LATEST)/bin/python -m pytest tests $(XDIST) $(NBVAL) $(NOTEBOOKS)
+
+lock:
+	rm -rf $(LATEST)
+	$(MAKE) $(LATEST)/.altgrad-installed
+	$(PYTHON) tools/lock.py write $(LATEST)
+
+# The suite on a loaded machine, as on a shared research box (issue 53): one busy process per core beside it for its
+# whole run, always stopped after (tools/cpu_load.py). It must pass, slower; its time goes to bench/results/make_test.md.
+.PHONY: test-loaded
+test-loaded: $(STAMP)
+	$(PY) tools/cpu_load.py -- $(MAKE) test

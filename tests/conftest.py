@@ -32,6 +32,9 @@ import pytest
 
 from altgrad_lib.studies.executors import default_threads   # imports no torch (it must load after the env below)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import lock   # (tools/lock.py: a repository tool, not library code)
+
 os.environ.setdefault("ALTGRAD_QDQ_KERNEL", "eager")
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")   # "gw0", "gw1", ...; unset in a serial run and in the controller
@@ -50,6 +53,21 @@ if WORKER:
 # Files whose tests share no fixture and which as one unit would be the longest of all: each test is a unit.
 # test_compile_grads.py: 28 compile cases, a sixth of the suite's time (each resets dynamo; none shares state).
 PER_TEST = {"tests/test_compile_grads.py"}
+
+
+def pytest_configure(config):
+    """Stop before any test when this venv is not the locked one: one line names the first package that differs.
+
+    `make test-latest` sets ALTGRAD_UNLOCKED=1 (it tests the newest versions on purpose); the torch 2.11 pass sets
+    ALTGRAD_LOCK_SKIP=torch. Checked once, in the controller (or the serial session), not in each xdist worker.
+    """
+    if WORKER or os.environ.get("ALTGRAD_UNLOCKED") == "1":
+        return
+    skip = tuple(lock.canonical(n) for n in os.environ.get("ALTGRAD_LOCK_SKIP", "").split(",") if n)
+    bad = lock.mismatches(lock.read_lock(), lock.installed(), skip)
+    if bad:
+        more = f" (and {len(bad) - 1} more: python tools/lock.py check)" if len(bad) > 1 else ""
+        raise pytest.UsageError(f"{bad[0]}{more}: this venv is not the locked set-up; run `make setup`")
 
 
 def _is_notebook(nodeid: str) -> bool:

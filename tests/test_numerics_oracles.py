@@ -81,3 +81,14 @@ def test_arbitrary_exmy_agrees_with_gfloat(name):
     table = oracles.oracle_agreement([name])
     assert list(table.reference) == ["gfloat.round_ndarray"]
     assert table.mismatches.sum() == 0
+
+
+def test_the_table_names_the_version_of_each_library_that_computed_a_row(oracle_table):
+    """A new release of a reference can change a row (ml_dtypes 0.7.0 rounds E8M0FNU's ties otherwise): the row says
+    which release computed it."""
+    from importlib import metadata
+
+    libs = oracle_table.reference.str.split(".").str[0]
+    assert set(libs) == {"torch", "ml_dtypes", "gfloat"}
+    for lib, version in zip(libs, oracle_table.version):
+        assert version == metadata.version(lib).split("+", 1)[0]

@@ -203,3 +203,24 @@ def test_git_info_is_clean_when_only_notebooks_changed(tmp_path):
     assert runs.git_info(tmp_path)["dirty"] is False
     (tmp_path / "a.py").write_text("x = 2\n")
     assert runs.git_info(tmp_path)["dirty"] is True
+
+
+def test_every_run_records_the_machine_its_numbers_came_from():
+    """Two CPUs of one model name can differ in their float paths: a run records the model name (as `lscpu` prints
+    it), ATen's capability (ATEN_CPU_CAPABILITY lowers it: a second float path of one machine) and its ISA flags."""
+    import shutil
+
+    from altgrad_lib.training.config import TrainConfig
+    from altgrad_lib.training.run_dir import ISA_FLAGS, machine_info, make_provenance
+
+    info = make_provenance(TrainConfig(), "0" * 12)["machine"]
+    assert info == machine_info() and info["cpus"] >= 1
+    assert set(info["isa"]) <= set(ISA_FLAGS)
+    if shutil.which("lscpu"):
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, env={"LC_ALL": "C"}).stdout
+        model = [ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")]
+        assert model and info["cpu_model"] == model[0]
+    lowered = subprocess.run([sys.executable, "-c", "from altgrad_lib.training.run_dir import machine_info; "
+                              "print(machine_info()['aten_cpu_capability'])"],
+                             env={**os.environ, "ATEN_CPU_CAPABILITY": "default"}, capture_output=True, text=True)
+    assert lowered.stdout.strip() == "DEFAULT", lowered.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Iterable
 
 import numpy as np
@@ -88,6 +89,14 @@ def matching_references(fmt: FloatFormat | str) -> list[Reference]:
     return [r for r in REFERENCES if r.convention == key]
 
 
+def library_version(library: str) -> str:
+    """The installed version of a reference library, without a local label (torch's `+cpu` / `+cu128`): a table
+    whose numbers a library computed names the version that computed them, so a new release cannot change it
+    silently."""
+    dist = {"torch": "torch", "ml_dtypes": "ml_dtypes", "gfloat": "gfloat", "torchao": "torchao"}[library]
+    return metadata.version(dist).split("+", 1)[0]
+
+
 def all_bf16_values(finite_only: bool = True) -> torch.Tensor:
     """Every bf16 bit pattern as float32 (65536 patterns; 65280 finite)."""
     bits = torch.from_numpy(np.arange(2**16, dtype=np.uint16).view(np.int16))
@@ -127,14 +136,16 @@ def oracle_agreement(formats: Iterable[FloatFormat | str] | None = None,
         for ref in matching_references(f):
             sat = bool(torch.isfinite(ref.cast(huge)).all())
             ours = f.quantize(x, rounding="nearest", saturate=sat)
-            rows.append({"format": f.name, "reference": ref.label, "saturate": sat, "inputs": domain,
+            rows.append({"format": f.name, "reference": ref.label, "version": library_version(ref.library),
+                         "saturate": sat, "inputs": domain,
                          "n_inputs": x.numel(), "mismatches": count_mismatches(ours, ref.cast(x), zero_sign)})
         if include_gfloat:
             import gfloat
 
             ref_x = gfloat.round_ndarray(gfloat_format_info(f), x.double().numpy(), sat=True)
             ours = f.quantize(x, rounding="nearest", saturate=True)
-            rows.append({"format": f.name, "reference": "gfloat.round_ndarray", "saturate": True, "inputs": domain,
+            rows.append({"format": f.name, "reference": "gfloat.round_ndarray", "version": library_version("gfloat"),
+                         "saturate": True, "inputs": domain,
                          "n_inputs": x.numel(),
                          "mismatches": count_mismatches(ours, torch.from_numpy(ref_x), zero_sign)})
     return pd.DataFrame(rows)

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import pandas as pd
+import torch
 import yaml
 
 import altgrad_lib
@@ -78,13 +80,32 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     vers: dict[str, str] = {"python": platform.python_version()}
-    for dist in ("torch", "torchao", "numpy", "pandas", "altgrad"):
+    for dist in ("torch", "torchao", "numpy", "pandas", "ml_dtypes", "gfloat", "altgrad"):
         try:
             vers[dist] = version(dist)
         except PackageNotFoundError:
             vers[dist] = "not installed"
     vers["altgrad_lib"] = altgrad_lib.__version__
     return vers
+
+
+# The instruction sets that decide which float path torch's CPU kernels take (ATen's dispatch, oneDNN's AMX route):
+# two machines of one model name differ in them, and a quantized run's last digits with them.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile",
+             "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+def machine_info() -> dict[str, Any]:
+    """The CPU a run's numbers came from: `lscpu`'s model name, ATen's CPU capability (ATEN_CPU_CAPABILITY can lower
+    it) and the ISA flags above that /proc/cpuinfo lists."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:(.*)$", text, re.M)
+    have = set(flags.group(1).split()) if flags else set()
+    return {"cpu_model": model.group(1).strip() if model else platform.processor() or "unknown",
+            "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "isa": [f for f in ISA_FLAGS if f in have],
+            "cpus": os.cpu_count()}
 
 
 def make_provenance(config: "TrainConfig", config_hash: str) -> dict[str, Any]:
@@ -95,6 +116,7 @@ def make_provenance(config: "TrainConfig", config_hash: str) -> dict[str, Any]:
         "versions": library_versions(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "machine": machine_info(),
         "start_time": now_iso(),
         "command": " ".join(sys.argv),
         "cwd": str(Path.cwd()),
