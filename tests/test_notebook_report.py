@@ -56,13 +56,31 @@ def test_report_of_executed_notebooks_lists_question_computed_headline_and_wall_
     page = tmp_path / "report" / "good" / "cpu.html"
     assert 'href="good/cpu.html"' in good and page.exists()
     assert "data:image/png;base64," in page.read_text()    # the figure travels inside the page
-    assert "3 notebook run(s), 1 failed" in text
+    assert "3 run(s) of 3 notebook(s), 1 failed" in text
+    assert "the sweep's wall time was not measured" in text
 
 
 def test_report_of_a_notebook_that_never_ran_names_it_without_a_link(tmp_path):
     entry = report.ReportEntry("x[cpu]", tmp_path / "missing.ipynb", "failed", 1.25, "DeadKernelError: died")
     text = report.build_report([entry], tmp_path / "r").read_text()
     assert "<td>x[cpu]</td>" in text and "failed: DeadKernelError: died" in text and ">1.2<" in text
+
+
+def test_a_notebooks_runs_share_one_question_and_the_sweeps_wall_time_is_not_their_sum(tmp_path):
+    """01 runs once per format: one question, its runs as rows under it; the runs overlap, so the page heads with
+    the sweep's wall time and labels the sum."""
+    nb = _small_notebook(tmp_path / "01_x.ipynb")
+    other = _small_notebook(tmp_path / "02_y.ipynb")
+    entries = [report.ReportEntry("01_x[E4M3]", nb, "ok", 10.0), report.ReportEntry("02_y[cpu]", other, "ok", 30.0),
+               report.ReportEntry("01_x[E5M2]", nb, "ok", 20.0)]
+    text = report.build_report(entries, tmp_path / "r", wall_seconds=35.0).read_text()
+    rows = text.split("<tr>")[2:]
+    assert [re.search(r"<td>(?:<a [^>]+>)?([^<]+)", r).group(1) for r in rows] == ["01_x[E4M3]", "01_x[E5M2]",
+                                                                                    "02_y[cpu]"]
+    assert text.count("on this kernel?") == 2                        # once per notebook, not per run
+    assert '<td rowspan="2">Is <code>2 + 2</code>' in rows[0] and "on this kernel?" not in rows[1]
+    assert "3 run(s) of 2 notebook(s), 0 failed; the sweep took 35.0 s of wall time (its runs' times sum to " \
+           "60.0 s: runs overlap)" in text
 
 
 def test_sweep_ends_with_the_report_path(tmp_path, monkeypatch, capsys):
@@ -78,6 +96,7 @@ def test_sweep_ends_with_the_report_path(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == f"report: {tmp_path / 'outputs' / 'report' / 'index.html'}"
     assert re.search(r"^total [0-9.]+ s$", "\n".join(out), re.M)
+    assert "the sweep took" in (tmp_path / "outputs" / "report" / "index.html").read_text()
     assert "answer 4 (computed)" in (tmp_path / "outputs" / "report" / "index.html").read_text()
 
 

@@ -271,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = table[table.status != "ok"]
     if len(failed):
         print(f"{len(failed)} notebook run(s) failed; see the executed notebooks for the error cell", file=sys.stderr)
-    index = write_report(rows, args.profile, ROOT / "outputs" / "report")
+    index = write_report(rows, args.profile, ROOT / "outputs" / "report", time.perf_counter() - t_start)
     print(f"\nreport: {index}", flush=True)
     return 1 if len(failed) else 0
 
 
-def write_report(rows: list[dict], profile: str, out_dir: Path) -> Path:
+def write_report(rows: list[dict], profile: str, out_dir: Path, wall_seconds: float | None = None) -> Path:
     """outputs/report/: each executed notebook as HTML and index.html (question, headline, wall time of each)."""
     from altgrad_lib.notebook.report import ReportEntry, build_report
     from altgrad_lib.notebook.profile import code_version
@@ -284,7 +284,7 @@ def write_report(rows: list[dict], profile: str, out_dir: Path) -> Path:
     entries = [ReportEntry(f"{Path(r['output']).parent.name}[{Path(r['output']).stem}]", Path(r["output"]),
                            r["status"], r["seconds"], r["error"]) for r in rows]
     return build_report(entries, out_dir, title=f"AltGrad notebooks, profile {profile}",
-                        subtitle=f"code: {code_version()}")
+                        subtitle=f"code: {code_version()}", wall_seconds=wall_seconds)
 
 
 if __name__ == "__main__":

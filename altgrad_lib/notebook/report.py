@@ -2,12 +2,14 @@
 
     build_report(entries, out_dir) -> Path     out_dir/index.html plus out_dir/<notebook>/<params>.html
 
-An entry is one executed notebook (`ReportEntry`: its label, path, status, wall time). The index lists each
-notebook with its question (the "**Question.**" paragraph of its first markdown cell), its headline result and its
-wall time. The headline is never typed here: it is the text output of the notebook's cell tagged `headline`
-(HEADLINE_TAG), which prints one line computed from that notebook's own results; a notebook without one, or whose
-run failed, says so in the index. Figures are embedded in each page (nbconvert inlines PNG outputs as data URIs), so
-the report folder can be copied or opened anywhere.
+An entry is one executed notebook (`ReportEntry`: its label, path, status, wall time). The index asks each
+notebook's question once (the "**Question.**" paragraph of its first markdown cell) and lists its runs under it (01's
+formats as rows of one question), each with its headline result and run time. The sweep's own wall time heads the
+page; the sum of the runs' times is shown beside it, labelled, since runs of a sweep overlap. The headline is never
+typed here: it is the text output of the notebook's cell tagged `headline` (HEADLINE_TAG), which prints one line
+computed from that notebook's own results; a notebook without one, or whose run failed, says so in the index.
+Figures are embedded in each page (nbconvert inlines PNG outputs as data URIs), so the report folder can be copied
+or opened anywhere.
 """
 from __future__ import annotations
 
@@ -66,7 +68,13 @@ def _markdown_code(text: str) -> str:
     return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<em>\1</em>", out)
 
 
-def _index_row(entry: ReportEntry, page: str | None) -> tuple[str, float | None]:
+def notebook_of(entry: ReportEntry) -> str:
+    """The notebook an entry ran: its label up to the parameters ("01_formats[E4M3]" -> "01_formats")."""
+    return entry.label.split("[", 1)[0]
+
+
+def _index_row(entry: ReportEntry, page: str | None, span: int) -> tuple[str, float | None]:
+    """One run's row; `span` > 0 opens its notebook's group with the question cell spanning that many rows."""
     nb = nbformat.read(entry.path, as_version=4) if entry.path.exists() else None
     q = question(nb) if nb is not None else ""
     head = headline_text(nb) if nb is not None else None
@@ -79,8 +87,8 @@ def _index_row(entry: ReportEntry, page: str | None) -> tuple[str, float | None]
         result = "<br>".join(html.escape(line) for line in head.splitlines())
     link = f'<a href="{html.escape(page)}">{html.escape(entry.label)}</a>' if page else html.escape(entry.label)
     wall = f"{secs:.1f}" if secs is not None else "none"
-    return (f"<tr><td>{link}</td><td>{_markdown_code(q) or 'none'}</td><td>{result}</td>"
-            f'<td class="num">{wall}</td></tr>'), secs
+    ask = f'<td rowspan="{span}">{_markdown_code(q) or "none"}</td>' if span else ""
+    return f'<tr><td>{link}</td>{ask}<td>{result}</td><td class="num">{wall}</td></tr>', secs
 
 
 _STYLE = """
@@ -95,12 +103,18 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 
 
 def build_report(entries: list[ReportEntry], out_dir: str | Path, *, title: str = "AltGrad report",
-                 subtitle: str = "") -> Path:
-    """Write each executed notebook as HTML and out_dir/index.html; returns the index's path."""
+                 subtitle: str = "", wall_seconds: float | None = None) -> Path:
+    """Write each executed notebook as HTML and out_dir/index.html; returns the index's path.
+
+    wall_seconds: the sweep's own wall time (None: not measured, only the runs' sum is shown). Entries of one
+    notebook are grouped under its question in the order they first appear."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()   # the lab template; image outputs inlined as data URIs
-    rows, total = [], 0.0
+    order = list(dict.fromkeys(notebook_of(e) for e in entries))
+    entries = sorted(entries, key=lambda e: order.index(notebook_of(e)))   # stable: a notebook's runs keep order
+    counts = {nb: sum(notebook_of(e) == nb for e in entries) for nb in order}
+    rows, total, opened = [], 0.0, set()
     for entry in entries:
         page = None
         if entry.path.exists():
@@ -109,7 +123,9 @@ def build_report(entries: list[ReportEntry], out_dir: str | Path, *, title: str 
             (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (out_dir / rel).write_text(body, encoding="utf-8")
             page = rel.as_posix()
-        row, secs = _index_row(entry, page)
+        nb_name = notebook_of(entry)
+        row, secs = _index_row(entry, page, 0 if nb_name in opened else counts[nb_name])
+        opened.add(nb_name)
         rows.append(row)
         total += secs or 0.0
     n_failed = sum(e.status != "ok" for e in entries)
@@ -118,7 +134,10 @@ def build_report(entries: list[ReportEntry], out_dir: str | Path, *, title: str 
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>\n<h1>{html.escape(title)}</h1>\n"
         + (f"<p>{html.escape(subtitle)}</p>\n" if subtitle else "")
-        + f"<p>{len(entries)} notebook run(s), {n_failed} failed; wall time {total:.1f} s in all.</p>\n"
-        "<table><thead><tr><th>notebook</th><th>question</th><th>headline result</th><th>wall time (s)</th></tr>"
+        + f"<p>{len(entries)} run(s) of {len(order)} notebook(s), {n_failed} failed; "
+        + (f"the sweep took {wall_seconds:.1f} s of wall time (its runs' times sum to {total:.1f} s: runs overlap)"
+           if wall_seconds is not None else f"the runs' times sum to {total:.1f} s (the sweep's wall time was not "
+           "measured)") + ".</p>\n"
+        "<table><thead><tr><th>run</th><th>question</th><th>headline result</th><th>run time (s)</th></tr>"
         "</thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table>\n</body></html>\n", encoding="utf-8")
     return index
