@@ -50,7 +50,10 @@ CORPORA = ("licenses", "eurlex", "<path to .txt file or dir>")                  
 TOKENIZER_ALIASES = {"gpt2-2k": 2048, "gpt2-4k": 4096, "gpt2-8k": 8192}                 # tokenizers
 TOKENIZERS = ("gpt2", "gpt2-<N> (first N merges, 256 <= N < 50256)", *TOKENIZER_ALIASES)
 # altgrad_lib/optim/
-OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd")
+OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd", "muon", "manifold_muon")
+MUON_ADJUST_LR = ("original", "match_rms_adamw", "none")   # Muon's shape-dependent lr factor (optim/muon.py)
+CONSTRAINTS = ("none", "hypersphere", "stiefel")       # optim.constraint: the matrices' manifold (optim/constraints)
+MSIGN_METHODS = ("polar", "ns")                        # manifold_muon's msign: SVD | Newton–Schulz (numerics/matrix)
 STORAGE_MODES = ("fp32", "grid_rne", "grid_sr", "kahan", "error_feedback", "error_feedback_sr")   # optim/storage.py
 EF_MODES = ("error_feedback", "error_feedback_sr")         # the residual goes into Adam's m (optim/error_feedback.py)
 SR_MODES = ("grid_sr", "error_feedback_sr")                 # stored with stochastic rounding: what optim.sr_bits sets

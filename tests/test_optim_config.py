@@ -33,7 +33,7 @@ def test_defaults_and_peak_lr():
     assert OptimConfig.from_dict("grid_adamw", {}).peak_lr(2e-3) == 1.0
     assert OptimConfig.from_dict("madam", {}).peak_lr(2e-3) == 0.01
     assert OptimConfig.from_dict("stiffness_adamw", {}).peak_lr(2e-3) == 2e-3
-    assert set(OPTIMIZERS) == {"adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd"}
+    assert set(OPTIMIZERS) == {"adamw", "stiffness_adamw", "grid_adamw", "madam", "grid_sgd", "muon", "manifold_muon"}
 
 
 def test_default_optimizer_fields_do_not_change_the_hash():

@@ -20,3 +20,5 @@ nothing of models, training or runs.
                      integer (optimizer storage SR, per-call operand SR, per-step Hadamard signs)
     oracles.py       independent references (torch / ml_dtypes dtypes, gfloat) in our conventions; agreement tables
 """
+    matrix.py        Newton–Schulz, msign (polar / NS) and its error bound, the Stiefel scale, constraint residuals
+                     (shared by optim/muon.py and monitors/manifold.py)

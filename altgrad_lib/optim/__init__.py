@@ -19,6 +19,9 @@ numerics/grid.py):
                   are moved to their grid value (fp32 master or kahan storage)
   stats.py        the optimizer's step statistics: stall rate, update visibility, oscillation ratio, Δcode
                   histogram, code usage / entropy, StepStats
+  muon.py         Muon (Newton–Schulz-orthogonalized momentum on the block matrices, AdamW on the rest; NS through a
+                  quantized GEMM: ns_fmt) and ManifoldMuon (scaled Stiefel manifold, dual ascent, msign retraction)
+  constraints.py  optim.constraint: hypersphere / Stiefel retraction after each step of any optimizer
   config.py       OptimConfig: the validated, torch-free `optim:` section of TrainConfig
   factory.py      build_optimizer(model, oc): what training/loop.py calls (oc: TrainConfig.optim_config)
 

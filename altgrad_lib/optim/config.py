@@ -24,6 +24,13 @@ selects this package's AdamW.  Keys (each optimizer accepts the shared ones plus
                 (default 200) from step osc_reset_start (default 0) it measures each element's sum|ΔQ| / sum|Δw| over
                 osc_reset_window steps (default 50) and moves the latent weight of those >= osc_reset_threshold
                 (default 8) to its grid value; needs storage fp32 or kahan (a latent weight below the grid)
+muon / manifold_muon (optim/muon.py): lr is the Muon matrices' peak lr (default 0.02), adam_lr the AdamW groups'
+                (embeddings, lm_head, gains, biases; default TrainConfig.lr); momentum (default 0.95), nesterov,
+                ns_steps (>= 1), ns_fmt (the NS GEMM's format or recipe; None = FP32), ns_accum (its accumulator),
+                adjust_lr (MUON_ADJUST_LR); state_m stores the Muon momentum as it stores Adam's m.  manifold_muon:
+                dual_steps, dual_alpha, dual_tol, msign (polar | ns), msign_steps; storage fp32 only
+  constraint    none | hypersphere | stiefel (optim/constraints.py): a retraction after each step of any optimizer;
+                constrain: parameter-name patterns (default: every block Linear weight); storage fp32 only
 Weight decay is TrainConfig.weight_decay on matrices; for optimizers whose lr is not in weight units
 (grid_adamw's format groups, madam) it is converted so the per-step decay at the peak LR equals AdamW's.
 """
@@ -33,23 +40,28 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from altgrad_lib.errors import check_choice
-from altgrad_lib.choices import (EF_MODES, MASTER_MODES, OPTIMIZERS, SR_BITS_MAX, SR_MODES, STATE_SCALES,
-                                 STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES, ULP_MODES)
+from altgrad_lib.choices import (CONSTRAINTS, EF_MODES, MASTER_MODES, MSIGN_METHODS, MUON_ADJUST_LR, OPTIMIZERS,
+                                 SR_BITS_MAX, SR_MODES, STATE_SCALES, STATE_TRANSFORMS, STIFFNESS_KINDS, STORAGE_MODES,
+                                 ULP_MODES)
 
 ROUNDINGS = ("nearest", "stochastic")
 SHARED_KEYS = ("lr", "storage", "weight_fmt", "grid_headroom", "kahan_dtype", "sr_bits", "track_stats", "compile",
                "osc_window", "osc_reset", "osc_reset_period", "osc_reset_window", "osc_reset_threshold",
-               "osc_reset_start")
+               "osc_reset_start", "constraint", "constrain")
 _ADAM = ("eps", "state_m", "state_v", "state_block", "state_rounding", "state_min_numel", "state_m_transform",
          "state_v_transform", "state_scale")
+_MUON = ("momentum", "nesterov", "ns_steps", "ns_fmt", "ns_accum", "adjust_lr", "adam_lr")
 OWN_KEYS = {
     "adamw": _ADAM,
     "stiffness_adamw": _ADAM + ("stiffness", "damping"),
     "grid_adamw": _ADAM + ("stiffness", "damping", "ulp_mode", "clip_ulp"),
     "madam": ("beta2", "p_scale", "g_bound"),
     "grid_sgd": ("momentum", "stiffness", "damping", "ulp_mode"),
+    "muon": _ADAM + _MUON,
+    "manifold_muon": _ADAM + _MUON + ("dual_steps", "dual_alpha", "dual_tol", "msign", "msign_steps"),
 }
-DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01}
+DEFAULT_LR = {"grid_adamw": 1.0, "madam": 0.01, "muon": 0.02, "manifold_muon": 0.02}
+MUON_MOMENTUM = 0.95      # optim.momentum of muon / manifold_muon when not set (torch.optim.Muon's default)
 RUN_FIELDS = ("train_lr", "weight_decay", "betas", "seed", "recipe")   # OptimConfig fields TrainConfig fills in
 _EF_OPTIMIZERS = ("adamw", "stiffness_adamw", "grid_adamw")     # those with a first moment to hold the residual
 
@@ -106,7 +118,20 @@ class OptimConfig:
     beta2: float = 0.999
     p_scale: float = 3.0
     g_bound: float = 10.0
-    momentum: float = 0.0
+    momentum: float = 0.0             # grid_sgd's; muon / manifold_muon: MUON_MOMENTUM when not set
+    nesterov: bool = True
+    ns_steps: int = 5
+    ns_fmt: str | None = None
+    ns_accum: Any = None
+    adjust_lr: str = "original"
+    adam_lr: float | None = None
+    dual_steps: int = 10
+    dual_alpha: float = 0.01
+    dual_tol: float = 1e-6
+    msign: str = "polar"
+    msign_steps: int = 20
+    constraint: str = "none"
+    constrain: tuple | None = None
     explicit: tuple = field(default=(), compare=False)     # the keys the user set
     # what the run supplies (TrainConfig's lr, weight_decay, beta1/beta2, seed, recipe): no `optim:` key sets them
     train_lr: float = 1e-3            # the schedule's peak LR; each group's lr_mult is relative to it
@@ -124,8 +149,12 @@ class OptimConfig:
                                      ("optim.state_rounding", self.state_rounding, ROUNDINGS),
                                      ("optim.state_m_transform", self.state_m_transform, STATE_TRANSFORMS),
                                      ("optim.state_v_transform", self.state_v_transform, STATE_TRANSFORMS),
-                                     ("optim.state_scale", self.state_scale, STATE_SCALES)):
+                                     ("optim.state_scale", self.state_scale, STATE_SCALES),
+                                     ("optim.adjust_lr", self.adjust_lr, MUON_ADJUST_LR),
+                                     ("optim.msign", self.msign, MSIGN_METHODS),
+                                     ("optim.constraint", self.constraint, CONSTRAINTS)):
             check_choice(name, value, choices)
+        self._check_muon()
         for name in ("lr", "clip_ulp"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
@@ -163,6 +192,45 @@ class OptimConfig:
                              f"(measure every N-th step)")
         if not 0 <= self.beta2 < 1 or not 0 <= self.momentum < 1:
             raise ValueError(f"optim.beta2={self.beta2!r} and optim.momentum={self.momentum!r} must be in [0, 1)")
+
+    def _check_muon(self) -> None:
+        for name in ("ns_steps", "dual_steps", "msign_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: an int >= 1 (iterations)")
+        for name in ("adam_lr", "dual_alpha", "dual_tol"):
+            v = getattr(self, name)
+            if (v is not None or name != "adam_lr") and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                         or not v > 0):
+                raise ValueError(f"optim.{name}={v!r} is invalid; valid: a number > 0")
+        if not isinstance(self.nesterov, bool):
+            raise ValueError(f"optim.nesterov={self.nesterov!r} is invalid; valid choices: True, False")
+        if self.ns_fmt is not None and (not isinstance(self.ns_fmt, str) or not self.ns_fmt):
+            raise ValueError(f"optim.ns_fmt={self.ns_fmt!r} is invalid; valid: None (FP32), a format name or a recipe")
+        if self.ns_accum is not None and self.ns_fmt is None:
+            raise ValueError(f"optim.ns_accum={self.ns_accum!r} needs optim.ns_fmt (the NS GEMM it accumulates); "
+                             f"set ns_fmt, e.g. 'E4M3', or remove ns_accum")
+        if self.constrain is not None:
+            pats = [self.constrain] if isinstance(self.constrain, str) else self.constrain
+            if not isinstance(pats, (list, tuple)) or not pats or not all(isinstance(x, str) and x for x in pats):
+                raise ValueError(f"optim.constrain={self.constrain!r} is invalid; valid: None (every block Linear "
+                                 f"weight) or a list of parameter-name patterns")
+            object.__setattr__(self, "constrain", tuple(pats))
+            if self.constraint == "none" and self.name != "manifold_muon":
+                raise ValueError(f"optim.constrain={list(pats)!r} is set but optim.constraint is 'none'; set "
+                                 f"constraint {CONSTRAINTS[1:]} or remove constrain")
+        if self.name == "manifold_muon" and self.constraint not in ("none", "stiefel"):
+            raise ValueError(f"optim.constraint={self.constraint!r} with optimizer 'manifold_muon': its matrices live "
+                             f"on the Stiefel manifold; valid: 'stiefel' (or leave it unset), or another optimizer "
+                             f"for {self.constraint!r}")
+        if self.name == "manifold_muon" and self.constrain is not None:
+            raise ValueError(f"optim.constrain={list(self.constrain)!r} with optimizer 'manifold_muon': it constrains "
+                             f"exactly its Muon matrices (every block Linear weight); remove constrain")
+        if (self.constraint != "none" or self.name == "manifold_muon") and self.on_grid:
+            raise ValueError(f"optim.storage={self.storage!r} with a manifold constraint ({self.name}, constraint "
+                             f"{self.constraint!r}): the retraction moves a weight off its format's grid and rounding "
+                             f"moves it off the manifold; valid: storage 'fp32' (the recipe still quantizes the "
+                             f"forward)")
 
     def _check_osc_reset(self) -> None:
         if not isinstance(self.osc_reset, bool):

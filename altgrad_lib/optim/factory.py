@@ -15,6 +15,10 @@ recipe's weight quantizer of those layers is removed (it would round the on-grid
 per-tensor scale).  Needs backend "sim", and a recipe whose weights are per-tensor scaled: a block-scaled weight
 (NVFP4, MX) is refused (`_check_no_block_weights` says why).
 
+muon / manifold_muon (optim/muon.py): Muon on every trainable block Linear weight, AdamW (lr optim.adam_lr, default
+TrainConfig.lr) on the rest (`muon_split`, which the training loop prints under the layer table).
+optim.constraint (optim/constraints.py): the retraction hook on the constrained parameters, for every optimizer.
+
 Each group carries `lr_mult` = the group's peak LR / oc.train_lr (TrainConfig.lr); the training loop sets
 lr = schedule(it) * lr_mult.
 """
@@ -28,8 +32,10 @@ from altgrad_lib.choices import STORAGE_MODES
 from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
-from altgrad_lib.optim.config import OptimConfig, on_grid
+from altgrad_lib.optim.config import MUON_MOMENTUM, OptimConfig, on_grid
+from altgrad_lib.optim.constraints import constrain, constrained_params, hidden_matrices
 from altgrad_lib.optim.madam import Madam
+from altgrad_lib.optim.muon import ManifoldMuon, Muon
 from altgrad_lib.optim.sgd import GridSGD
 from altgrad_lib.quantize.linear import QuantizedLinear
 from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
@@ -77,9 +83,79 @@ def build_optimizer(model: torch.nn.Module, oc: OptimConfig, device: torch.devic
                     ) -> torch.optim.Optimizer:
     """The optimizer of `oc` (TrainConfig.optim_config) on `model`'s trainable parameters; see the module
     docstring. Grid storage's backend (sim only) is checked with the config (TrainConfig)."""
-    if oc.is_torch_adamw:
+    if oc.is_torch_adamw:   # (optimizer adamw with an optim key, e.g. constraint, is this package's AdamW)
         return torch.optim.AdamW(adamw_param_groups(model, oc.weight_decay), lr=oc.train_lr, betas=oc.betas,
                                  fused=(device is not None and device.type == "cuda") or None)
+    if oc.name in ("muon", "manifold_muon"):
+        return _constrained(_build_muon(model, oc), model, oc)
+    return _constrained(_build_grid(model, oc), model, oc)
+
+
+def _constrained(opt: torch.optim.Optimizer, model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimizer:
+    """optim.constraint's retraction on its parameters (optim/constraints.py); manifold_muon's are its own."""
+    if oc.constraint != "none" and oc.name != "manifold_muon":
+        constrain(opt, list(constrained_params(model, oc.constrain, oc.constraint).values()), oc.constraint)
+    elif oc.name == "manifold_muon":
+        opt.constraint = "stiefel"
+    return opt
+
+
+def muon_split(model: torch.nn.Module) -> dict[str, str]:
+    """parameter name -> "muon" | "adamw": Muon on the trainable block Linear weights (constraints.hidden_matrices),
+    AdamW on every other trainable parameter (embeddings, lm_head, LayerNorm gains, biases), as modded-nanogpt."""
+    hidden = {id(p) for p in hidden_matrices(model).values()}
+    return {n: "muon" if id(p) in hidden else "adamw" for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _build_muon(model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimizer:
+    """Muon / ManifoldMuon (optim/muon.py) on muon_split's two sets; grid storage as the other optimizers."""
+    recipe = oc.recipe or "this recipe"
+    split = muon_split(model)
+    if "muon" not in split.values():
+        why = "freeze_blocks=True freezes every block weight" if _blocks_frozen(model) else "it has no block Linear"
+        raise ValueError(f"optimizer={oc.name!r} on a model with no trainable 2-D hidden weight ({why}): Muon would "
+                         f"train nothing; valid: a model with trainable transformer blocks, or optimizer 'adamw'")
+    fmts = weight_formats(model, oc.weight_fmt)
+    if oc.on_grid and not fmts:
+        raise ValueError(f"optim.storage={oc.storage!r} but no trainable weight has a format (recipe {recipe!r} "
+                         f"quantizes no weight): set optim.weight_fmt, e.g. 'E4M3', or use storage 'fp32'")
+    if oc.on_grid:
+        _check_no_block_weights(model, fmts, oc.storage, recipe)
+    peak, adam_lr = oc.peak_lr(), oc.adam_lr or oc.train_lr
+    groups: dict[tuple, dict[str, Any]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        muon = split[name] == "muon"
+        fmt = fmts.get(id(p), (None, ""))[0]
+        lr = peak if muon else adam_lr
+        wd = oc.weight_decay if p.dim() >= 2 else 0.0
+        key = (muon, fmt, wd, lr)
+        if key not in groups:
+            groups[key] = {"params": [], "muon": muon, "fmt": fmt, "weight_decay": wd, "lr": lr,
+                           "lr_mult": lr / oc.train_lr, "storage": oc.storage if fmt is not None else "fp32"}
+        groups[key]["params"].append(p)
+    muon = dict(momentum=oc.momentum if "momentum" in oc.explicit else MUON_MOMENTUM, nesterov=oc.nesterov,
+                ns_steps=oc.ns_steps, ns_fmt=oc.ns_fmt, ns_accum=oc.ns_accum, adjust_lr=oc.adjust_lr)
+    common = dict(seed=oc.seed + SR_SEED_OFFSET, track_stats=oc.track_stats, compile=oc.compile,
+                  grid_headroom=oc.grid_headroom, kahan_dtype=oc.kahan_dtype, sr_bits=oc.sr_bits,
+                  betas=tuple(oc.betas), eps=oc.eps, **_state_formats(oc))
+    glist = list(groups.values())
+    if oc.name == "muon":
+        opt = Muon(glist, lr=peak, **muon, **common)
+    else:
+        opt = ManifoldMuon(glist, lr=peak, dual_steps=oc.dual_steps, dual_alpha=oc.dual_alpha, dual_tol=oc.dual_tol,
+                           msign=oc.msign, msign_steps=oc.msign_steps, **muon, **common)
+    opt.stats.osc_window = oc.osc_window
+    if oc.osc_reset:
+        opt.set_osc_reset(oc.osc_reset_period, oc.osc_reset_window, oc.osc_reset_threshold, oc.osc_reset_start)
+    if oc.on_grid:
+        _drop_weight_quantizers(model, fmts)
+    return opt
+
+
+def _build_grid(model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimizer:
+    """adamw (with optim keys), stiffness_adamw, grid_adamw, madam, grid_sgd."""
     recipe = oc.recipe or "this recipe"
     fmts = weight_formats(model, oc.weight_fmt)
     if oc.on_grid and not fmts:

@@ -27,7 +27,8 @@ from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.model import compile_gpt, compile_units, freeze_blocks
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
-from altgrad_lib.optim.factory import build_optimizer, step_metrics, stored_weight_grids
+from altgrad_lib.optim.constraints import constrained_params
+from altgrad_lib.optim.factory import build_optimizer, muon_split, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.quantize.linear import accum_loop_steps, set_hp_gemms, set_rng_step
 from altgrad_lib.state import Snapshots, restore_snapshot
@@ -107,6 +108,16 @@ def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> 
 
 
 def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
+    oc = cfg.optim_config
+    if oc.name in ("muon", "manifold_muon"):
+        split = muon_split(model)
+        rule = "Muon" if oc.name == "muon" else "manifold Muon (scaled Stiefel, s = sqrt(out/in))"
+        for kind, label in (("muon", rule), ("adamw", "AdamW")):
+            names = [n for n, k in split.items() if k == kind]
+            print(f"optimizer {oc.name}: {label} on {len(names)} parameter(s): {', '.join(names)}")
+    if oc.constraint != "none" and oc.name != "manifold_muon":
+        print(f"optim.constraint={oc.constraint!r}: retraction after each step on "
+              f"{', '.join(constrained_params(model, oc.constrain, oc.constraint))}")
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
         return
