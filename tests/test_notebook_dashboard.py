@@ -222,3 +222,23 @@ def test_curves_by_config_name_each_configuration_once():
     labels = sorted(ln.get_label() for ln in fig.axes[0].get_lines())
     names = [lb.rsplit(" (n=", 1)[0] for lb in labels]
     assert names == ["fp8 adamw", "fp8 madam", "hp adamw", "hp freeze_blocks adamw"]
+
+
+def test_heatmap_plan_draws_varying_metrics_and_names_constant_ones():
+    """06's layer x step section drew four "overflow: all zero" panels while underflow varied: a constant panel is
+    text, the panels go to metrics that vary, the telling ones first."""
+    rows = []
+    for step in (1, 2, 3):
+        for layer in ("h.0.attn.c_attn", "h.0.mlp.c_fc"):
+            rows += [{"step": step, "layer": layer, "role": "x", "metric": "overflow_frac", "value": 0.0},
+                     {"step": step, "layer": layer, "role": "x", "metric": "underflow_frac", "value": 0.01 * step},
+                     {"step": step, "layer": layer, "role": "x", "metric": "amax", "value": float(step + len(layer))},
+                     {"step": step, "layer": layer, "role": "x", "metric": "hist.bin0", "value": float(step)}]
+    diag = pd.DataFrame(rows)
+    hp = diag[diag.metric == "amax"]                        # a run that records no format metric
+    drawn, constant = dashboard.heatmap_plan({"r1": diag, "r2": hp}, {"E1M6": "r1", "hp": "r2"}, n_metrics=2)
+    assert drawn == [("underflow_frac", "E1M6", "r1"), ("amax", "E1M6", "r1"), ("amax", "hp", "r2")]
+    assert constant == [("overflow_frac", "E1M6", "all zero")]
+    drawn, _ = dashboard.heatmap_plan({"r1": diag}, {"E1M6": "r1"}, n_metrics=4, n_figures=1)
+    assert drawn == [("underflow_frac", "E1M6", "r1")]
+    assert dashboard.heatmap_plan({}, {}) == ([], [])

@@ -149,6 +149,39 @@ def layer_heatmap(diag: pd.DataFrame, metric: str, role: str | None = None) -> F
     return fig
 
 
+# The layer x step heatmaps' metrics, most telling first: what a narrow format loses (underflow, overflow, SQNR),
+# then the optimizer's grid metrics; any other recorded metric after them.
+HEATMAP_PREFERRED = ("underflow_frac", "overflow_frac", "sqnr_db", "stall_rate", "log2S_mean", "grad_stiffness_corr",
+                     "flush_frac", "scale")
+
+
+def heatmap_plan(diags: dict[str, pd.DataFrame], runs: dict[str, str], n_metrics: int = 4,
+                 n_figures: int = 8) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Which layer x step heatmaps show something: ([(metric, config, run) to draw], [(metric, config, text) not
+    drawn]). `runs`: config -> the run to show (its first seed). Metrics in HEATMAP_PREFERRED order, then the rest,
+    until `n_metrics` metrics have a panel that varies; a panel whose every cell holds one value is returned as its
+    text ("all zero") for a sentence instead of a one-colour image. Histogram bins are the drill-down's job."""
+    recorded = set().union(*(set(diags[r].metric.unique()) for r in runs.values() if r in diags)) if runs else set()
+    recorded = {m for m in recorded if m and not m.startswith("hist.")}
+    order = [m for m in HEATMAP_PREFERRED if m in recorded] + sorted(recorded - set(HEATMAP_PREFERRED))
+    drawn: list[tuple[str, str, str]] = []
+    constant: list[tuple[str, str, str]] = []
+    for metric in order:
+        if len({m for m, _, _ in drawn}) >= n_metrics or len(drawn) >= n_figures:
+            break
+        for config, run in runs.items():
+            d = diags.get(run)
+            vals = d.value[d.metric == metric].to_numpy(dtype=float) if d is not None else np.array([])
+            if not vals.size:   # e.g. overflow of a run that quantizes nothing
+                continue
+            text = constant_text(vals)
+            if text is not None:
+                constant.append((metric, config, text))
+            elif len(drawn) < n_figures:
+                drawn.append((metric, config, run))
+    return drawn, constant
+
+
 def final_values(metrics: pd.DataFrame, names: Iterable[str]) -> pd.DataFrame:
     """Per run: the last logged value of each metric in `names` (columns = names)."""
     m = metrics[metrics.name.isin(list(names))].sort_values("step")
