@@ -41,6 +41,8 @@ BLOCK_RECIPE_ALIASES = {"mxfp8_rceil": "mxfp8:rceil"}
 # RNG policy of each randomized technique (replicas of one recipe differ in their randomness)
 SR_RNG = ("per_quantizer", "per_call")    # QuantSpec.sr_rng: one seeded stream per Quantizer | keyed (step, call)
 RHT_RNG = ("fixed", "per_step")           # GemmOptions.rht_rng: one sign vector per layer (TE) | re-drawn per step
+# every seed (TrainConfig.seed, a study's seeds, `--seed` flags): what the training loop's np.random.seed takes
+SEED_RANGE = (0, 2**32 - 1)
 RECIPES = (*NAMED_RECIPES, "fmt:<FMT>[:<GRAD_FMT>]", *(f"{b}[:<switch>...]" for b in BLOCK_RECIPES),
            *BLOCK_RECIPE_ALIASES,
            "<any of these>[:hp_first=<N>][:hp_last=<N>][:hp_layers=<block|module>+...]")   # quantize.recipes

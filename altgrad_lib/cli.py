@@ -4,10 +4,11 @@
 Values after `-p` are parsed with yaml.safe_load, so `-p lr=3e-4 -p compile=true -p max_docs=null` work.
 `altgrad train --help` lists every TrainConfig key with its default, meaning and valid choices (from the
 field metadata in training/config.py). A mistake in the input (errors.UserError: config, YAML file, run directory,
-checkpoint) prints one line `altgrad: error: ...` and exits 2; `--debug` shows its traceback. Anything else is
-a bug and keeps its traceback. SIGTERM / SIGINT (preemption, Ctrl-C) during training finish the current step,
-write a checkpoint, print one line `altgrad: interrupted by SIGTERM at step N; re-run the same command to resume`
-and exit 75 (EXIT_INTERRUPTED, sysexits' "temporary failure"); a second signal aborts at once.
+checkpoint, a flag's value out of range: errors.number_arg) prints one line `altgrad: error: ...` and exits 2;
+`--debug` shows its traceback. Anything else is a bug and keeps its traceback. SIGTERM / SIGINT (preemption,
+Ctrl-C) during training finish the current step, write a checkpoint, print one line `altgrad: interrupted by
+SIGTERM at step N; re-run the same command to resume` and exit 75 (EXIT_INTERRUPTED, sysexits' "temporary
+failure"); a second signal aborts at once.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from typing import Any, Sequence
 import yaml
 
 import altgrad_lib
-from altgrad_lib.choices import RECIPES
-from altgrad_lib.errors import Interrupted, SizeWarning, UserError, one_line
+from altgrad_lib.choices import RECIPES, SEED_RANGE
+from altgrad_lib.errors import Interrupted, SizeWarning, UserError, number_arg, one_line
 from altgrad_lib.studies.cli import add_study_parser, cmd_study   # `altgrad study -f params/studies/x.yaml`
 from altgrad_lib.training.config import TrainConfig, key_docs
 from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("recipe", help=f"a recipe ({', '.join(RECIPES)}), a recipe dict in YAML / JSON, or a .yaml / "
                                    f".json file holding one")
     fp.add_argument("--json", action="store_true", help="print the report as JSON")
-    fp.add_argument("--seed", type=int, default=0, help="seed of the synthetic operands and of the SR draws")
+    fp.add_argument("--seed", type=number_arg("--seed", *SEED_RANGE), default=0,
+                    help="seed of the synthetic operands and of the SR draws")
     fp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
     return ap
@@ -176,7 +178,13 @@ def _show_warning(message: Any, category: type, filename: str, lineno: int, file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as e:   # a flag's value (errors.number_arg): argparse lets it through, one line as any input error
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        _error(e)
+        return EXIT_USER_ERROR
 
     prev = warnings.showwarning
     warnings.showwarning = lambda m, c, *a, **k: (_show_warning(m, c, *a, **k) if issubclass(c, SizeWarning)

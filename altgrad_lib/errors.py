@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 
 class UserError(Exception):
@@ -61,6 +61,27 @@ def check_choice(name: str, value: Any, choices: tuple | list, cls: type[Excepti
     """Raise invalid(...) unless `value` is one of `choices`."""
     if value not in choices:
         raise invalid(name, value, choices, cls)
+
+
+def number_arg(flag: str, lo: float, hi: float | None = None, kind: type = int,
+               valid: str | None = None) -> Callable[[str], Any]:
+    """The argparse `type=` of a numeric flag: `kind` (int or float, finite) in [lo, hi]. Anything else (negative,
+    absurdly large, not a number) raises a UserError naming the flag, the value and what is valid; argparse lets it
+    through (it turns only ValueError / TypeError into its usage message), so `altgrad` prints it as its one error
+    line and exits 2, before the command computes anything. `valid`: the description, when a bare range says less."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or v != v or v in (float("inf"), float("-inf")) or v < lo or (hi is not None and v > hi):
+            what = valid or (f"{'an int' if kind is int else 'a number'} >= {lo}" if hi is None
+                             else f"{'an int' if kind is int else 'a number'} in [{lo}, {hi}]")
+            raise UserError(f"{flag}={text} is invalid; valid: {what}")
+        return v
+
+    parse.__name__ = kind.__name__   # what argparse calls the type in its own messages
+    return parse
 
 
 class ProcessMode:

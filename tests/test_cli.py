@@ -301,7 +301,7 @@ def test_study_workers_range_names_auto(tmp_path, capsys):
     # "--workers -1" said ">= 1" although 0 (auto) is valid
     assert main(["study", "-f", str(REPO / "params" / "studies" / "ci_formats.yaml"), "--workers", "-1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("altgrad study: error: --workers=-1 is invalid; valid: 0 (auto") and "N >= 1" in err
+    assert err.startswith("altgrad: error: --workers=-1 is invalid; valid: 0 (auto") and "N >= 1" in err
     assert err.count("\n") == 1
 
 

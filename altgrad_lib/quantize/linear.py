@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from altgrad_lib.numerics.accumulate import loop_steps
 from altgrad_lib.numerics.counter_rng import seed_keys
 from altgrad_lib.numerics.quantizer import Quantizer
-from altgrad_lib.quantize.gemm_overrides import GEMMS, override_key
+from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS, ROLE_ATTR, operand_quantizer, override_key
 from altgrad_lib.quantize.gemm_quant import GemmOptions, gemm_faithful_linear, rht_signs
 from altgrad_lib.quantize.recipes import ROLES, LayerSpec
 
@@ -142,23 +142,39 @@ def set_hp_gemms(model: nn.Module, gemms: tuple[str, ...]) -> bool:
     (TrainConfig.precision_schedule), or restore the recipe's GEMMs with (); returns whether anything changed.
     A classic-path layer moves to the GEMM-faithful path only while a GEMM is switched (for its per-tensor specs the
     two are the same numerics, gemm_quant.py); an operand override of a switched GEMM is dropped with it."""
-    gemms = tuple(g for g in GEMMS if g in gemms)
     changed = False
     for m in model.modules():
         if not isinstance(m, QuantizedLinear):
             continue
         if not hasattr(m, "_recipe_gemm"):
             m._recipe_gemm = m.gemm
-        base = m._recipe_gemm
-        if not gemms:
-            new = base
-        else:
-            opts = base if base is not None else GemmOptions()
-            hp = tuple(g for g in GEMMS if g in gemms or g in opts.hp_gemms)
-            new = dataclasses.replace(opts, hp_gemms=hp, overrides=tuple(o for o in opts.overrides if o[0] not in hp))
+        new = scheduled_gemm(m._recipe_gemm, gemms)
         if new != m.gemm:
             m.gemm, changed = new, True
     return changed
+
+
+def scheduled_gemm(opts: GemmOptions | None, gemms: tuple[str, ...]) -> GemmOptions | None:
+    """The GemmOptions a layer runs with while `gemms` are switched to high precision on top of its recipe's `opts`
+    (None: the classic path, moved to the GEMM-faithful one while a GEMM is switched): what set_hp_gemms installs,
+    and what TrainConfig builds for every phase of a precision_schedule at load, so a setting that contradicts a
+    switch (an accumulator on a switched GEMM: GemmOptions' one-line ValueError) fails before any step. An operand
+    override of a switched GEMM is dropped with it."""
+    gemms = tuple(g for g in GEMMS if g in gemms)
+    if not gemms:
+        return opts
+    opts = opts if opts is not None else GemmOptions()
+    hp = tuple(g for g in GEMMS if g in gemms or g in opts.hp_gemms)
+    return dataclasses.replace(opts, hp_gemms=hp, overrides=tuple(o for o in opts.overrides if o[0] not in hp))
+
+
+def quantized_gemms(layer: QuantizedLinear) -> tuple[str, ...]:
+    """The GEMMs of a simulated quantized Linear that quantize an operand as it runs now: not in hp_gemms and one
+    of its two operands (GEMM_OPERANDS) with a Quantizer (an override's own, else the role's)."""
+    if layer.gemm is None:   # classic path: the role Quantizers serve every GEMM that uses the role
+        return tuple(g for g in GEMMS if any(getattr(layer, ROLE_ATTR[r]) is not None for r in GEMM_OPERANDS[g]))
+    return tuple(g for g in GEMMS if g not in layer.gemm.hp_gemms
+                 and any(operand_quantizer(layer, g, r) is not None for r in GEMM_OPERANDS[g]))
 
 
 def accum_loop_steps(units: list[nn.Module], tokens: int) -> int:

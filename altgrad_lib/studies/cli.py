@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from altgrad_lib.errors import one_line
+from altgrad_lib.choices import SEED_RANGE
+from altgrad_lib.errors import number_arg, one_line
 
 
 def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,14 +18,18 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                                     "interrupted), and keep <outputs>/studies/<name>/study.csv.")
     sp.add_argument("-f", "--file", required=True, help="study YAML (params/studies/*.yaml)")
     sp.add_argument("--executor", default="local", choices=("local", "ray"), help="where runs execute (default local)")
-    sp.add_argument("--workers", type=int, default=0,
+    sp.add_argument("--workers", default=0, type=number_arg("--workers", 0, valid=(
+                        "0 (auto: on CPU one worker per core for the runs still to train, on a GPU one) or N >= 1")),
                     help="local: worker processes (default 0 = auto: on CPU one single-threaded worker per core for "
                          "the runs still to train, on a GPU one; see executors.py)")
-    sp.add_argument("--threads", type=int, default=None,
+    sp.add_argument("--threads", type=number_arg("--threads", 1, valid="N >= 1 (default: cores // workers)"),
+                    default=None,
                     help="torch threads per worker / Ray task (default: cores // workers; Ray: cpus per job)")
     sp.add_argument("--address", default="auto", help="ray: cluster address (default auto = `ray start` on this node)")
-    sp.add_argument("--cpus-per-run", type=float, default=1, help="ray: CPUs reserved per run")
-    sp.add_argument("--gpus-per-run", type=float, default=0, help="ray: GPUs reserved per run")
+    sp.add_argument("--cpus-per-run", type=number_arg("--cpus-per-run", 0, kind=float), default=1,
+                    help="ray: CPUs reserved per run")
+    sp.add_argument("--gpus-per-run", type=number_arg("--gpus-per-run", 0, kind=float), default=0,
+                    help="ray: GPUs reserved per run")
     sp.add_argument("--out", default="", help="study directory (default <outputs>/studies/<name>)")
     sp.add_argument("--no-resume", action="store_true", help="retrain every run from scratch")
     sp.add_argument("--dry-run", action="store_true", help="list the runs and exit")
@@ -33,8 +38,11 @@ def add_study_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
                          "/ better / equivalent or --max-seeds, with group-sequential boundaries "
                          "(studies/sequential.py); "
                          "implied by a `seed: {min, max, step}` axis")
-    sp.add_argument("--max-seeds", type=int, default=None, help="--until-resolved: the most seeds a row gets")
-    sp.add_argument("--seed-step", type=int, default=1, help="--until-resolved: seeds added per look (default 1)")
+    sp.add_argument("--max-seeds", type=number_arg("--max-seeds", 2, SEED_RANGE[1], valid=(
+                        f"an int in [2, {SEED_RANGE[1]}] (a paired test needs 2 seeds)")), default=None,
+                    help="--until-resolved: the most seeds a row gets")
+    sp.add_argument("--seed-step", type=number_arg("--seed-step", 1, SEED_RANGE[1]), default=1,
+                    help="--until-resolved: seeds added per look (default 1)")
     return sp
 
 
@@ -44,11 +52,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     from altgrad_lib.studies.study import Study, run_study  # deferred, as above
 
     try:
-        if args.workers < 0:
-            raise ValueError(f"--workers={args.workers} is invalid; valid: 0 (auto: on CPU one worker per core for "
-                             f"the runs still to train, on a GPU one) or N >= 1")
-        if args.threads is not None and args.threads < 1:
-            raise ValueError(f"--threads={args.threads} is invalid; valid: N >= 1 (default: cores // workers)")
         study = Study.from_yaml(args.file, out_dir=args.out)
         study, plan_lines, worst = _seed_plan(study, args)
         points = study.check()   # every point's settings (recipe, optimizer, ...) before any run trains

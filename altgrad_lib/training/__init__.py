@@ -4,6 +4,7 @@
     sub_configs.py ModelConfig, DataConfig: TrainConfig's model and data parts, as build.py and data.py take them
     loop.py        train(): preflight, build, the step loop, eval, checkpoints, divergence records
     schedules.py   what changes with the step: the learning rate, the GEMMs precision_schedule keeps in high precision
+                   (each phase checked against the recipe at load)
     build.py       the GPTConfig and the quantized GPT of a TrainConfig
     preflight.py   every check a config can pass before its run directory exists (incl. memory / time estimates)
     run_dir.py     Run (the result object), run directories (free / locked), provenance, the tidy metrics writer

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Union, get_args, get_origin, get
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, COMPILE_SCOPES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES,
-                                 OPTIMIZERS, PRECISIONS, RECIPE_ALIASES, RECIPES, SCHEDULE_GEMMS, TOKENIZERS)
+                                 OPTIMIZERS, PRECISIONS, RECIPE_ALIASES, RECIPES, SCHEDULE_GEMMS, SEED_RANGE,
+                                 TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.monitors.config import DiagnosticsConfig
@@ -210,6 +211,8 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_interval", "ckpt_interval", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name}={getattr(self, name)!r} must be >= 0")
+        if self.seed > SEED_RANGE[1]:   # what the loop's np.random.seed takes
+            raise invalid("TrainConfig.seed", self.seed, f"an int in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]", ConfigError)
         if self.max_docs is not None and self.max_docs < 1:
             raise ConfigError(f"TrainConfig.max_docs={self.max_docs!r} must be >= 1 or None")
         if self.n_embd % self.n_head:
@@ -241,6 +244,8 @@ class TrainConfig:
         # a recipe parsed above (torch imported) is resolved here; a plain named one cannot fail and would import
         # torch only to resolve it: on first use (quant_policy)
         object.__setattr__(self, "_quant_policy", None if self.recipe in NAMED_RECIPES else _resolve_policy(self))
+        if self.precision_schedule:   # every phase against the recipe now, not at its step (torch: quant_policy)
+            check_schedule_phases(self)
 
     # -- the typed parts (built once above; the fields stay the record)
     @property
@@ -505,3 +510,37 @@ def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
                               f"[1, max_steps={cfg.max_steps}]")
         out[key] = v
     return out
+
+
+def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
+    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
+    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
+
+
+def check_schedule_phases(cfg: TrainConfig) -> None:
+    """Every phase of precision_schedule against the recipe, at load (TrainConfig calls it when it has a schedule):
+    each quantized layer class's GemmOptions from each switch on, built as the loop will build them
+    (quantize.linear.scheduled_gemm), so a recipe setting the switch contradicts (an accumulator on a GEMM it puts in
+    high precision) is one line naming both before any step, not a traceback at the switch. The checks that need
+    the model (what the switch changes on it, attention): preflight.check_precision_schedule."""
+    steps = schedule_steps(cfg)
+    from altgrad_lib.quantize.gemm_overrides import GEMMS   # local: imports torch (module docstring), as below
+    from altgrad_lib.quantize.linear import scheduled_gemm
+
+    for key, first in sorted(steps.items(), key=lambda kv: kv[1]):
+        switch = f"TrainConfig.precision_schedule.{key}={cfg.precision_schedule[key]!r}"
+        for cls, spec in cfg.quant_policy.layers.items():
+            opts = None if spec is None else spec.gemm_options
+            acc = [g for g in SCHEDULE_GEMMS[key] if opts is not None and opts.accum_for(g) is not None]
+            if acc:
+                kept = [g for g in GEMMS if g not in hp_gemms_at(cfg.max_steps, steps) and g not in opts.hp_gemms]
+                raise ConfigError(f"{switch} puts {'+'.join(acc)} in high precision from step {first} (the FP32 "
+                                  f"matmul), but recipe {cfg.recipe_name!r} layers[{cls!r}].gemm.accum models an "
+                                  f"accumulator on {'+'.join(acc)}; valid: gemm.accum only on GEMMs the schedule "
+                                  f"keeps quantized ({'+'.join(kept) or 'none here'}), or no {key}")
+            if spec is not None:
+                try:
+                    scheduled_gemm(opts, hp_gemms_at(first, steps))
+                except (ValueError, TypeError) as e:
+                    raise ConfigError(f"{switch} contradicts recipe {cfg.recipe_name!r} layers[{cls!r}].gemm from "
+                                      f"step {first}: {one_line(e)}") from e

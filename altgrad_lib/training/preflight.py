@@ -24,14 +24,17 @@ from typing import Any, Iterator, NamedTuple
 
 import torch
 
+from altgrad_lib.choices import SCHEDULE_GEMMS
 from altgrad_lib.errors import ConfigError, SizeWarning, UserError, one_line
 from altgrad_lib.model import GPT, freeze_blocks
 from altgrad_lib.optim import factory   # factory.build_optimizer: as a module attribute, so tests can spy on it
+from altgrad_lib.quantize.attention import ATTN_POINTS, QuantizedAttention
 from altgrad_lib.quantize.recipes import QuantPolicy, layer_class_of
 from altgrad_lib.quantize.convert import quantize_model
+from altgrad_lib.quantize.linear import QuantizedLinear, quantized_gemms, set_hp_gemms
 from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
 from altgrad_lib.training.build import build_model, gpt_config
-from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.config import TrainConfig, hp_gemms_at, schedule_steps
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import get_tokenizer
@@ -42,6 +45,9 @@ WARN_FRACTION = 0.5               # warn above this share of the available memor
 FLOPS_PER_S = {"cpu": 1e11, "cuda": 2e14}
 WARN_HOURS = 1.0
 TINY_VOCAB = 64                   # check_optimizer's model: one padded vocab row block
+# the attention core's quantizer points (quantize/attention.py) in the direction each precision_schedule key switches:
+# forward Q, K, V / P / O, backward dO / dP / dQKV
+SCHEDULE_ATTN_POINTS = {"fwd_hp_from": ATTN_POINTS[:3], "bwd_hp_from": ATTN_POINTS[3:]}
 
 
 @contextlib.contextmanager
@@ -122,6 +128,39 @@ def check_quantizes_something(cfg: TrainConfig, policy: QuantPolicy, rows: list[
                           f"{cfg.n_layer}, or recipe 'hp' for a high-precision run")
 
 
+def check_precision_schedule(cfg: TrainConfig, policy: QuantPolicy, model: torch.nn.Module) -> None:
+    """precision_schedule against the model the recipe builds (`model`: tiny_model's; TrainConfig checked each
+    phase against the recipe's text): each key must switch a GEMM that some Linear quantizes here (not one the recipe's
+    gemm.hp_gemms, operand specs or hp_first / hp_last / hp_layers already keep in high precision), the attention
+    core must not stay quantized in the direction a key switches (the switch reaches Linears only), and every phase
+    is installed with set_hp_gemms, the loop's own call, then undone. One line naming both settings."""
+    steps = schedule_steps(cfg)
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    attn = [m for m in model.modules() if isinstance(m, QuantizedAttention)]
+    hp = [f"{k}={v}" for k, v in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks),
+                                  ("hp_layers", "+".join(map(str, policy.hp_layers)))) if v]
+    for key, first in steps.items():
+        switch = f"TrainConfig.precision_schedule.{key}={cfg.precision_schedule[key]!r}"
+        gemms = SCHEDULE_GEMMS[key]
+        if not any(g in quantized_gemms(m) for m in layers for g in gemms):
+            raise ConfigError(f"{switch} switches {'+'.join(gemms)} to high precision, but recipe {cfg.recipe_name!r} "
+                              f"quantizes no {'+'.join(gemms)} operand of this model (its gemm.hp_gemms / operand "
+                              f"specs{', ' + ', '.join(hp) if hp else ''} keep them in high precision), so the switch "
+                              f"changes nothing; valid: a recipe that quantizes {'+'.join(gemms)}, or no {key}")
+        points = [p for p in SCHEDULE_ATTN_POINTS.get(key, ()) if attn and getattr(policy.attn, p) is not None]
+        if points:
+            raise ConfigError(f"{switch} switches the Linears' {'+'.join(gemms)} to high precision, but recipe "
+                              f"{cfg.recipe_name!r} attn keeps the attention core's {', '.join(points)} quantized "
+                              f"(the switch reaches Linears only), so from step {first} the run is not what the "
+                              f"schedule says; valid: attn null (no mxfp8_attn switch), or no {key}")
+    try:
+        for first in sorted(set(steps.values())):
+            with as_config_error(f"TrainConfig.precision_schedule={cfg.precision_schedule} from step {first}"):
+                set_hp_gemms(model, hp_gemms_at(first, steps))
+    finally:
+        set_hp_gemms(model, ())
+
+
 def check_optimizer(cfg: TrainConfig, policy: QuantPolicy | None = None, model: torch.nn.Module | None = None) -> None:
     """Build the optimizer `cfg` asks for with optim.factory.build_optimizer itself (the code path of the run) on
     `model` (default: tiny_model's), then drop it: whatever the factory or an optimizer refuses (a grid storage
@@ -143,6 +182,7 @@ def check_settings(cfg: TrainConfig) -> QuantPolicy:
     policy = check_policy(cfg)
     model, rows = tiny_model(cfg, policy)
     check_quantizes_something(cfg, policy, rows)
+    check_precision_schedule(cfg, policy, model)
     for key, n in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks)):
         if n > cfg.n_layer:   # with lm_head quantized the run would train, but not what its name says
             raise ConfigError(f"TrainConfig.recipe={cfg.recipe_name!r}: {key}={n} exceeds n_layer={cfg.n_layer}; "

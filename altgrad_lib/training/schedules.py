@@ -1,17 +1,11 @@
 """What changes with the step of a run: the learning rate (warmup + cosine) and the GEMMs precision_schedule puts in
-high precision (TrainConfig validates and resolves the schedule: config.schedule_steps)."""
+high precision (TrainConfig validates and resolves the schedule, and checks each of its phases against the recipe:
+config.schedule_steps, hp_gemms_at, check_schedule_phases)."""
 from __future__ import annotations
 
 import math
-from typing import Mapping
 
-from altgrad_lib.choices import SCHEDULE_GEMMS
-from altgrad_lib.training.config import TrainConfig
-
-
-def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
-    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
-    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
+from altgrad_lib.training.config import TrainConfig, hp_gemms_at  # noqa: F401  (re-exported: loop.py imports it here)
 
 
 def lr_at(it: int, cfg: TrainConfig) -> float:
