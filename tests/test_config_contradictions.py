@@ -82,6 +82,19 @@ def test_schedule_with_a_quantized_attention_core_is_refused(key, points):
     assert f"attn keeps the attention core's {points} quantized" in msg, msg
 
 
+def test_study_dry_run_refuses_a_point_whose_schedule_contradicts_its_recipe(tmp_path, capsys):
+    study = tmp_path / "s.yaml"
+    config = {**BASE, "out_dir": str(tmp_path / "runs"), "recipe": "nvfp4", "precision_schedule": {"fwd_hp_from": 5}}
+    study.write_text(yaml.safe_dump({"name": "s", "config": config,
+                                     "axes": {"recipe": ["nvfp4", "nvfp4:mxfp8_attn"], "seed": [0]}}))
+    assert main(["study", "-f", str(study), "--dry-run", "--out", str(tmp_path / "study")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("altgrad study: error: study point {'recipe': 'nvfp4:mxfp8_attn', 'seed': 0}: ") and \
+        "precision_schedule.fwd_hp_from=5" in err and "attn keeps the attention core's qkv, o quantized" in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "study").exists()
+
+
 def test_attention_only_in_high_precision_blocks_is_no_contradiction():
     # hp_first=1 + hp_layers=[1]: no block runs the quantized attention core; lm_head keeps the switch meaningful
     cfg = TrainConfig(**BASE, recipe={"recipe": "nvfp4:mxfp8_attn", "hp_first_blocks": 1, "hp_layers": [1],
