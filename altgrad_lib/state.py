@@ -73,7 +73,9 @@ class Snapshots:
         mods = list(model.named_modules(remove_duplicate=False))
         if any(m._state_dict_hooks or m._state_dict_pre_hooks for _, m in mods):
             return None, None
-        join = lambda prefix, name: f"{prefix}.{name}" if prefix else name  # noqa: E731
+        def join(prefix, name):
+            return f"{prefix}.{name}" if prefix else name
+
         bufs = [(join(p, name), m, name) for p, m in mods
                 for name, b in m._buffers.items() if b is not None and name not in m._non_persistent_buffers_set]
         extra = [(join(p, "_extra_state"), m, bool(getattr(type(m), "extra_state_is_fresh", False)))

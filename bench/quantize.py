@@ -141,11 +141,13 @@ def _block_candidates(kind: str) -> dict[str, tuple[str, object]]:
     e2m1 = get_format("E2M1")
     if kind == "nvfp4":
         cfg = BlockScaling("nvfp4")
-        ref = lambda t: NVFP4Tensor.to_nvfp4(  # noqa: E731
-            t.view(-1, 256), per_tensor_scale=per_tensor_amax_to_scale(t.abs().amax())).dequantize(torch.float32)
+        def ref(t):
+            return NVFP4Tensor.to_nvfp4(t.view(-1, 256), per_tensor_scale=per_tensor_amax_to_scale(t.abs().amax())
+                                        ).dequantize(torch.float32)
     elif kind == "mxfp4":
         cfg = BlockScaling("mx")
-        ref = lambda t: MXTensor.to_mx(t.view(-1, 256), torch.float4_e2m1fn_x2, 32).dequantize(torch.float32)  # noqa: E731
+        def ref(t):
+            return MXTensor.to_mx(t.view(-1, 256), torch.float4_e2m1fn_x2, 32).dequantize(torch.float32)
     else:
         raise SystemExit(f"--blocks: unknown kind {kind!r}; valid: nvfp4, mxfp4")
     return {f"altgrad {kind}": ("block", lambda t: block_qdq(t.view(-1, 256), e2m1, cfg)[0]),

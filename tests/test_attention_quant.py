@@ -107,7 +107,9 @@ def _reference(q, k, v, spec: AttnSpec, dy, had: torch.Tensor | None = None):
     y = _qdq(o.transpose(1, 2).reshape(B, T, H * d), spec.o, -1)
     # backward: dO in the rotated basis, one copy per matmul
     g = _rot(dy.reshape(B, T, H, d).transpose(1, 2), mv)
-    per_tensor = lambda s: s is None or not isinstance(s.scaling, BlockScaling)  # noqa: E731
+    def per_tensor(s):
+        return s is None or not isinstance(s.scaling, BlockScaling)
+
     g_d = _qdq(g, spec.do, -1)                                   # dO·Vᵀ: reduction over d
     g_t = g_d if per_tensor(spec.do) else _qdq(g, spec.do, -2)   # Pᵀ·dO: reduction over the queries
     v_d = vf if per_tensor(spec.qkv) else _qdq(v, spec.qkv, -1)

@@ -122,7 +122,9 @@ def test_mlp_whole_model_and_per_layer_match_eigvalsh(seed):
 def test_negative_dominant_eigenvalue_largest_vs_magnitude():
     # the negated loss has the negated Hessian: its dominant eigenvalue is negative, so "largest" needs the shift
     m, b = tiny_mlp(3), mlp_batch(3)
-    neg = lambda model, batch: -mlp_loss(model, batch)  # noqa: E731
+    def neg(model, batch):
+        return -mlp_loss(model, batch)
+
     ev = torch.linalg.eigvalsh(dense_hessian(m, neg, b))
     assert abs(float(ev.min())) > abs(float(ev.max()))
     lam_mag, _ = cv.top_eigenvalue(m, neg, b, which="magnitude", **EXACT)

@@ -521,7 +521,9 @@ def test_tensor_hist_draws_each_tensor_against_its_own_format_window():
     assert [ax.get_title() for ax in axes[:, 0]] == ["input X (E4M3) · attn QKV", "weight W (E4M3) · attn QKV",
                                                      "output gradient dY (E5M2) · attn QKV"]
     assert [ax.get_title().split(" · ")[1] for ax in axes[0]] == ["attn QKV", "attn out", "MLP up", "MLP down"]
-    red = lambda ax: sorted(ln.get_xdata()[0] for ln in ax.lines)   # noqa: E731
+    def red(ax):
+        return sorted(ln.get_xdata()[0] for ln in ax.lines)
+
     assert red(axes[0, 0]) == pytest.approx([-9.0, math.log2(448)])      # E4M3: 2^-9 .. 448
     assert red(axes[2, 0]) == pytest.approx([-16.0, math.log2(57344)])   # E5M2: 2^-16 .. 57344
     from matplotlib.patches import StepPatch

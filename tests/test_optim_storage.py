@@ -70,7 +70,9 @@ def test_on_grid_after_every_step(storage, cls, fmt):
     lr = {AdamW: 1e-2, GridAdamW: 2.0, Madam: 0.1, GridSGD: 1.0}[cls]
     opt = cls([p], lr=lr, fmt=fmt, storage=storage, weight_decay=0.01)
     s = opt.state[p]["grid_scale"]
-    on_grid = lambda: torch.equal(f.quantize(p.detach() * s), p.detach() * s)   # noqa: E731
+    def on_grid():
+        return torch.equal(f.quantize(p.detach() * s), p.detach() * s)
+
     assert on_grid() or storage == "fp32"              # projected at construction
     start = p.detach().clone()
     for _ in range(4):

@@ -105,8 +105,9 @@ def test_per_step_rotation_is_exact_in_high_precision():
     for step in (0, 1):
         set_rng_step(m, step)
         y, gx, gw = run(m, x, dy)
-        assert torch.equal(gw, dy.reshape(-1, 48).t() @ x.reshape(-1, 64))
-        assert torch.equal(y, x @ m.weight.detach().t() + m.bias.detach())
+        assert torch.equal(gw, dy.reshape(-1, 48).t() @ x.reshape(-1, 64))   # wgrad
+        assert torch.equal(gx, dy @ m.weight.detach())                        # dgrad
+        assert torch.equal(y, x @ m.weight.detach().t() + m.bias.detach())    # fprop
 
 
 def test_per_step_layer_state_resumes():

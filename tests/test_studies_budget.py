@@ -37,7 +37,9 @@ def test_run_cost_counts_the_evals_checkpoints_and_diagnostics_a_real_run_makes(
     evals = metrics[metrics.name == "val/loss"].step
     diag_steps = set(pd.read_csv(run.dir / "diagnostics.csv").step)
     unit = dict(setup=0.0, step=0.0, eval_batch=0.0, ckpt=0.0, diag=0.0)
-    seconds = lambda **one: budget.RunCost(**{**unit, **one}).seconds(cfg)   # noqa: E731
+    def seconds(**one):
+        return budget.RunCost(**{**unit, **one}).seconds(cfg)
+
     assert seconds(step=1.0) == cfg.max_steps - 1
     # an eval is 2 splits x eval_iters batches; the probe's step-0 eval (PROBE_EVAL_ITERS batches) is in the set-up
     assert seconds(eval_batch=1.0) == 2 * cfg.eval_iters * (evals > 0).sum() + 2 * (cfg.eval_iters

@@ -395,7 +395,9 @@ def test_sequential_study_judged_as_a_smoke_test_prints_no_verdict_words(tmp_pat
     assert not s.claims(_seq_index(s, clear)).smoke.any()              # the same runs, control clear: verdicts
 
     # the baseline does not beat its control: a smoke test at look 1, whatever 0.3's row says
-    noisy = lambda c: 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.004 * (c.seed % 2)}[c.grad_clip]  # noqa: E731
+    def noisy(c):
+        return 3.0 + 0.01 * c.seed + {1.0e6: 0, 1.0e7: NOISE[c.seed], 0.3: 0.004 * (c.seed % 2)}[c.grad_clip]
+
     rep = study_replay(s, _seq_index(s, noisy))
     assert rep.done and set(rep.looks.look) == {1} and not rep.looks.adds_seeds.any()
     assert (rep.table.verdict == claims.SMOKE).all()

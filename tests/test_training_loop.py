@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import SR_DELAYED, Crash, assert_same_state, crash_at
@@ -108,6 +110,38 @@ def test_resume_in_process_is_bit_exact(reference, tmp_path):
     assert result_lines(run.dir) == result_lines(reference.dir)
     assert_same_final_state(run.dir, reference.dir)
     assert json.loads((run.dir / "provenance.json").read_text())["resumes"][0]["from_step"] == 4
+
+
+def _process_state() -> tuple:
+    """What train() may change process-wide: the CUBLAS env variable, torch's deterministic mode, the global RNGs."""
+    kind, keys, pos, gauss, cached = np.random.get_state()
+    return (os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(), random.getstate(),
+            (kind, keys.tolist(), pos, gauss, cached), torch.get_rng_state().tolist())
+
+
+@pytest.mark.parametrize("env, det, warn_only", [(None, False, False), (":16:8", True, True)])
+def test_train_leaves_the_process_state_as_it_found_it(tmp_path, monkeypatch, env, det, warn_only):
+    """A deterministic run set CUBLAS_WORKSPACE_CONFIG and warn_only and seeded the global RNGs, and left them so:
+    the caller's next cell, test or run inherited them. Also on an error."""
+    if env is None:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", env)
+    was = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(det, warn_only=warn_only)
+    try:
+        random.seed(11), np.random.seed(11), torch.manual_seed(11)
+        before = _process_state()
+        train(tiny(tmp_path, max_steps=2, ckpt_interval=2, eval_interval=2, deterministic=True), progress=False,
+              verbose=False)
+        assert _process_state() == before
+        with pytest.raises(Crash):
+            train(tiny(tmp_path, run_name="crash", deterministic=True), progress=False, verbose=False,
+                  on_step=crash_at(1))
+        assert _process_state() == before
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
 
 
 

@@ -180,12 +180,26 @@ def test_a_valid_optimizer_passes_and_leaves_the_rng_alone():
     assert torch.equal(torch.random.get_rng_state(), before)        # the real build draws the same init
 
 
-def test_the_optimizer_check_sees_every_block_of_the_model():
+def test_the_optimizer_check_sees_every_block_of_the_model(monkeypatch):
     """check_optimizer's model had one block: with hp_last=1 on a 2-block model it saw no quantized weight and
     refused grid storage the run itself accepts."""
+    import altgrad_lib.optim.factory as factory
+
+    real, seen = factory.build_optimizer, []
+
+    def spy(model, optim_config, device=None):
+        seen.append(model)
+        return real(model, optim_config, device)
+
+    monkeypatch.setattr(factory, "build_optimizer", spy)
     recipe = {"recipe": "fp8_hybrid", "hp_last_blocks": 1}
     cfg = TrainConfig(**{**TINY, "n_layer": 2}, recipe=recipe, optimizer="grid_adamw", optim={"storage": "grid_sr"})
-    pf.check_config(cfg)
+    pf.check_config(cfg)                                   # accepted, as the run accepts it
+    (model,) = seen                                        # the optimizer was built, on a model of both blocks
+    assert len(model.transformer.h) == 2
+    kinds = {n: type(m).__name__ for n, m in model.named_modules() if n.endswith(("c_attn", "c_proj", "c_fc"))}
+    assert {n.split(".")[2] for n, k in kinds.items() if k == "QuantizedLinear"} == {"0"}   # block 0 quantized
+    assert {n.split(".")[2] for n, k in kinds.items() if k == "Linear"} == {"1"}            # hp_last=1: block 1
 
 
 @pytest.mark.parametrize("recipe, n_layer", [("nvfp4:disable_rht:hp_last=1", 1), ("nvfp4:hp_last=5", 2),

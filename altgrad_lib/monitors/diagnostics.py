@@ -129,7 +129,9 @@ class Diagnostics:
     def after_step(self, step: int, loss: float, grad_norm: float, lr: float) -> None:
         if not self.monitors:
             return
-        emit = lambda kind, layer, v, thr: self._pending.append((step, kind, layer, float(v), float(thr)))  # noqa: E731
+        def emit(kind, layer, v, thr):
+            self._pending.append((step, kind, layer, float(v), float(thr)))
+
         for m in self.monitors.values():
             m.observe(step, loss, grad_norm, emit)
         if self._ctx is not None and self._ctx[0].step == step:

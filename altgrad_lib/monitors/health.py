@@ -64,7 +64,9 @@ def tensor_health(x: torch.Tensor, y: torch.Tensor, s: torch.Tensor | float, fmt
     d = xb - torch.where(both, y, 0)          # exact: y is x rounded to a nearby grid point
     signal, noise = torch.sum(xb * xb, dtype=torch.float64), torch.sum(d * d, dtype=torch.float64)
     inf = torch.tensor(math.inf, dtype=torch.float64, device=x.device)
-    f = lambda c: c.to(torch.float64) / n  # noqa: E731
+    def f(c):
+        return c.to(torch.float64) / n
+
     return {
         "overflow_frac": f(((ax * s > fmt.max) & finite_in).sum()),
         "underflow_frac": f(zy.sum() - zx.sum()),

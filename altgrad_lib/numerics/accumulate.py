@@ -225,9 +225,8 @@ def accumulate_matmul(a: Tensor, b: Tensor, spec: AccumSpec | None) -> Tensor:
     parts = parts.reshape(groups, every, m, n)
     acc = torch.zeros(groups, m, n, dtype=torch.float64, device=a.device)
     # compiled, the loop is unrolled into one elementwise chain, and inductor inlined each step's sum into every use
-    # of it in the next steps: the op count it generated code for grew far faster than the steps (bf16, chunk 8,
-    # K = 64: 104-107 s to compile 8 steps). Each step's sum and result are stored instead (same values): 7-8 s
-    # (bench/results/accum_compile.md)
+    # of it in the next steps: the op count it generated code for grew far faster than the steps. Each step's sum
+    # and result are stored instead (same values; the compile times: bench/results/accum_compile.md)
     for i in range(every):
         acc = stored_in_kernel(accumulate_add(acc, parts[:, i], spec))
     total = None

@@ -53,7 +53,9 @@ def rounding_error(fmt: FloatFormat | str, n: int = 20_000, seed: int = 0) -> pd
     g = torch.Generator().manual_seed(seed + 1)
     q_rne = f.quantize(x, rounding="nearest")
     q_sr = f.quantize(x, rounding="stochastic", generator=g)
-    rel = lambda q: ((q.double() - x.double()).abs() / x.double()).numpy()  # noqa: E731
+    def rel(q):
+        return ((q.double() - x.double()).abs() / x.double()).numpy()
+
     return pd.DataFrame({"x": x.double().numpy(), "rel_err_rne": rel(q_rne), "rel_err_sr": rel(q_sr),
                          "region": np.where(x.numpy() < f.min_normal, "subnormal", "normal")})
 

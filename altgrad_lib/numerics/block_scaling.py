@@ -250,8 +250,8 @@ def _f32_exponent(t: Tensor) -> tuple[Tensor, Tensor]:
     """(floor(log2 t), t is not a power of two) exactly, for t >= 0 fp32 (0 -> (-127, False) as torchao's
     bit extraction; fp32 subnormals too)."""
     # frexp in fp32 (exact, subnormals included: t = m · 2^e with m in [0.5, 1)), not the exponent bits: inductor's
-    # CPU code scalarizes int bit views, and fused into an MX kernel's per-element loop they made it 3-5x slower
-    # (E2M1 on 1024x256, one thread: 2.95 ms against 0.89 ms). Not frexp in float64 either: inductor's CPU vectorizer
+    # CPU code scalarizes int bit views, and fused into an MX kernel's per-element loop they made it several times
+    # slower (bench/results/train_step.md). Not frexp in float64 either: inductor's CPU vectorizer
     # fails to compile that next to fp32 lanes (torch 2.13). The bits' values kept for 0 (-127) and inf / NaN (128).
     m, e = torch.frexp(t)
     e = e.to(torch.int32) - 1
@@ -282,7 +282,7 @@ def _nv_candidate(amax: Tensor, fmax: float, target: float, cfg: BlockScaling,
                   scale_max: float) -> tuple[Tensor, Tensor]:
     """(encode, decode) multipliers of NVFP4's two-level scale mapping each block amax to `target`."""
     # the tensor amax as the max of the block amaxes (the same value, NaN included; padding is 0): compiled, one pass
-    # over x less (an nvfp4 call on 1024 x 256 took ~0.1 ms less, bench/results/block_step.md)
+    # over x less (bench/results/block_step.md)
     s_global = nvfp4_global_scale(amax.amax(), fmax, scale_max)
     s_blk = nvfp4_block_scales(amax, s_global, target, cfg.scale_fmt)
     return (1.0 / s_global) / s_blk, s_global * s_blk     # torchao's order: x · (global_encode / block_decode)

@@ -68,7 +68,8 @@ _NATIVE_DTYPES = {"float8_e4m3fn": "fn", "float8_e5m2": "ieee", "float8_e4m3fnuz
 
 _KERNELS: dict[str, KernelParams] = {}   # kernel constants by key (see FloatFormat.kernel)
 # encode/decode/values' tables as tensors, by (format, table, dtype, device): building BF16's 65,536-entry tables
-# from Python tuples took ~3 ms a call, a third of a grid-storage run's time (the optimizer's per-step statistics).
+# from Python tuples on every call was a large part of a grid-storage run's time (the optimizer's per-step
+# statistics).
 # Read-only: callers index them; values() hands out a copy.
 _TENSORS: dict[tuple[Any, str, torch.dtype, str], torch.Tensor] = {}
 

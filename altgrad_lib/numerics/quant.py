@@ -63,8 +63,8 @@ def qdq(x: Tensor, s: Tensor, spec: QuantSpec, generator, want_mask: bool, want_
             # Inside a compiled model y's consumer is a GEMM: inductor stored y there, after the counts (and sorted
             # it next to the GEMM for memory), so the counts took a pass of their own over x that recomputed x's
             # producer (a GELU's erf) and the rounding. Stored here and read by the count, y comes first and shares
-            # one loop with the counts (~3 ms of a ~20 ms fp8_hybrid step on the cpu profile model, bench/results/
-            # train_step.md). Same counts: y == y is False only where y is NaN, i.e. q is, where q == 0 is already.
+            # one loop with the counts (what that saves a step: bench/results/train_step.md). Same counts: y == y is
+            # False only where y is NaN, i.e. q is, where q == 0 is already.
             y = stored_in_kernel(y)
             under = under & (y == y)
         n_under = under.sum()

@@ -399,7 +399,7 @@ class Quantizer(nn.Module):
         # flattened (per_row: to rows of the last dim), so one compiled graph serves every shape
         xf = x.detach().reshape(-1, x.shape[-1]) if spec.scaling.kind == "per_row" else x.detach().reshape(-1)
         # the Scaler's buffers, updated (update) or read (delayed) by the kernel, and the counters; from _buffers
-        # (what Module.__getattr__ returns for them, without its lookups: ~1 us each a call)
+        # (what Module.__getattr__ returns for them, without its lookups on every call)
         sb, qb = self.scaler._buffers, self._buffers
         scaler_bufs = ((sb["amax_history"], sb["scale"], sb["eps_hits"], sb["n_updates"])
                        if update or spec.scaling.kind == "delayed" else (None,) * 4)

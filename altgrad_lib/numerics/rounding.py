@@ -75,7 +75,7 @@ class KernelParams:
     max_bits64: int = field(init=False)
     # decisions on `max` the traced code makes in Python, computed here: a compiled quantize kernel lifts the floats
     # it reads to graph inputs, and a Python decision on one (frexp, a comparison) specializes it, which makes dynamo
-    # trace the kernel a second time (~1.8 s for a block kernel; tests/test_numerics_kernels.py counts the traces)
+    # trace the kernel a second time (tests/test_numerics_kernels.py counts the traces)
     emax: int = field(init=False)          # floor(log2 max): MX's emax_elem
     split_finite: bool = field(init=False)     # max * (2^(23 - M) + 1) < the fp32 max: Veltkamp's split cannot overflow
 

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from altgrad_lib.errors import check_choice, check_keys
+from altgrad_lib.numerics.formats import get_format
 
 SCALING_KINDS = ("none", "current", "delayed", "per_row")
 DELAYED_REDUCE = ("max", "most_recent")
@@ -39,7 +40,7 @@ DELAYED_INIT = ("current", "one")
 # Scales are clamped to [2**-126, 2**126]: keeps s and 1/s finite normal fp32 numbers (an all-zero tensor with
 # amax_eps=1e-12 gives s ~ fmax * 1e12, far inside this range for 8-bit formats). Written as literals where used:
 # torch.compile(dynamic=True) (numerics/kernels.py) lifts a float read from a module global to a graph input,
-# and clamp's bounds then specialize it, which restarts dynamo's analysis of the whole kernel (~0.5 s CPU a kernel).
+# and clamp's bounds then specialize it, which restarts dynamo's analysis of the whole kernel.
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,6 @@ class Scaler(nn.Module):
 
     def __init__(self, config: ScalingConfig, fmt) -> None:
         super().__init__()
-        from altgrad_lib.numerics.formats import get_format  # lazy: formats.py is a sibling module
-
         self.config = config
         self.fmt = get_format(fmt)
         hist = config.history_len if config.kind == "delayed" else 1

@@ -196,7 +196,7 @@ class GridOptimizer(torch.optim.Optimizer):
         torch._foreach_add_(flat["steps"], 1)
         self._offset_t.fill_(self.sr_offset)
         # per-step scalars (Adam's bias corrections) computed once here: inside a compiled kernel a scalar pow of
-        # the step is recomputed for every vector of elements (~0.4 ms per 10^6 elements, bench/results/optim_step.md)
+        # the step is recomputed for every vector of elements (its cost: bench/results/optim_step.md)
         consts = {} if self._consts is None else self._consts(self, group, flat["steps"][0])
         if self._group_fused is not None:
             self._group_fused(self, [p.detach() for p in params], [p.grad for p in params],

@@ -6,6 +6,7 @@ verbose=True, and notebook/tables.quantization_table the DataFrame notebooks sho
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Mapping, Sequence
 
@@ -56,10 +57,9 @@ def quantize_model(model: nn.Module, policy: str | Mapping | QuantPolicy,
         convert_torchao(model, chosen)
     elif chosen:
         if policy.backend == "scaled_mm":
-            make = lambda lin, spec, cls, fqn: ScaledMMLinear.from_linear(lin, spec, cls, fqn)  # noqa: E731
+            make = ScaledMMLinear.from_linear
         else:
-            make = lambda lin, spec, cls, fqn: QuantizedLinear.from_linear(  # noqa: E731
-                lin, spec, cls, fqn, seed=policy.seed)
+            make = functools.partial(QuantizedLinear.from_linear, seed=policy.seed)
         new_modules = {fqn: make(model.get_submodule(fqn), spec, layer_class_of(fqn), fqn)
                        for fqn, spec in chosen.items()}   # build all first: a bad layer leaves the model untouched
         for fqn, new in new_modules.items():
@@ -96,7 +96,9 @@ def _attention_ops(model: nn.Module, policy: QuantPolicy, hp_blocks: set[int]) -
         i = block_index(fqn + ".")
         if i in hp_blocks:
             continue
-        seed_of = lambda point, fqn=fqn: module_seed(policy.seed, fqn, f"attn/{point}")  # noqa: E731
+        def seed_of(point, fqn=fqn):
+            return module_seed(policy.seed, fqn, f"attn/{point}")
+
         op = QuantizedAttention(policy.attn, m.n_embd // m.n_head, seed_of=seed_of, fqn=fqn)
         out[fqn] = op.to(next(m.parameters()).device)
     return out

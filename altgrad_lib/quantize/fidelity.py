@@ -164,13 +164,14 @@ def _block_refs(t: Tensor, ours: Tensor, spec: QuantSpec) -> tuple[list[dict], s
                 lib.append(("torchao to_nvfp4", lambda: oracles.torchao_nvfp4(t)))
             elif t.shape[0] % 16 == 0 and t.shape[1] % 16 == 0:
                 lib.append(("torchao to_nvfp4, 16x16 composed", lambda: oracles.torchao_nvfp4_2d(t)))
-        hand = lambda: oracles.nv_reference(t, f, sc.scale_fmt, b, sc.tile_2d, sc.four_over_six,  # noqa: E731
-                                            sc.headroom)
+        def hand():
+            return oracles.nv_reference(t, f, sc.scale_fmt, b, sc.tile_2d, sc.four_over_six, sc.headroom)
     else:   # fp8_block
         if plain and not sc.pow2 and f.name in ("E4M3", "E5M2"):
             fn = oracles.TORCHAO_BLOCKWISE_FNS[1 if sc.tile_2d else 0]
             lib.append((f"torchao {fn}", lambda: oracles.torchao_fp8_blockwise(t, f, b, sc.tile_2d)))
-        hand = lambda: oracles.fp8_block_reference(t, f, b, sc.tile_2d, sc.pow2, sc.headroom)  # noqa: E731
+        def hand():
+            return oracles.fp8_block_reference(t, f, b, sc.tile_2d, sc.pow2, sc.headroom)
     rows, missing = [], []
     for label, ref in lib:
         try:

@@ -207,7 +207,7 @@ def layer_signs(layer) -> Tensor:
 
 _HADAMARD64: dict[tuple[int, str], Tensor] = {}   # (order, device) -> hadamard(d), once per process (eager)
 # id(signs) -> (weakref to signs, its _version, dtype, M): eager, the last M of each live sign vector (a layer's fixed
-# rht_signs serves every backward: 4 small ops, ~18 us a call, 16 calls a step of the cpu nvfp4 model); an entry
+# rht_signs serves every backward, and M is 4 small ops a call, several calls a step); an entry
 # goes when its tensor does, and an in-place change of the signs (load_state_dict) bumps _version: recomputed
 _RHT_M: dict[int, tuple] = {}
 
@@ -307,7 +307,9 @@ class _GemmFaithfulLinear(torch.autograd.Function):
     def backward(ctx, grad_y):
         layer, train = ctx.layer, ctx.train
         opts: GemmOptions = layer.gemm
-        q = lambda gemm, role: operand_quantizer(layer, gemm, role)  # noqa: E731
+        def q(gemm, role):
+            return operand_quantizer(layer, gemm, role)
+
         # fprop's copies xf / wf serve another GEMM only when that GEMM's operand has the same Quantizer
         xq_f, wq_f = q("fprop", "input"), q("fprop", "weight")
         x2, w, xf, wf = ctx.saved_tensors

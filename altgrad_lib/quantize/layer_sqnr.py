@@ -77,7 +77,8 @@ def quantized_copy_sqnr(model: torch.nn.Module, policy: Any, x: torch.Tensor, y:
     `convert(copy, policy)` quantizes the copy in place; by default `convert.quantize_model`.
     """
     if convert is None:
-        convert = lambda m, p: quantize_model(m, p, verbose=False)  # noqa: E731
+        def convert(m, p):
+            return quantize_model(m, p, verbose=False)
     model_fp32 = copy.deepcopy(model).float()
     model_q = copy.deepcopy(model).float()
     convert(model_q, policy)

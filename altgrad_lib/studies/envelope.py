@@ -171,7 +171,9 @@ class StableLR:
         return math.sqrt(self.lr_stable * self.lr_unstable)
 
     def short_str(self) -> str:
-        f = lambda v: "none" if v is None else f"{v:.3g}"  # noqa: E731
+        def f(v):
+            return "none" if v is None else f"{v:.3g}"
+
         return f"stable lr {f(self.lr_stable)} < critical ~{self.lr_critical:.3g} < unstable {f(self.lr_unstable)}"
 
 

@@ -18,7 +18,7 @@ OWNER_FILE = "study.json"
 def conflict(directory: Path, name: str, identity: str, source: str = "") -> str | None:
     """One line naming both studies when another study owns `directory`, else None."""
     path = Path(directory) / OWNER_FILE
-    for _ in range(100):       # a record being written right now (claim_dir) reads back complete within ~1 s
+    for _ in range(100):       # a record being written right now (claim_dir) reads back complete soon
         try:
             owner = json.loads(path.read_text())
             break

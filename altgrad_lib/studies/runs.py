@@ -119,7 +119,9 @@ def run_points(points: list[StudyPoint], cols: list[str], index_path: Path | Non
     jobs = [(p.name, p.config.resolved().to_dict(), resume) for p in points]
     stopped: list[str] = []   # runs that came back interrupted (also in-process, where train() saw the signal)
     with InterruptScope(on_signal=stop_workers, on_abort=kill_workers) as sig:   # see executors.py
-        stop = lambda: bool(sig) or bool(stopped)  # noqa: E731
+        def stop():
+            return bool(sig) or bool(stopped)
+
         outcomes = itertools.chain(LocalExecutor().map(_job, [j for j in jobs if j[0] not in todo], stop),  # read
                                    map_jobs(executor, _job, [j for j in jobs if j[0] in todo], stop))
         for i, ((pname, config, _), out) in enumerate(outcomes, 1):

@@ -129,7 +129,7 @@ def _parse_license_file(path: Path) -> tuple[dict[str, Any], str]:
     return (meta if isinstance(meta, dict) else {}), m.group(2)
 
 
-@lru_cache(maxsize=2)  # ~2 s to parse 2300 files; datasets ops return new objects, so sharing is safe
+@lru_cache(maxsize=2)  # parsing thousands of files is slow; datasets ops return new objects, so sharing is safe
 def _load_licenses(val_fraction: float = VAL_FRACTION):
     datasets = _import_datasets()
 

@@ -65,6 +65,34 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+@contextlib.contextmanager
+def _process_state_restored():
+    """Put back on the way out (also on an error) the process-wide state train() changes: the global RNGs it seeds,
+    and with deterministic=True torch's deterministic mode (and warn_only) and CUBLAS_WORKSPACE_CONFIG. Without it
+    the caller's next cell, test or run would inherit this run's seed and mode.
+
+    Not restorable: cuBLAS reads CUBLAS_WORKSPACE_CONFIG when it creates a handle, so a handle made during the run
+    keeps its workspace; and CUDA generators first initialised by the run have no earlier state, so they stay seeded.
+    """
+    env = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    det = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    py, npy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        if env is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = env
+        torch.use_deterministic_algorithms(det[0], warn_only=det[1])
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def _make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """The run's optimizer (optim/factory.py; torch AdamW by default). A name of its own so benches can swap it."""
     return build_optimizer(model, cfg.optim_config, device)
@@ -171,9 +199,10 @@ def train(config: TrainConfig, resume: bool = True, *, progress: bool | None = N
     in use by another process raises RunLockedError, or with wait_if_locked=True (studies) is waited for: the
     run is "running elsewhere", and is then reused or resumed.
     SIGTERM / SIGINT finish the current step, write its checkpoint and raise errors.Interrupted (interrupt.py).
+    The global RNGs, torch's deterministic mode and CUBLAS_WORKSPACE_CONFIG are as they were when it returns.
     """
     cfg = config.resolved()
-    with InterruptScope() as stop:
+    with InterruptScope() as stop, _process_state_restored():
         # recipe, device, sizes, corpus (its hash is identity), the model: nothing written
         corpus, _, policy, built = preflight(cfg)
         if stop:
@@ -230,59 +259,54 @@ def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: Bui
         write_json(prov_path, {**make_provenance(cfg, h), **_identity(data_sha)})
 
     device = check_device(cfg.device)
-    prev_det = torch.are_deterministic_algorithms_enabled()
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        seed_everything(cfg.seed)
-        model, rows, rng_after = built     # preflight built it from this seed: continue where its build left off
-        torch.set_rng_state(rng_after)
-        model.to(device)
-        if cfg.freeze_blocks:
-            freeze_blocks(model)
-        if verbose:
-            _print_layer_table(model, cfg, rows, policy)
-        if on_model is not None:
-            on_model(model)
-        optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
-        # after the optimizer: the probe's copy must carry the quantizers training actually uses
-        diag = Diagnostics.for_run(cfg.diagnostics_config, run_dir, model, lambda: _autocast(cfg, device),
-                                   backend=cfg.backend, compiled=cfg.compile, grad_clip=cfg.grad_clip)   # off: no-op
-        start = 0
-        if state is not None:
-            start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
-            dropped = truncate_csv(run_dir / METRICS_FILE, start, METRICS_HEADER)
-            prov = read_json(prov_path)
-            prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start,
-                                                   "command": " ".join(sys.argv)})
-            write_json(prov_path, prov)
-            _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
-        diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
-        if state is not None and diag.enabled:
-            before = set((state["extra"].get("diagnostics") or {}).get("groups") or ())
-            new = [g for g in diag.monitors if g not in before]
-            if new:
-                _log(f"note: diagnostics {new} start at step {start + 1}: steps 1-{start} of {run_dir.name} were "
-                     f"trained without them (they do not change its numbers); retrain with resume=False "
-                     f"(CLI: --no-resume) to cover the whole run")
-        del state
-        if verbose:
-            n = sum(p.numel() for p in model.parameters())
-            _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
-                 f"{device.type}, steps {start}->{cfg.max_steps}")
-        run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
-                    stop)
-        if verbose and run.status == "completed":
-            v, u = run.final_val_loss, uniform_loss(cfg.data_config.tokenizer)
-            _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
-            if v is not None and v > u:   # a study indexes it as did_not_learn (studies/results.run_status)
-                _log(f"note: {run_dir.name} did not learn: its val/loss {v:.4f} is above ln(V) = {u:.4f}, the loss "
-                     f"of a uniform guess over {cfg.tokenizer}'s vocabulary")
-        return run
-    finally:
-        if cfg.deterministic:
-            torch.use_deterministic_algorithms(prev_det)
+    seed_everything(cfg.seed)
+    model, rows, rng_after = built     # preflight built it from this seed: continue where its build left off
+    torch.set_rng_state(rng_after)
+    model.to(device)
+    if cfg.freeze_blocks:
+        freeze_blocks(model)
+    if verbose:
+        _print_layer_table(model, cfg, rows, policy)
+    if on_model is not None:
+        on_model(model)
+    optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
+    # after the optimizer: the probe's copy must carry the quantizers training actually uses
+    diag = Diagnostics.for_run(cfg.diagnostics_config, run_dir, model, lambda: _autocast(cfg, device),
+                               backend=cfg.backend, compiled=cfg.compile, grad_clip=cfg.grad_clip)   # off: no-op
+    start = 0
+    if state is not None:
+        start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
+        dropped = truncate_csv(run_dir / METRICS_FILE, start, METRICS_HEADER)
+        prov = read_json(prov_path)
+        prov.setdefault("resumes", []).append({"time": now_iso(), "from_step": start,
+                                               "command": " ".join(sys.argv)})
+        write_json(prov_path, prov)
+        _log(f"resuming {run_dir.name} from step {start} ({ckpt_path}); dropped {dropped} metric rows after it")
+    diag.start(start, state["extra"].get("diagnostics") if state is not None else None)
+    if state is not None and diag.enabled:
+        before = set((state["extra"].get("diagnostics") or {}).get("groups") or ())
+        new = [g for g in diag.monitors if g not in before]
+        if new:
+            _log(f"note: diagnostics {new} start at step {start + 1}: steps 1-{start} of {run_dir.name} were "
+                 f"trained without them (they do not change its numbers); retrain with resume=False "
+                 f"(CLI: --no-resume) to cover the whole run")
+    del state
+    if verbose:
+        n = sum(p.numel() for p in model.parameters())
+        _log(f"training {run_dir} | {cfg.short_str()} | {n / 1e6:.2f}M params, vocab {corpus.vocab_size}, "
+             f"{device.type}, steps {start}->{cfg.max_steps}")
+    run = _loop(cfg, h, run_dir, ckpt_path, corpus, model, optimizer, device, start, progress, on_step, diag,
+                stop)
+    if verbose and run.status == "completed":
+        v, u = run.final_val_loss, uniform_loss(cfg.data_config.tokenizer)
+        _log(f"run {run_dir} completed: val/loss={v:.4f}" if v is not None else f"run {run_dir} completed")
+        if v is not None and v > u:   # a study indexes it as did_not_learn (studies/results.run_status)
+            _log(f"note: {run_dir.name} did not learn: its val/loss {v:.4f} is above ln(V) = {u:.4f}, the loss "
+                 f"of a uniform guess over {cfg.tokenizer}'s vocabulary")
+    return run
 
 
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: TokenCorpus, model: torch.nn.Module,
@@ -296,9 +320,8 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
         where = ("this model's GEMMs" if cfg.compile_scope == "model"
                  else "the blocks' GEMMs, once per block configuration: blocks of one configuration share a graph")
         _log(f"compile=True with an accumulator recipe: torch.compile unrolls the accumulator loop ({steps} steps "
-             f"in {where}), which can take minutes before the first step: the cpu profile's model took "
-             f"195 s with FP22 in every GEMM (320 steps), 85 s promoted every 128 (76 steps), on a 2-core CPU "
-             f"(bench/accum_compile_cost.py); compile=false starts at once")
+             f"in {where}), which can take minutes before the first step (measured: bench/results/accum_compile.md); "
+             f"compile=false starts at once")
     fwd = compile_gpt(model, cfg.compile_scope) if cfg.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     quantized = list(quantized_modules(model))
