@@ -25,11 +25,17 @@ def _table():
 
 def test_status_markdown_follows_the_headline():
     t = _table()
-    smoke = claims_view.status_markdown(claims.headline(t, False, "baseline above the unigram entropy"))
+    assert claims.no_claims(t, False) and not claims.no_claims(t, True) and not claims.no_claims(t, None)
+    smoke = claims_view.status_markdown(claims.headline(t, False, "baseline above the unigram entropy"),
+                                        claims.no_claims(t, False))
     assert smoke.startswith("**SMOKE TEST: no claims are drawn from these runs.**")
     assert "baseline above the unigram entropy" in smoke
-    ok = claims_view.status_markdown(claims.headline(t, True, ""))
+    ok = claims_view.status_markdown(claims.headline(t, True, ""), claims.no_claims(t, True))
     assert ok.startswith("**Claims:**") and "positive control E2M1: resolved" in ok
+    # a positive control that is NOT resolved (its verdict kind no harm) makes the runs carry no claims
+    weak = t.assign(verdict_kind=t.verdict_kind.where(t.level != "E2M1", "inconclusive"))
+    assert claims.no_claims(weak, True)
+    assert claims_view.status_markdown(claims.headline(weak, True, ""), True).startswith("**SMOKE TEST")
 
 
 def test_banner_updates_its_display_in_place(monkeypatch):
@@ -44,11 +50,11 @@ def test_banner_updates_its_display_in_place(monkeypatch):
 
     monkeypatch.setattr(d, "display", lambda obj, display_id=None: sent.append(("display", obj.data)) or Handle())
     b = claims_view.StatusBanner()
-    b.update(["SMOKE TEST, no claims drawn from these runs: x"])
+    b.update(["SMOKE TEST, no claims drawn from these runs: x"], True)
     assert sent[0] == ("display", claims_view.PENDING) and sent[1][0] == "update"
     assert sent[1][1].startswith("**SMOKE TEST")
     b.set_header("profile cpu | seeds 0, 1 | code altgrad 0.1.0")   # the run line goes first and stays first
-    b.update(["SMOKE TEST, no claims drawn from these runs: y"])
+    b.update(["SMOKE TEST, no claims drawn from these runs: y"], True)
     assert sent[-1][1].startswith("`profile cpu | seeds 0, 1 | code altgrad 0.1.0`\n\n**SMOKE TEST")
     assert sent[-1][1].endswith("- SMOKE TEST, no claims drawn from these runs: y")
 
@@ -75,19 +81,24 @@ def test_expectation_lines_follow_the_verdicts():
     lines = claims_view.expectation_lines(t, {"E2M1": ("worse", "paper A"), "fp8": ("worse", "paper B"),
                                               "absent": ("worse", "paper C")})
     assert len(lines) == 2 and lines[0].startswith("E2M1: agrees with paper A (worse vs hp")
-    fp8 = t[t.level == "fp8"].iloc[0].verdict
-    want = "not reproduced beyond ±δ" if fp8.startswith("equivalent") else "cannot tell"
+    fp8, fp8_kind = t[t.level == "fp8"].iloc[0][["verdict", "verdict_kind"]]
+    want = "not reproduced beyond ±δ" if fp8_kind == "equivalent" else "cannot tell"
     assert want in lines[1] and fp8 in lines[1] and "DISAGREES" not in lines[1]
     flipped = claims_view.expectation_lines(t, {"E2M1": ("better", "paper A")})
     assert flipped[0].startswith("E2M1: DISAGREES with paper A") and "finds worse" in flipped[0]
     # equivalence where a direction was expected bounds the effect by δ; equivalence expected and a difference
     # found is a disagreement
     eq = t.copy()
-    eq.loc[eq.level == "E2M1", "verdict"] = "equivalent within ±0.04"
+    eq.loc[eq.level == "E2M1", ["verdict", "verdict_kind"]] = ["equivalent within ±0.04", "equivalent"]
     assert claims_view.expectation_lines(eq, {"E2M1": ("worse", "paper A")})[0].startswith(
         "E2M1: not reproduced beyond ±δ: paper A reports worse vs hp, the bench finds equivalent within ±0.04")
     assert claims_view.expectation_lines(t, {"E2M1": ("equivalent", "paper A")})[0].startswith(
         "E2M1: DISAGREES with paper A: paper A reports equivalent vs hp, the bench finds worse")
+    # the agreement comes typed with each line (what notebook 04 counts), from the kind, never the words
+    said = claims_view.expectations(t, {"E2M1": ("equivalent", "paper A"), "fp8": ("worse", "paper B")})
+    assert [a for a, _ in said] == ["contradicts", want]
+    words_changed = t.assign(verdict="(reworded)")   # rewording a verdict changes no agreement
+    assert [a for a, _ in claims_view.expectations(words_changed, {"E2M1": ("equivalent", "A")})] == ["contradicts"]
 
 
 def test_readable_shows_every_new_column_and_the_by_keys():
@@ -137,8 +148,8 @@ class _Banner:
     def __init__(self):
         self.lines = None
 
-    def update(self, lines):
-        self.lines = list(lines)
+    def update(self, lines, smoke):
+        self.lines, self.smoke = list(lines), smoke
 
 
 def test_claims_report_is_the_claims_sequence():
@@ -155,7 +166,7 @@ def test_claims_report_is_the_claims_sequence():
     pd.testing.assert_frame_equal(rep.claims, t)
     pd.testing.assert_frame_equal(rep.control, ctl)
     assert clear is True and rep.clear is True and rep.control_sentence == sentence
-    assert rep.lines == claims.report_lines(t, clear, sentence)[:-1] == banner.lines
+    assert rep.lines == claims.report_lines(t, clear, sentence)[:-1] == banner.lines and banner.smoke is False
     assert rep.rules == [claims.describe(t)] and "δ = 0.01 nats" in rep.rules[0] and "MDE" in rep.rules[0]
     e7 = t.set_index("level").loc["E7M0"]
     assert e7.verdict == "diverged in 1/3 seeds" and e7.n_seeds == 3 and e7.n == 2   # kept in its row

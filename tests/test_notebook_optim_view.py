@@ -49,26 +49,29 @@ def test_ulp_sentences_are_computed_from_the_summary():
 
 def _row(**kw):
     base = dict(level="L", reference="R", baseline="R", gap_nats=0.1, gap_lo=0.05, gap_hi=0.15, signs="worse in 3/3",
-                p_holm=0.01, p_tost=0.5, mde_nats=0.02, verdict="worse", delta_nats=0.05)
+                p_holm=0.01, p_tost=0.5, mde_nats=0.02, verdict="worse", verdict_kind="worse", delta_nats=0.05)
     return pd.DataFrame([{**base, **kw}])
 
 
 @pytest.mark.parametrize("kw, want", [
     ({}, "Negative result: X is worse (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; Holm p 0.01)."),
-    ({"verdict": "equivalent within ±0.05", "p_tost": 0.01},
+    ({"verdict": "equivalent within ±0.05", "verdict_kind": "equivalent", "p_tost": 0.01},
      "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; "
      "TOST p 0.01)."),
-    ({"verdict": "inconclusive"}, "X: inconclusive (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; "
-                                  "MDE 0.0200 nats): these seeds cannot tell, which is not 'no effect'."),
-    ({"verdict": "not training its blocks", "control": "below control 1/3"},
+    ({"verdict": "inconclusive", "verdict_kind": "inconclusive"},
+     "X: inconclusive (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; "
+     "MDE 0.0200 nats): these seeds cannot tell, which is not 'no effect'."),
+    ({"verdict": "not training its blocks", "verdict_kind": "not_training",
+      "control": "below control 1/3"},
      "X: not training its blocks (+0.1000 nats [+0.0500, +0.1500] 95 % CI against R, worse in 3/3; below control 1/3): "
      "it is "
      "not below the frozen-blocks control in every seed, so its gap says it failed to train, whatever its p."),
     # a table with the verdict-level CI (claims ci_lo / ci_hi / ci_level) prints that one, labelled
-    ({"verdict": "equivalent within ±0.05", "p_tost": 0.01, "ci_level": 0.9, "ci_lo": 0.06, "ci_hi": 0.14},
+    ({"verdict": "equivalent within ±0.05", "verdict_kind": "equivalent", "p_tost": 0.01, "ci_level": 0.9,
+      "ci_lo": 0.06, "ci_hi": 0.14},
      "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0600, +0.1400] 90 % (TOST) CI against R, worse in 3/3; "
      "TOST p 0.01)."),
-    ({"verdict": "too few seeds", "gap_lo": math.nan, "mde_nats": math.nan},
+    ({"verdict": "too few seeds", "verdict_kind": "too_few", "gap_lo": math.nan, "mde_nats": math.nan},
      "X: too few seeds (+0.1000 nats against R, worse in 3/3): these seeds cannot tell, which is not 'no effect'."),
 ])
 def test_result_statement(kw, want):

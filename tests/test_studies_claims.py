@@ -294,7 +294,7 @@ def test_a_variant_diverged_in_one_seed_of_three_is_never_equivalent():
     assert t.loc["all", "verdict"] == "diverged in 3/3 seeds" and t.loc["all", "positive_control"] == "resolved"
     assert t.loc["same", "verdict"] == "equivalent within ±0.056" and t.loc["same", "n_diverged"] == 0
     assert claims.positive_control_lines(t.reset_index()) == ["positive control all: resolved (diverged in 3/3 seeds)"]
-    assert claims.is_harm(t.loc["half", "verdict"]) and not claims.is_harm(t.loc["same", "verdict"])
+    assert claims.is_harm(t.loc["half", "verdict_kind"]) and not claims.is_harm(t.loc["same", "verdict_kind"])
 
 
 def test_a_run_that_did_not_learn_is_diverged_though_its_loss_is_finite():
@@ -511,10 +511,10 @@ def test_the_ci_is_printed_at_the_level_its_verdict_uses():
     lo, hi = sps.t.interval(0.90, eq.n - 1, loc=eq.gap_nats, scale=eq.sd_nats / math.sqrt(eq.n))
     assert eq.ci_level == pytest.approx(0.90) and (eq.ci_lo, eq.ci_hi) == pytest.approx((lo, hi))
     assert max(abs(eq.ci_lo), abs(eq.ci_hi)) == pytest.approx(eq.equiv_bound)
-    assert claims_view.ci_label(eq.verdict, eq.ci_level) == "90 % (TOST)"
+    assert claims_view.ci_label(eq.verdict_kind, eq.ci_level) == "90 % (TOST)"
     worse = t.loc["E7M0"]
     assert worse.ci_level == pytest.approx(1 - 0.05 * worse.p_paired / worse.p_holm) and worse.ci_lo > 0
-    assert claims_view.ci_label(worse.verdict, worse.ci_level).endswith("% (Holm)")
+    assert claims_view.ci_label(worse.verdict_kind, worse.ci_level).endswith("% (Holm)")
     rng = np.random.default_rng(9)   # random tables: the Holm-level CI excludes 0 iff the verdict is worse/better
     for _ in range(30):
         f = _frame({f"r{k}": (lambda s, hp, g=rng.normal(0, 0.01), e=rng.normal(0, 0.006, 4): hp + g + e[s])

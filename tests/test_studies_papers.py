@@ -12,42 +12,43 @@ from altgrad_lib.studies.papers import (AGREEMENTS, agreement, agreement_counts,
                                       paper_table)
 from altgrad_lib.studies.runs import index_row
 from altgrad_lib.studies.study import PAPER_FINDINGS, Study
+from altgrad_lib.studies.verdicts import Kind
 
 STUDIES = Path(__file__).resolve().parents[1] / "params" / "studies"
 BASE = {"n_layer": 1, "n_embd": 32, "n_head": 2, "max_steps": 20}
 
 
-@pytest.mark.parametrize("finding, verdict, want", [
-    ("worse", "worse", "agrees"),
-    ("worse", "worse (below its frozen-blocks control)", "agrees"),
-    ("worse", "diverged in 2/4 seeds", "agrees"),
-    ("worse", "equivalent within ±0.01", "not reproduced beyond ±δ"),
-    ("worse", "better", "contradicts"),
-    ("worse", "inconclusive", "cannot tell"),
-    ("worse", "too few seeds", "cannot tell"),
-    ("worse", "smoke test: no verdict", "cannot tell"),
-    ("better", "equivalent within ±0.01", "not reproduced beyond ±δ"),
-    ("better", "diverged in 1/3 seeds", "contradicts"),
-    ("equivalent", "equivalent within ±0.01", "agrees"),
-    ("equivalent", "worse", "contradicts"),
-    ("not_worse", "equivalent within ±0.01", "agrees"),
-    ("not_worse", "better", "agrees"),
-    ("not_worse", "worse", "contradicts"),
-    ("not_better", "equivalent within ±0.01", "agrees"),
-    ("not_better", "diverged in 1/3 seeds", "agrees"),
-    ("not_better", "better", "contradicts"),
-    ("diverged", "diverged in 3/3 seeds", "agrees"),
-    ("diverged", "worse", "contradicts"),
+@pytest.mark.parametrize("finding, kind, want", [
+    ("worse", Kind.WORSE, "agrees"),
+    ("worse", Kind.BELOW_CONTROL, "agrees"),
+    ("worse", Kind.DIVERGED, "agrees"),
+    ("worse", Kind.EQUIVALENT, "not reproduced beyond ±δ"),
+    ("worse", Kind.BETTER, "contradicts"),
+    ("worse", Kind.INCONCLUSIVE, "cannot tell"),
+    ("worse", Kind.TOO_FEW, "cannot tell"),
+    ("worse", Kind.SMOKE, "cannot tell"),
+    ("better", Kind.EQUIVALENT, "not reproduced beyond ±δ"),
+    ("better", Kind.DIVERGED, "contradicts"),
+    ("equivalent", Kind.EQUIVALENT, "agrees"),
+    ("equivalent", Kind.WORSE, "contradicts"),
+    ("not_worse", Kind.EQUIVALENT, "agrees"),
+    ("not_worse", Kind.BETTER, "agrees"),
+    ("not_worse", Kind.WORSE, "contradicts"),
+    ("not_better", Kind.EQUIVALENT, "agrees"),
+    ("not_better", Kind.DIVERGED, "agrees"),
+    ("not_better", Kind.BETTER, "contradicts"),
+    ("diverged", Kind.DIVERGED, "agrees"),
+    ("diverged", Kind.WORSE, "contradicts"),
 ])
-def test_agreement_of_each_finding_with_each_verdict(finding, verdict, want):
-    assert agreement(finding, verdict) == want
+def test_agreement_of_each_finding_with_each_verdict(finding, kind, want):
+    assert agreement(finding, kind) == want and agreement(finding, kind.value) == want
 
 
 def test_every_finding_a_study_accepts_has_a_rule_and_a_typo_is_refused():
     for f in PAPER_FINDINGS:
-        assert agreement(f, "inconclusive") == "cannot tell"
+        assert agreement(f, Kind.INCONCLUSIVE) == "cannot tell"
     with pytest.raises(ValueError, match="'wrose' is invalid; valid: .*'worse'"):
-        agreement("wrose", "worse")
+        agreement("wrose", Kind.WORSE)
 
 
 def _index(study, gaps):
@@ -95,7 +96,7 @@ def test_the_orderings_study_has_one_row_per_finding_and_reads_its_claims_csv_ba
     # the schedule levels are matched as the index records them (JSON text), as claims.csv holds them
     sched = [c for c in study.comparisons if c["axis"] == "precision_schedule"][0]
     rows = pd.DataFrame([{"comparison": "precision_schedule vs {}", "level": '{"fwd_hp_from": 481}',
-                          "recipe": "nvfp4", "verdict": "better", "n_seeds": 3}])
+                          "recipe": "nvfp4", "verdict": "better", "verdict_kind": "better", "n_seeds": 3}])
     t = paper_table(study, rows)
     got = t[t.comparison == "precision_schedule vs {}"].set_index("level")
     assert got.loc['{"fwd_hp_from": 481}', "agreement"] == "agrees"
@@ -105,8 +106,9 @@ def test_the_orderings_study_has_one_row_per_finding_and_reads_its_claims_csv_ba
 
 def test_paper_view_is_narrow_and_says_none_where_no_run_exists():
     study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
-    rows = pd.DataFrame([{"comparison": "recipe vs nvfp4", "level": "mxfp4", "verdict": "worse", "n_seeds": 4,
-                          "gap_nats": 0.0421, "ci_lo": 0.031, "ci_hi": 0.0532, "mde_nats": 0.0123}])
+    rows = pd.DataFrame([{"comparison": "recipe vs nvfp4", "level": "mxfp4", "verdict": "worse",
+                          "verdict_kind": "worse", "n_seeds": 4, "gap_nats": 0.0421, "ci_lo": 0.031, "ci_hi": 0.0532,
+                          "mde_nats": 0.0123}])
     view = claims_view.paper_view(paper_table(study, rows))
     text = view.to_string()
     assert max(map(len, text.splitlines())) <= table_view.WIDTH
@@ -123,7 +125,7 @@ def test_load_claims_prefers_this_machines_runs_then_the_committed_copy(tmp_path
     csv = tmp_path / "results" / "claims.csv"
     csv.parent.mkdir()
     pd.DataFrame([{"comparison": "recipe vs mxfp8", "level": "mxfp8:rceil", "verdict": "equivalent within ±0.01",
-                   "n_seeds": 3}]).to_csv(csv, index=False)
+                   "verdict_kind": "equivalent", "n_seeds": 3}]).to_csv(csv, index=False)
     claims, source = load_claims(study, csv)
     assert source == "results/claims.csv (committed)"
     t = paper_table(study, claims).set_index("level")
@@ -139,7 +141,7 @@ def test_load_claims_prefers_this_machines_runs_then_the_committed_copy(tmp_path
 def test_paper_view_names_the_by_keys_in_the_baseline_column():
     study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
     rows = pd.DataFrame([{"comparison": "precision_schedule vs {}", "level": '{"fwd_hp_from": 481}',
-                          "recipe": "nvfp4", "verdict": "better", "n_seeds": 3}])
+                          "recipe": "nvfp4", "verdict": "better", "verdict_kind": "better", "n_seeds": 3}])
     view = claims_view.paper_view(paper_table(study, rows)).set_index("level")
     assert view.loc['{"fwd_hp_from": 481}', "vs"] == "{}, recipe nvfp4"
     assert view.loc["mxfp4", "vs"] == "nvfp4" and "recipe" not in view.columns

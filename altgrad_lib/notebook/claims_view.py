@@ -21,13 +21,14 @@ import pandas as pd
 
 from altgrad_lib.notebook import table_view as tv
 from altgrad_lib.studies import claims, papers
+from altgrad_lib.studies.verdicts import Kind, Verdict
 
 PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
 
 
-def status_markdown(lines: Sequence[str]) -> str:
-    """The banner's text: "SMOKE TEST" or "CLAIMS" in bold, then the headline lines (claims.headline)."""
-    smoke = any(ln.startswith("SMOKE TEST") or "NOT resolved" in ln for ln in lines)
+def status_markdown(lines: Sequence[str], smoke: bool) -> str:
+    """The banner's text: "SMOKE TEST" (`smoke`: the runs carry no claims, claims.no_claims: the control check
+    failed or a positive control is not resolved) or "CLAIMS" in bold, then the headline lines (claims.headline)."""
     head = ("**SMOKE TEST: no claims are drawn from these runs.**" if smoke else
             "**Claims:** the control check is clear; the verdicts below are read at the stated α, δ and MDE.")
     return "\n".join([head, "", *[f"- {ln}" for ln in lines]])
@@ -48,8 +49,9 @@ class StatusBanner:
         self.header = line
         self._show()
 
-    def update(self, lines: Sequence[str]) -> str:
-        self.text = status_markdown(lines)
+    def update(self, lines: Sequence[str], smoke: bool) -> str:
+        """Show the headline `lines` under SMOKE TEST (`smoke`, claims.no_claims) or Claims."""
+        self.text = status_markdown(lines, smoke)
         self._show()
         return self.text
 
@@ -63,18 +65,25 @@ class StatusBanner:
             self.handle.update(Markdown(self.markdown()))
 
 
-def ci_label(verdict: str, level: float, sequential: bool = False) -> str:
+def ci_label(kind: Kind | str, level: float, sequential: bool = False) -> str:
     """"90 % (TOST)" beside an equivalence verdict, "99.4 % (Holm)" beside the others, "95 %" in a smoke test: the
-    level of the CI printed with a row (claims ci_level). In a sequential table (studies/sequential.py) the level is
-    that of the look's group-sequential bound: "99.1 % (sequential bound)", "96.8 % (TOST, sequential bound)"."""
+    level of the CI printed with a row (claims ci_level), by the verdict's kind (verdicts.Kind). In a sequential
+    table (studies/sequential.py) the level is that of the look's group-sequential bound: "99.1 % (sequential
+    bound)", "96.8 % (TOST, sequential bound)"."""
     if not np.isfinite(level):
         return ""
-    if verdict == claims.SMOKE:
+    kind = Kind.of(kind)
+    if kind is Kind.SMOKE:
         return f"{100 * level:.0f} % (no test)"
     seq = ", sequential bound" if sequential else ""
-    if str(verdict).startswith("equivalent"):
+    if kind is Kind.EQUIVALENT:
         return f"{100 * level:.3g} % (TOST{seq})"
     return f"{100 * level:.3g} % ({'sequential bound' if sequential else 'Holm'})"
+
+
+def kinds(table: pd.DataFrame) -> list[Kind]:
+    """The verdict kind of each row of a claims table (verdicts.Verdict.from_row: one line when a row has none)."""
+    return [Verdict.from_row(r).kind for r in table.to_dict("records")]
 
 
 def _signed_pct(v: float) -> str:
@@ -97,7 +106,7 @@ def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> tv.Table:
         **{k: table[k] for k in keys},
         "level": table.level, "verdict": table.verdict,
         "gap nats [CI]": [tv.gap_ci(g, lo, hi) for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
-        "CI": [ci_label(v, lv, "p_bound" in table) or tv.NONE for v, lv in zip(table.verdict, table.ci_level)],
+        "CI": [ci_label(k, lv, "p_bound" in table) or tv.NONE for k, lv in zip(kinds(table), table.ci_level)],
         "n pairs": table.n,
         "diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged, seeds)],
         "baseline diverged": [f"{k}/{s}" for k, s in zip(table.n_diverged_baseline, seeds)],
@@ -131,7 +140,7 @@ def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
     gap, _, bounds = tv.gap_ci(r.gap_nats, r.ci_lo, r.ci_hi).partition(" ")   # the CI with the gap's decimals
-    ci = f" {bounds} {ci_label(r.verdict, r.ci_level, 'p_bound' in r)} CI" if bounds else ""
+    ci = f" {bounds} {ci_label(Verdict.from_row(r).kind, r.ci_level, 'p_bound' in r)} CI" if bounds else ""
     if bool(r.smoke):   # the gap and the seeds without a result, no verdict word
         return (f"{level}: {r.verdict} (gap {gap} nats{ci}; seeds with no result: {r.n_diverged}/"
                 f"{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds})")
@@ -146,13 +155,14 @@ def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
     return "\n".join([*lines[:1], *(verdict_sentence(table, level) for level in table.get("level", ()))])
 
 
-def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
-    """Each claims row against a published expectation {level: (verdict expected, source)}: "agrees" when the
-    verdict is the expected one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the
-    bench finds equivalence: that rules out an effect larger than δ here, not a smaller one in the same direction;
-    "DISAGREES" for any other decisive verdict (the opposite direction, or a difference where equivalence was
-    expected); else "cannot tell" (the verdict, e.g. inconclusive, too few seeds or a smoke test, with the row's
-    MDE); "diverged in k/n seeds" agrees with an expected "worse". Levels the
+def expectations(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each claims row against a published expectation {level: (verdict expected, source)}: (agreement, sentence),
+    the agreement papers.agreement's word from the row's verdict kind: "agrees" when the verdict is the expected
+    one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the bench finds
+    equivalence: that rules out an effect larger than δ here, not a smaller one in the same direction;
+    "contradicts" (the sentence says "DISAGREES") for any other decisive verdict (the opposite direction, or a
+    difference where equivalence was expected); else "cannot tell" (the verdict, e.g. inconclusive, too few seeds
+    or a smoke test, with the row's MDE); "diverged in k/n seeds" agrees with an expected "worse". Levels the
     table lacks are skipped. The sentences are built from the table only."""
     out = []
     for level, (want, source) in expected.items():
@@ -162,19 +172,25 @@ def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]])
         r = r.iloc[0]
         got = str(r.verdict)
         nums = f"gap {tv.gap(r.gap_nats)} nats, Holm p {_holm(r.p_holm)}, MDE {_nats(r.mde_nats)}"
-        said = papers.agreement(want, got)   # one rule for every paper-vs-bench comparison
-        if said == "agrees":
-            out.append(f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})")
-        elif said == "not reproduced beyond ±δ":
-            out.append(f"{level}: not reproduced beyond ±δ: {source} reports {want} vs {r.baseline}, the bench finds "
-                       f"{got} ({nums}); a smaller effect in that direction is not excluded")
-        elif said == "contradicts":
-            out.append(f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
-                       f"finds {got} ({nums})")
+        said = papers.agreement(want, Verdict.from_row(r).kind)   # one rule for every paper-vs-bench comparison
+        if said == papers.AGREES:
+            line = f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})"
+        elif said == papers.NOT_REPRODUCED:
+            line = (f"{level}: not reproduced beyond ±δ: {source} reports {want} vs {r.baseline}, the bench finds "
+                    f"{got} ({nums}); a smaller effect in that direction is not excluded")
+        elif said == papers.CONTRADICTS:
+            line = (f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
+                    f"finds {got} ({nums})")
         else:
-            out.append(f"{level}: cannot tell whether it agrees with {source} ({want} expected vs {r.baseline}): "
-                       f"{got} ({nums})")
+            line = (f"{level}: cannot tell whether it agrees with {source} ({want} expected vs {r.baseline}): "
+                    f"{got} ({nums})")
+        out.append((said, line))
     return out
+
+
+def expectation_lines(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> list[str]:
+    """The sentences of `expectations`."""
+    return [line for _, line in expectations(table, expected)]
 
 # readable's columns, in three tables a JupyterLab column holds (~tv.WIDTH characters each): what was found, what the
 # seeds did, the tests behind the verdict. The `keys` and `level` lead each one.
@@ -256,7 +272,13 @@ class ClaimsReport:
 
     def status(self) -> str:
         """The status banner's text without Markdown bold: SMOKE TEST / Claims, then the headline lines."""
-        return status_markdown(self.lines).replace("**", "")
+        return status_markdown(self.lines, self.no_claims).replace("**", "")
+
+    @property
+    def no_claims(self) -> bool:
+        """The runs carry no claims (claims.no_claims: the control check failed or a positive control is not
+        resolved): the status says SMOKE TEST."""
+        return claims.no_claims(self.claims, self.clear)
 
     def verdict(self, level: Any) -> str:
         """verdict_sentence of one row."""
@@ -329,7 +351,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
     if write is not None:
         claims.write_claims(table, write)
     if status is not None:
-        status.update(rep.lines)
+        status.update(rep.lines, rep.no_claims)
     if show:
         rep.show()
     return rep
@@ -355,5 +377,6 @@ def paper_view(table: pd.DataFrame) -> tv.Table:
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "claims_headline", "expectation_lines", "paper_view", "VERDICT_COLUMNS", "SEED_COLUMNS", "TEST_COLUMNS",
+           "claims_headline", "kinds", "expectations",
+           "expectation_lines", "paper_view", "VERDICT_COLUMNS", "SEED_COLUMNS", "TEST_COLUMNS",
            "claims_tables", "ClaimsReport", "claims_report"]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from altgrad_lib.notebook import claims_view
 from altgrad_lib.notebook.analysis import metrics_wide
+from altgrad_lib.studies.verdicts import Kind, Verdict
 
 METRICS = ("stall_rate", "update_visibility", "mean_abs_dcode", "frac_dcode_1", "frac_dcode_ge2", "osc_ratio")
 
@@ -89,23 +90,25 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
         return f"{what}: not measured in this profile ({level} was not trained)."
     r = r.iloc[0]
     ref = r.get("reference", r.baseline)
+    v = Verdict.from_row(r)   # decided by its kind; r.verdict is the words printed
     # the CI at the level the verdict was tested at (the table's ci_level), labelled; else the 95 % paired-t CI
     if math.isfinite(r.get("ci_lo", math.nan)):
         seq = math.isfinite(r.get("p_bound", math.nan))
-        ci = f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {claims_view.ci_label(r.verdict, r.ci_level, seq)} CI"
+        ci = f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {claims_view.ci_label(v.kind, r.ci_level, seq)} CI"
     else:
         ci = f" [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}] 95 % CI" if math.isfinite(r.gap_lo) else ""
     gap = f"{r.gap_nats:+.4f} nats{ci} against {ref}, {r.signs}"
-    if str(r.verdict).startswith("diverged"):
+    noted = v.n_diverged_baseline > 0   # the words carry "(baseline diverged in k/n seeds: pairs dropped)"
+    if v.kind is Kind.DIVERGED:
         return f"Negative result: {what} {r.verdict} ({gap} over the seeds that did not)."
-    if str(r.verdict).startswith("worse"):   # "worse", or "worse (below its frozen-blocks control)"
-        control = f"; {r.control}" if r.verdict != "worse" and "control" in r else ""
+    if v.kind in (Kind.WORSE, Kind.BELOW_CONTROL):
+        control = f"; {r.control}" if (v.kind is Kind.BELOW_CONTROL or noted) and "control" in r else ""
         return f"Negative result: {what} is {r.verdict} ({gap}{control}; Holm p {r.p_holm:.3g})."
-    if str(r.verdict).startswith("better"):
+    if v.kind is Kind.BETTER:
         return f"{what} is better ({gap}; Holm p {r.p_holm:.3g})."
-    if str(r.verdict).startswith("equivalent"):
+    if v.kind is Kind.EQUIVALENT:
         return f"{what} is {r.verdict} nats ({gap}; TOST p {r.p_tost:.3g})."
-    if r.verdict == "not training its blocks":
+    if v.kind is Kind.NOT_TRAINING and not noted:
         return (f"{what}: not training its blocks ({gap}; {r.control}): it is not below the frozen-blocks control "
                 f"in every seed, so its gap says it failed to train, whatever its p.")
     mde = f"; MDE {r.mde_nats:.4f} nats" if math.isfinite(r.mde_nats) else ""

@@ -8,6 +8,7 @@
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
     claims.py      paired claims over seeds: the table, the verdicts, the control check, positive controls, claims.csv
+    verdicts.py    a verdict as a value: Kind (decided from the statistics), Verdict (kind, gap, CI, p, δ, MDE, family)
     paired_stats.py  the statistics of the claims' rows: sign-flip p, Holm, TOST, power / MDE, paired-t CIs, α
     papers.py      a study's `paper` findings next to its claims: paper says / AltGrad finds / agreement
     gs_bounds.py   group-sequential boundaries: α-spending, recursive integration, t calibration, Holm calls

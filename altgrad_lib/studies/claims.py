@@ -65,7 +65,7 @@ positive control +0.037) passed TOST. A comparison's `delta` wins.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -73,21 +73,23 @@ import pandas as pd
 from altgrad_lib.io import write_csv
 from altgrad_lib.studies.paired_stats import ALPHA, POWER, SD_CONFIDENCE, ci_at, holm, paired_row, verdict_mde
 from altgrad_lib.studies.stats import MIN_MARGIN_NATS, control_verdict
+from altgrad_lib.studies.verdicts import FAMILY_COLUMN, KIND_COLUMN, Kind, Verdict, decide, holm_family, words
 
 DELTA_NATS = 0.01              # default equivalence margin (nats): the literature's FP8-vs-BF16 bar (module docstring)
 CONTROL = "freeze_blocks"      # TrainConfig key of the frozen-blocks control
 DIVERGED_STATUSES = ("diverged", "did_not_learn", "did not learn")   # study.csv statuses that are no result
-INCONCLUSIVE = "inconclusive"
-NO_DELTA = "inconclusive (equivalence not tested: state delta)"
-NOT_TRAINING = "not training its blocks"
-WORSE_THAN_CONTROL = "worse (below its frozen-blocks control)"
-SMOKE = "smoke test: no verdict"
-TOO_FEW = "too few seeds"
+# the words of the verdicts that have no numbers in them (verdicts.words renders every kind); for display and tests
+INCONCLUSIVE = words(Kind.INCONCLUSIVE)
+NO_DELTA = words(Kind.NO_DELTA)
+NOT_TRAINING = words(Kind.NOT_TRAINING)
+WORSE_THAN_CONTROL = words(Kind.BELOW_CONTROL)
+SMOKE = words(Kind.SMOKE)
 COLUMNS = ("comparison", "level", "baseline", "value", "n_seeds", "n_diverged", "n_diverged_baseline", "n", "seeds",
            "mean", "mean_baseline", "gap_nats", "gap_lo", "gap_hi", "ci_level", "ci_lo", "ci_hi", "window_nats",
            "gap_window", "p_paired", "p_perm", "signs", "p_welch", "p_holm", "delta_nats", "p_tost", "equiv_bound",
            "mde_nats", "control", "smoke", "positive_control", "verdict")
-EXTRA = ("sd_nats", "control_ok")   # kept for re-judging a stacked table (`judge`), not printed
+EXTRA = ("sd_nats", "control_ok", KIND_COLUMN, FAMILY_COLUMN)   # for re-judging a stacked table (`judge`) and the
+# typed verdict (verdicts.Verdict.from_row), not printed
 SEQUENTIAL = ("fixed_verdict", "look", "p_bound", "p_bound_tost")   # what studies/sequential.py adds to a table
 
 
@@ -95,32 +97,33 @@ SEQUENTIAL = ("fixed_verdict", "look", "p_bound", "p_bound_tost")   # what studi
 # the verdicts (the statistics of one row: paired_stats.py)
 
 
-def verdict(row: dict[str, Any], alpha: float = ALPHA, lower_is_better: bool = True) -> str:
-    """The verdict of one row (module docstring, rules 0-6); `row` needs n, control_ok, p_holm, gap_nats, p_tost,
-    delta_nats, and reads smoke, n_seeds, n_diverged, n_diverged_baseline when present."""
-    if row.get("smoke") is True:
-        return SMOKE
-    k, kb = int(row.get("n_diverged") or 0), int(row.get("n_diverged_baseline") or 0)
-    seeds = int(row.get("n_seeds") or row["n"] + k)
-    note = f" (baseline diverged in {kb}/{seeds} seeds: pairs dropped)" if kb else ""
-    if k:
-        return f"diverged in {k}/{seeds} seeds{note}"
-    if row["n"] < 2:
-        return f"{TOO_FEW} (n = {row['n']} pairs; need >= 2){note}"
-    sig = row["p_holm"] < alpha   # NaN compares False
-    harmful = (row["gap_nats"] > 0) == lower_is_better
-    if row.get("control_ok") is False:
-        return (WORSE_THAN_CONTROL if sig and harmful else NOT_TRAINING) + note
-    if sig:
-        return ("worse" if harmful else "better") + note
-    if row["p_tost"] < alpha:
-        return f"equivalent within ±{row['delta_nats']:.3g}{note}"
-    return (INCONCLUSIVE if row["delta_nats"] > 0 else NO_DELTA) + note
+def verdict_kind(row: Mapping[str, Any], alpha: float = ALPHA, lower_is_better: bool = True) -> Kind:
+    """The kind of one row's verdict (module docstring, rules 0-6; verdicts.decide); `row` needs n, control_ok,
+    p_holm, gap_nats, p_tost, delta_nats, and reads smoke, n_diverged when present."""
+    return decide(n=int(row["n"]), n_diverged=int(row.get("n_diverged") or 0), smoke=row.get("smoke") is True,
+                  control_ok=False if row.get("control_ok") is False else None,
+                  sig=bool(row.get("p_holm", math.nan) < alpha),   # NaN compares False
+                  eq=bool(row.get("p_tost", math.nan) < alpha),
+                  harmful=bool((row.get("gap_nats", math.nan) > 0) == lower_is_better),
+                  delta=float(row.get("delta_nats", math.nan)))
 
 
-def is_harm(verdict_text: str) -> bool:
-    """A verdict that says the variant is worse: "worse", "worse (below its frozen-blocks control)", "diverged ..."."""
-    return str(verdict_text).startswith(("worse", "diverged"))
+def _words(kind: Kind, row: Mapping[str, Any]) -> str:
+    k = int(row.get("n_diverged") or 0)
+    return words(kind, n=int(row["n"]), n_seeds=int(row.get("n_seeds") or row["n"] + k), n_diverged=k,
+                 n_diverged_baseline=int(row.get("n_diverged_baseline") or 0),
+                 delta=float(row.get("delta_nats", math.nan)))
+
+
+def verdict(row: Mapping[str, Any], alpha: float = ALPHA, lower_is_better: bool = True) -> str:
+    """The words of one row's verdict (`verdict_kind` rendered by verdicts.words): what the `verdict` column
+    shows; code decides by the kind."""
+    return _words(verdict_kind(row, alpha, lower_is_better), row)
+
+
+def is_harm(kind: Kind | str) -> bool:
+    """A verdict kind that says the variant is worse: worse, worse below its frozen-blocks control, diverged."""
+    return Kind.of(kind).harm
 
 
 def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER,
@@ -133,26 +136,34 @@ def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER,
     t["p_holm"] = holm(t.p_paired.to_numpy(float))
     m = max(1, int(np.isfinite(t.p_paired.to_numpy(float)).sum()))
     t["mde_nats"] = [verdict_mde(int(n), float(sd), m, alpha, power) for n, sd in zip(t.n, t.sd_nats)]
-    t["verdict"] = [verdict(r, alpha, lower_is_better) for r in t.to_dict("records")]
+    records = t.to_dict("records")
+    kinds = [verdict_kind(r, alpha, lower_is_better) for r in records]
+    t["verdict"] = [_words(k, r) for k, r in zip(kinds, records)]
+    t[KIND_COLUMN] = [k.value for k in kinds]
+    what = ", ".join(dict.fromkeys(map(str, t.comparison))) if "comparison" in t else ""
+    t[FAMILY_COLUMN] = holm_family(m, what)
     p, ph = t.p_paired.to_numpy(float), t.p_holm.to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         a_row = np.where(np.isfinite(ph) & (ph > 0), alpha * p / ph, alpha / m)   # Holm's level for this row
-    level = np.where(t.verdict.str.startswith("equivalent"), 1 - 2 * alpha, 1 - a_row)
+    level = np.where([k is Kind.EQUIVALENT for k in kinds], 1 - 2 * alpha, 1 - a_row)
     smoke = t.smoke.astype(bool).to_numpy() if "smoke" in t else np.zeros(len(t), dtype=bool)
     level = np.where(smoke, 0.95, level)
     t["ci_level"] = level
     t["ci_lo"], t["ci_hi"] = ci_at(t.gap_nats, t.sd_nats, t.n, level)
-    pc = t.positive_control.astype(str) != ""
-    t.loc[pc, "positive_control"] = [positive_control_state(v, s) for v, s in zip(t.verdict[pc], smoke[pc])]
+    pc = (t.positive_control.astype(str) != "").to_numpy()
+    t.loc[pc, "positive_control"] = [positive_control_state(k, s) for k, s, c in zip(kinds, smoke, pc) if c]
     return t
 
 
-def positive_control_state(verdict_text: str, smoke: bool = False) -> str:
-    """A positive control's column: "resolved" when its verdict is a harm (is_harm), "not judged (smoke test)" in a
-    smoke test, else "NOT resolved"."""
+PC_RESOLVED, PC_NOT_JUDGED, PC_NOT_RESOLVED = "resolved", "not judged (smoke test)", "NOT resolved"
+
+
+def positive_control_state(kind: Kind | str, smoke: bool = False) -> str:
+    """A positive control's column: "resolved" when its verdict kind is a harm (is_harm), "not judged (smoke
+    test)" in a smoke test, else "NOT resolved"."""
     if smoke:
-        return "not judged (smoke test)"
-    return "resolved" if is_harm(verdict_text) else "NOT resolved"
+        return PC_NOT_JUDGED
+    return PC_RESOLVED if is_harm(kind) else PC_NOT_RESOLVED
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -324,14 +335,21 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
 def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: str = "") -> list[str]:
     """The lines a claims output starts with: an unresolved positive control, then whether these runs can carry
     claims at all (control check), then the resolved positive controls."""
-    pcs = positive_control_lines(table) if len(table) else []
-    lines = [ln for ln in pcs if "NOT resolved" in ln]
+    pcs = _positive_controls(table) if len(table) else []
+    lines = [ln for state, ln in pcs if state == PC_NOT_RESOLVED]
     if control_clear is False:
         lines.append(f"SMOKE TEST, no claims drawn from these runs: {control_sentence}")
     elif control_clear is None:
         lines.append("no frozen-blocks control: the window is unknown and no variant is checked against it"
                      + (f" ({control_sentence})" if "unigram entropy" in control_sentence else ""))
-    return lines + [ln for ln in pcs if "NOT resolved" not in ln]
+    return lines + [ln for state, ln in pcs if state != PC_NOT_RESOLVED]
+
+
+def no_claims(table: pd.DataFrame, control_clear: bool | None) -> bool:
+    """Whether the runs carry no claims: the control check failed, or a positive control is NOT resolved (what
+    the status banner says as "SMOKE TEST"); decided from the control check and the verdict kinds."""
+    return control_clear is False or any(s == PC_NOT_RESOLVED for s, _ in (_positive_controls(table) if len(table)
+                                                                           else []))
 
 
 def seed_gaps(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final_val_loss",
@@ -361,22 +379,31 @@ def by_columns(table: pd.DataFrame) -> list[str]:
             and not (table[c].astype(object).to_numpy() == level).all()]
 
 
-def positive_control_lines(table: pd.DataFrame) -> list[str]:
-    """One line per positive control; an unresolved one says that this study cannot resolve a known effect."""
+def _positive_controls(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """(state, line) per positive control, the unresolved first; the state from the row's verdict kind and smoke
+    flag (positive_control_state), never from its words."""
     out = []
     for r in table[table.positive_control.astype(str) != ""].to_dict("records"):
-        if r["positive_control"] == "resolved":
-            how = (f"{r['verdict']}" if str(r["verdict"]).startswith("diverged") else
+        v = Verdict.from_row(r)
+        state = positive_control_state(v.kind, isinstance(r.get("smoke"), (bool, np.bool_)) and bool(r["smoke"]))
+        if state == PC_RESOLVED:
+            how = (f"{r['verdict']}" if v.kind is Kind.DIVERGED else
                    f"{r['verdict']} by {r['gap_nats']:+.4f} nats, Holm p {r['p_holm']:.3g}, {r['signs']}")
-            also = f"; {r['control']}" if r["verdict"] == WORSE_THAN_CONTROL else ""
-            out.append(f"positive control {r['level']}: resolved ({how}{also})")
-        elif str(r["positive_control"]).startswith("not judged"):
-            out.append(f"positive control {r['level']}: not judged (smoke test; gap {r['gap_nats']:+.4f} nats)")
+            also = f"; {r['control']}" if v.kind is Kind.BELOW_CONTROL else ""
+            out.append((state, f"positive control {r['level']}: resolved ({how}{also})"))
+        elif state == PC_NOT_JUDGED:
+            out.append((state, f"positive control {r['level']}: not judged (smoke test; gap {r['gap_nats']:+.4f} "
+                               "nats)"))
         else:
-            out.append(f"positive control {r['level']} NOT resolved ({r['verdict']}; gap {r['gap_nats']:+.4f} nats, "
-                       f"MDE {r['mde_nats']:.4f}): this study cannot resolve an effect a known-harmful recipe has, "
-                       f"so read no verdict below as evidence")
-    return sorted(out, key=lambda s: "NOT" not in s)   # the unresolved first
+            out.append((state, f"positive control {r['level']} NOT resolved ({r['verdict']}; gap "
+                               f"{r['gap_nats']:+.4f} nats, MDE {r['mde_nats']:.4f}): this study cannot resolve an "
+                               "effect a known-harmful recipe has, so read no verdict below as evidence"))
+    return sorted(out, key=lambda x: x[0] != PC_NOT_RESOLVED)   # the unresolved first
+
+
+def positive_control_lines(table: pd.DataFrame) -> list[str]:
+    """One line per positive control; an unresolved one says that this study cannot resolve a known effect."""
+    return [ln for _, ln in _positive_controls(table)]
 
 
 def describe(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) -> str:
@@ -406,7 +433,8 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
 
 
 __all__ = ["DELTA_NATS", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SEQUENTIAL", "SMOKE", "NOT_TRAINING",
-           "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "TOO_FEW", "verdict", "is_harm", "judge",
-           "positive_control_state", "in_nats", "default_delta", "margin_line", "window_by_seed", "claims_table",
+           "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "PC_RESOLVED", "PC_NOT_JUDGED", "PC_NOT_RESOLVED",
+           "verdict_kind", "verdict", "is_harm", "judge", "positive_control_state", "no_claims",
+           "in_nats", "default_delta", "margin_line", "window_by_seed", "claims_table",
            "seed_gaps", "by_columns", "control_check", "headline", "report_lines", "positive_control_lines", "describe",
            "write_claims"]

@@ -1,5 +1,6 @@
 """What a paper found next to what AltGrad finds: the `paper` findings of a study file's comparisons (study.py,
-PAPER_FINDINGS) against the study's claims table, one row per finding, the agreement computed from the verdict.
+PAPER_FINDINGS) against the study's claims table, one row per finding, the agreement computed from the verdict's
+kind (verdicts.Kind), never from its words.
 
 A finding is a direction against the comparison's baseline (lower loss is better): worse, better, equivalent,
 not_worse (better or equivalent), not_better (worse or equivalent), diverged. The agreement words:
@@ -20,30 +21,35 @@ from typing import Any
 import pandas as pd
 
 from altgrad_lib.studies.study import PAPER_FINDINGS
+from altgrad_lib.studies.verdicts import Kind, Verdict
 
 AGREEMENTS = ("agrees", "not reproduced beyond ±δ", "contradicts", "cannot tell")
-# the verdicts each finding allows (prefixes of claims' verdict texts; "worse" also covers "worse (below its
-# frozen-blocks control)")
-_ALLOWS = {"worse": ("worse", "diverged"), "better": ("better",), "equivalent": ("equivalent",),
-           "not_worse": ("better", "equivalent"), "not_better": ("worse", "diverged", "equivalent"),
-           "diverged": ("diverged",)}
-_DECISIVE = ("worse", "better", "equivalent", "diverged")
+AGREES, NOT_REPRODUCED, CONTRADICTS, CANNOT_TELL = AGREEMENTS
+# the verdict kinds each finding allows (verdicts.Kind: a harm is worse, worse below its frozen-blocks control, or
+# diverged)
+_HARM = frozenset(k for k in Kind if k.harm)
+_ALLOWS = {"worse": _HARM, "better": frozenset({Kind.BETTER}), "equivalent": frozenset({Kind.EQUIVALENT}),
+           "not_worse": frozenset({Kind.BETTER, Kind.EQUIVALENT}), "not_better": _HARM | {Kind.EQUIVALENT},
+           "diverged": frozenset({Kind.DIVERGED})}
+_DIRECTIONS = frozenset({"worse", "better"})   # findings of a direction (equivalence may not reproduce them)
+_DECISIVE = _HARM | {Kind.BETTER, Kind.EQUIVALENT}
 if set(_ALLOWS) != set(PAPER_FINDINGS):   # one list of findings: what a study file may say (study.py)
     raise RuntimeError(f"papers._ALLOWS and study.PAPER_FINDINGS differ: {set(_ALLOWS) ^ set(PAPER_FINDINGS)}")
 
 
-def agreement(finding: str, verdict: str) -> str:
-    """The agreement of a claims verdict with a paper's finding (the module docstring's words)."""
+def agreement(finding: str, kind: Kind | str) -> str:
+    """The agreement of a claims verdict's kind (verdicts.Kind, or its value) with a paper's finding (the module
+    docstring's words)."""
     if finding not in _ALLOWS:
         raise ValueError(f"paper finding {finding!r} is invalid; valid: {list(_ALLOWS)}")
-    got = str(verdict)
-    if got.startswith(_ALLOWS[finding]):   # "worse" and "diverged" prefixes: every harm (claims.is_harm)
-        return "agrees"
-    if got.startswith("equivalent") and finding in ("worse", "better"):
-        return "not reproduced beyond ±δ"
-    if got.startswith(_DECISIVE):
-        return "contradicts"
-    return "cannot tell"
+    got = Kind.of(kind)
+    if got in _ALLOWS[finding]:
+        return AGREES
+    if got is Kind.EQUIVALENT and finding in _DIRECTIONS:
+        return NOT_REPRODUCED
+    if got in _DECISIVE:
+        return CONTRADICTS
+    return CANNOT_TELL
 
 
 PAPER_COLUMNS = ("comparison", "level", "baseline", "paper", "source", "verdict", "agreement", "n_seeds", "gap_nats",
@@ -69,10 +75,10 @@ def paper_table(study: Any, claims: pd.DataFrame) -> pd.DataFrame:
             common = {"comparison": label, "level": str(level), "baseline": str(base), "paper": finding,
                       "source": c.get("source", "")}
             if hits.empty:
-                rows.append({**common, "verdict": "not run", "agreement": "cannot tell"})
+                rows.append({**common, "verdict": "not run", "agreement": CANNOT_TELL})
                 continue
             for _, r in hits.iterrows():
-                rows.append({**common, "verdict": r.verdict, "agreement": agreement(finding, r.verdict),
+                rows.append({**common, "verdict": r.verdict, "agreement": agreement(finding, Verdict.from_row(r).kind),
                              **{k: r.get(k) for k in PAPER_COLUMNS[7:]},
                              **{k: r[k] for k in (c.get("by") or ()) if k in r}})
     out = pd.DataFrame(rows)
@@ -111,4 +117,5 @@ def _committed(study: Any, committed: str | Path) -> pd.DataFrame:
                                 f"its outputs) and no committed copy at {path}; run `altgrad study -f` on its file")
     return pd.read_csv(path, float_precision="round_trip")
 
-__all__ = ["AGREEMENTS", "PAPER_COLUMNS", "agreement", "paper_table", "agreement_counts", "load_claims", "load_results"]
+__all__ = ["AGREEMENTS", "AGREES", "NOT_REPRODUCED", "CONTRADICTS", "CANNOT_TELL", "PAPER_COLUMNS",
+           "agreement", "paper_table", "agreement_counts", "load_claims", "load_results"]

@@ -39,13 +39,13 @@ import pandas as pd
 
 from altgrad_lib.io import write_csv
 from altgrad_lib.studies import claims
-from altgrad_lib.studies.claims import INCONCLUSIVE, SEQUENTIAL, TOO_FEW, positive_control_state, verdict
+from altgrad_lib.studies.claims import SEQUENTIAL, positive_control_state
 from altgrad_lib.studies.paired_stats import ALPHA, SD_CONFIDENCE, ci_at, verdict_mde
 from altgrad_lib.studies.gs_bounds import SPENDING, holm_bounds, nominal_bounds, sequential_calls
+from altgrad_lib.studies.verdicts import FAMILY_COLUMN, KIND_COLUMN, Kind, decide, words
 
 SEED_PLAN_KEYS = ("min", "max", "step", "start", "spending")
 SEQUENTIAL_FILE = "sequential.csv"
-OPEN = (INCONCLUSIVE, TOO_FEW)   # claims verdict prefixes that ask for more seeds (claims.NO_DELTA is inconclusive too)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -158,30 +158,37 @@ def _family(p: Mapping[str, Any]) -> str:
 # the verdicts of one look
 
 
-def is_open(verdict_text: str) -> bool:
-    """A row that more seeds could resolve: "inconclusive" (with or without a δ) or "too few seeds", whatever note
-    follows (claims.verdict's wording); a smoke test, a harm, "not training its blocks" are not."""
-    return str(verdict_text).startswith(OPEN)
+def is_open(kind: Kind | str) -> bool:
+    """A row that more seeds could resolve: its verdict kind is inconclusive (with or without a δ) or too few seeds;
+    a smoke test, a harm, "not training its blocks" are not (verdicts.Kind.open)."""
+    return Kind.of(kind).open
 
 
 def _judged(r: Mapping[str, Any], sig: bool, eq: bool, p_bound: float, p_bound_tost: float, alpha: float,
-            lower_is_better: bool) -> dict[str, Any]:
+            lower_is_better: bool, family: str = "") -> dict[str, Any]:
     """One row's sequential verdict and the columns that depend on it. The verdict is claims.verdict's own rules
-    (smoke, diverged, too few seeds, the frozen-blocks control, the baseline note, "state delta") with its two
-    p-value decisions replaced by the group-sequential ones: p_holm < α becomes `sig`, p_tost < α becomes `eq`.
+    (verdicts.decide: smoke, diverged, too few seeds, the frozen-blocks control, the baseline note, "state delta")
+    with its two tests the group-sequential ones: `sig` (worse / better) and `eq` (equivalent).
     The CI is at the level of the bound the verdict was held to (1 − p_bound; 1 − 2·p_bound_tost beside
     "equivalent", TOST's CI at its one-sided bound; 95 % in a smoke test): it excludes 0 exactly when the look's p
     crossed. mde_nats is paired_stats.verdict_mde at that bound (one row at level p_bound, 80 % UCB of the sd): the
     smallest gap this look alone detects with 80 % power (the looks before it only add power)."""
     smoke = bool(r.get("smoke") is True)
-    v = verdict({**r, "p_holm": 0.0 if sig else 1.0, "p_tost": 0.0 if eq else 1.0}, alpha, lower_is_better)
-    level = 0.95 if smoke else 1 - 2 * p_bound_tost if v.startswith("equivalent") else 1 - p_bound
+    k = int(r.get("n_diverged") or 0)
+    delta = float(r.get("delta_nats", math.nan))
+    kind = decide(n=int(r["n"]), n_diverged=k, smoke=smoke, control_ok=False if r.get("control_ok") is False else None,
+                  sig=sig, eq=eq, harmful=bool((r["gap_nats"] > 0) == lower_is_better), delta=delta)
+    v = words(kind, n=int(r["n"]), n_seeds=int(r.get("n_seeds") or r["n"] + k), n_diverged=k,
+              n_diverged_baseline=int(r.get("n_diverged_baseline") or 0), delta=delta)
+    level = 0.95 if smoke else 1 - 2 * p_bound_tost if kind is Kind.EQUIVALENT else 1 - p_bound
     lo, hi = ci_at(r["gap_nats"], r.get("sd_nats", math.nan), r["n"], level)
-    out = {"verdict": v, "ci_level": level, "ci_lo": float(lo), "ci_hi": float(hi),
+    out = {"verdict": v, KIND_COLUMN: kind.value, "ci_level": level, "ci_lo": float(lo), "ci_hi": float(hi),
            "mde_nats": verdict_mde(int(r["n"]), float(r.get("sd_nats", math.nan)), 1, p_bound)
            if p_bound > 0 else math.nan}
+    if family:
+        out[FAMILY_COLUMN] = family
     if str(r.get("positive_control", "")) != "":
-        out["positive_control"] = positive_control_state(v, smoke)
+        out["positive_control"] = positive_control_state(kind, smoke)
     return out
 
 
@@ -208,10 +215,13 @@ def sequential_verdicts(table: pd.DataFrame, keys: list[tuple], history: Mapping
             for k, p, q in history.get(keys[i], ()):
                 p2[j, k], pt[j, k], last[j] = p, q, max(last[j], k)
         b2 = holm_bounds(looks, plan.max, len(idx), alpha, plan.spending)
+        what = str(out.loc[idx[0], family]) if family is not None and family in out else ""
+        name = (f"{plan.spending} group-sequential Holm over {len(idx)} row{'' if len(idx) == 1 else 's'}"
+                + (f" of {what}" if what else ""))
         sig, eq, div = sequential_calls(p2, pt, b2, bound1)
         for j, i in enumerate(idx):
             pb, pbt = float(b2[div[j] - 1, last[j]]), float(bound1[last[j]])
-            upd = _judged(out.loc[i].to_dict(), bool(sig[j]), bool(eq[j]), pb, pbt, alpha, lower_is_better)
+            upd = _judged(out.loc[i].to_dict(), bool(sig[j]), bool(eq[j]), pb, pbt, alpha, lower_is_better, name)
             upd.update(look=int(last[j]) + 1, p_bound=pb, p_bound_tost=pbt)
             for c, val in upd.items():
                 out.at[i, c] = val
@@ -311,11 +321,11 @@ def replay(frame: pd.DataFrame, plan: SeedPlan, candidates: list[Candidate],
             if not history.get(key) or history[key][-1][0] < k:
                 history.setdefault(key, []).append((k, float(r["p_paired"]), float(r["p_tost"])))
         table = sequential_verdicts(table, keys, history, plan, alpha, family=family)
-        open_rows = [r for r in table.to_dict("records") if is_open(r["verdict"])]
+        open_rows = [r for r in table.to_dict("records") if is_open(r[KIND_COLUMN])]
         log += [{"look": look + 1, "n_seeds": looks[look], **{c: r[c] for c in ("comparison", "level") if c in r},
                  "n": r["n"], "seeds": r.get("seeds", ""), "gap_nats": r["gap_nats"], "p_paired": r["p_paired"],
                  "p_bound": r["p_bound"], "p_tost": r["p_tost"], "p_bound_tost": r["p_bound_tost"],
-                 "verdict": r["verdict"], "adds_seeds": is_open(r["verdict"]) and look + 1 < len(looks)}
+                 "verdict": r["verdict"], "adds_seeds": is_open(r[KIND_COLUMN]) and look + 1 < len(looks)}
                 for r in table.to_dict("records")]
         if not open_rows or look + 1 == len(looks):
             return Replay(table, need, [], pd.DataFrame(log), done=True)
