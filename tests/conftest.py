@@ -13,9 +13,8 @@ run gets none of the xdist parts.
   study workers and subprocesses a test starts get the same count: tests that compare a subprocess's training with
   this process's bit for bit, as test_training_loop's SIGKILL resumes, still compare like with like). The policy of
   studies/executors.py's workers; a caller's OMP_NUM_THREADS wins. Torch's default (every core in every worker)
-  oversubscribed a 2-core box 2x, and OpenMP threads that spin while waiting took the cores from the other worker:
-  two 50-step nvfp4 runs side by side took 71 s each against 8.7 s alone, and `make test` 15.0 min against 11.7 min
-  with one thread per worker (README "Tests", AMD EPYC).
+  oversubscribed a 2-core box 2x, and OpenMP threads that spin while waiting took the cores from the other worker
+  (measured: bench/results/make_test.md).
 - Quantizers run eager in tests ($ALTGRAD_QDQ_KERNEL=eager unless the caller set it): the default "auto" compiles a
   kernel per quantizer configuration after 32 calls, which made the numerics/quantize test files ~2.9x slower
   (26 s -> 76 s, bench/results/train_step.md) and pays only in long runs. tests/test_numerics_kernels.py chooses

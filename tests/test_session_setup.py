@@ -39,7 +39,7 @@ def test_the_units_sent_first_are_test_files_that_exist():
 
 def test_make_commands_keep_the_bytecode_cache_when_the_shell_turns_it_off():
     """The Makefile unexports PYTHONDONTWRITEBYTECODE: a process `make test` / `make run` starts writes and reads
-    __pycache__ (it cut ~50 s from `make test` on a 2-core box that exported it; README)."""
+    __pycache__ (what it saves: bench/results/make_test.md)."""
     root = Path(__file__).resolve().parents[1]
     says = "import sys; print(sys.dont_write_bytecode)"
     probe = f"probe:\n\t@$(PYTHON) -c '{says}'"

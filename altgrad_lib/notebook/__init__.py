@@ -10,4 +10,12 @@
     claims_view.py        claims_report (a notebook's claims block in one call): the claims table in narrow
                           readable tables, the status banner filled in from the claims
     optim_view.py         notebook 05's optimizer statistics: curves, step sizes in ULPs, results-file tables
+    plots_optim.py        notebook 05's figures of those statistics (a colour per format, a line style per storage)
+    plots_publish.py      the figures low-precision training papers publish, drawn from AltGrad's runs and claims
+    names.py              human names and units for metric keys, and layer shorthand ("block 0 attn QKV")
+    table_view.py         Table: a DataFrame printed as a paper prints it (digits per kind of number, "none")
+    styled.py             the same tables as a pandas Styler (table_view's digits)
+    figure_check.py       what every figure must get right, checked on the drawn Figure; watch_displayed()
+    profile.py            the first line every notebook prints: its profile, seeds and code version
+    report.py             the report `make run` writes: every executed notebook as HTML and one index page
 """
