@@ -26,6 +26,7 @@ import altgrad_lib
 from altgrad_lib.choices import RECIPES, SEED_RANGE
 from altgrad_lib.errors import Interrupted, SizeWarning, UserError, number_arg, one_line
 from altgrad_lib.studies.cli import add_study_parser, cmd_study   # `altgrad study -f params/studies/x.yaml`
+from altgrad_lib.studies.predict_cli import add_predict_parser, cmd_predict   # `altgrad predict --recipe R ...`
 from altgrad_lib.training.config import TrainConfig, key_docs
 from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75
 # Everything above is torch-free, so `altgrad --help` starts at once; the modules that import torch (run_dir,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
     add_study_parser(sub)
+    add_predict_parser(sub)
     fp = sub.add_parser("fidelity", help="what a recipe simulates exactly, approximately and not at all",
                         description="Per layer class, GEMM and operand: the format, scaling, rounding and RHT the "
                                     "recipe sets, AltGrad's quantization of a fixed synthetic operand against every "
@@ -194,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_train(args)
         if args.command == "study":
             return cmd_study(args)
+        if args.command == "predict":
+            return cmd_predict(args)
         if args.command == "fidelity":
             return _cmd_fidelity(args)
     except UserError as e:

@@ -195,7 +195,9 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     cfg0 = points[0].config
     dev = device or resolve_device(str(cfg0.device))
     seeds = sorted({p.config.seed for p in points})
-    tokens = cfg0.batch_size * cfg0.block_size * cfg0.max_steps
+    run_tokens = sorted({p.config.batch_size * p.config.block_size * p.config.max_steps for p in points})
+    tokens_txt = (f"{run_tokens[0] / 1e6:.3g}M" if len(run_tokens) == 1     # a ladder's runs differ
+                  else f"{run_tokens[0] / 1e6:.3g}M-{run_tokens[-1] / 1e6:.3g}M")
     can_measure = dev.startswith("cpu") or (dev.startswith("cuda") and torch.cuda.is_available())
     if can_measure:
         costs: dict[str, RunCost | None] = {}
@@ -225,7 +227,7 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
         total = driver_s + start + makespan(secs, workers)
         lines = [f"estimate ({dev}, measured here: {len(costs)} probe run(s) of {PROBE_STEPS} steps in "
                  f"{time.perf_counter() - t0:.1f} s, steps {slow:.2f}x slower with {parallel} at once): "
-                 f"{len(points)} runs, {tokens / 1e6:.3g}M tokens each; "
+                 f"{len(points)} runs, {tokens_txt} tokens each; "
                  f"one run ~{min(secs):.3g}-{max(secs):.3g} s + a worker's start {start:.3g} s; "
                  f"the study ~{total / 60:.3g} min on {workers} worker(s) (with this command's start "
                  f"{driver_s:.3g} s; not counting the claims at the end)"
@@ -233,7 +235,7 @@ def study_budget(study: Any, vocab_size: int, *, workers: int = 1, threads: int 
     else:
         secs = [flops_lower_bound(p.config, vocab_size, dev) for p in points]
         lines = [f"estimate ({dev}: not on this machine, so not measured; lower bound at preflight's optimistic "
-                 f"FLOP/s, without set-up, compile or simulation cost): {len(points)} runs, {tokens / 1e6:.3g}M "
+                 f"FLOP/s, without set-up, compile or simulation cost): {len(points)} runs, {tokens_txt} "
                  f"tokens each; one run >= {min(secs):.3g}-{max(secs):.3g} s, the study >= "
                  f"{sum(secs) / max(workers, 1) / 60:.3g} min on {workers} worker(s)"]
     power_txt = (f"the verdict's test: 80 % power at Holm's α/{holm_rows} over {holm_rows} row(s), with the sd's 80 % "

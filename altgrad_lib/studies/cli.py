@@ -58,6 +58,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         study.check_dir()        # another study's index in its directory: refused before anything runs
         if args.dry_run:
             print(study.short_str())
+            if study.ladder is not None:   # sizes, N and D ranges, budgets (studies/ladder.py)
+                print(study.ladder.describe(study.ladder.rungs(study.base)))
             for p in points:
                 print(f"  {p.name}  {p.axes}")
             for line in [*plan_lines, *_budget(worst or points, args.workers, args.threads, holm_rows(study))]:

@@ -18,6 +18,11 @@ A study file (`params/studies/*.yaml`):
                                           #   paper): recorded for a "paper says / AltGrad finds" table
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
 
+`ladder: {sizes: [[n_layer, n_embd], ...], tokens_per_param: [...], lr_rule, batch_rule, lr_check}` (ladder.py)
+multiplies the axes by model sizes x token budgets: each rung sets the model shape, max_steps, lr and batch size,
+and the index gains n_params, tokens and lr_factor for the scaling-law fit (scaling_law.py); a ladder with one size
+or one budget is refused at load.
+
 `seed: {min: 3, max: 8, step: 1}` instead of a list: seeds until resolved (sequential.py; `altgrad study
 --until-resolved --max-seeds N` does the same for a list of consecutive seeds); a point without a seed then runs
 at every seed of its configuration.
@@ -59,12 +64,13 @@ from altgrad_lib.choices import RECIPE_ALIASES
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import owner
+from altgrad_lib.studies.ladder import LADDER_COLUMNS, Ladder
 from altgrad_lib.studies.runs import INDEX_FILE, StudyPoint, axis_value, check_points, index_values, run_points
 from altgrad_lib.studies.sequential import SeedPlan, per_seed_points, run_until_resolved
 from altgrad_lib.studies.study_claims import VALUE_COLUMNS, StudyClaims
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
-STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description")
+STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description", "ladder")
 COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source")
 # what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
 # not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
@@ -118,6 +124,7 @@ class Study(StudyClaims):
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
     seed_plan: Any = None   # sequential.SeedPlan: seeds until resolved (`seed: {min, max, step}`, --until-resolved)
     source: str = ""                                                # the study file (from_yaml), for messages
+    ladder: Any = None      # ladder.Ladder: sizes x token budgets, multiplying the axes (a scaling-law study)
     # a study the seeds-until-resolved replay derives from a checked one (sequential.with_seeds: the same settings
     # at other seeds; study_replay's fixed-sample twin): its claims were checked at load, so __post_init__ skips
     # recomputing them (each replay look, and the check at load itself, made 3 such studies)
@@ -157,8 +164,10 @@ class Study(StudyClaims):
             if c.get("value", VALUE_COLUMNS[0]) not in VALUE_COLUMNS:
                 raise ValueError(f"study comparison {dict(c)!r}: value={c['value']!r} is not a loss column of the "
                                  f"index{did_you_mean(str(c['value']), VALUE_COLUMNS)}; valid: {VALUE_COLUMNS}")
-        if not self.axes and not self.points:
+        if not self.axes and not self.points and self.ladder is None:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
+        if self.ladder is not None:
+            self.ladder.check_axes([*self.axes, *(k for p in self.points for k in p)])
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
         if self.comparisons:              # checked now, not after every run trained
             self._check_comparisons()
@@ -269,7 +278,8 @@ class Study(StudyClaims):
             raise ValueError(f"study positive_controls must be a list of recipe names, got {pcs!r}")
         return cls(name=str(d.get("name", "")), base=base, axes=axes, points=points,
                    comparisons=tuple(d.get("comparisons") or ()), positive_controls=tuple(pcs),
-                   description=str(d.get("description", "")), out_dir=out_dir, seed_plan=plan, source=source)
+                   description=str(d.get("description", "")), out_dir=out_dir, seed_plan=plan, source=source,
+                   ladder=Ladder.from_spec(d["ladder"]) if d.get("ladder") is not None else None)
 
     @classmethod
     def from_yaml(cls, path: str | Path, out_dir: str = "") -> "Study":
@@ -293,6 +303,8 @@ class Study(StudyClaims):
     def axis_columns(self) -> list[str]:
         """Index columns: the axes, the keys explicit points set, and always `seed` (statistics need it)."""
         cols = list(self.axes)
+        if self.ladder is not None:    # a rung's size, budget and rule values, and its N and D for the fit
+            cols += [c for c in LADDER_COLUMNS if c not in cols]
         for p in self.points:
             cols += [k for k in p if k not in cols]
         return cols if "seed" in cols else [*cols, "seed"]
@@ -308,15 +320,33 @@ class Study(StudyClaims):
 
     def _expand(self) -> list[StudyPoint]:
         combos = [dict(zip(self.axes, vals)) for vals in itertools.product(*self.axes.values())] if self.axes else []
+        rungs: list[tuple[Any, dict[str, Any]]] = [(None, c) for c in combos]
+        if self.ladder is not None:   # every rung x every combination of the axes, then the lr checks
+            ladder_rungs = self.ladder.rungs(self.base)
+            rungs = [(r, c) for r in ladder_rungs for c in (combos or [{}])]
+            rungs += [(r, c) for r in self.ladder.lr_checks(ladder_rungs) for c in self._lr_check_combos(combos)]
         out: dict[str, StudyPoint] = {}
-        for i, axes in enumerate([*combos, *[dict(p) for p in self.points]]):
-            cfg = TrainConfig.from_dict({**self.base, **axes})
-            name = run_name(axes, cfg)
-            if i < len(combos) and name in out:
+        for i, (rung, axes) in enumerate([*rungs, *[(None, dict(p)) for p in self.points]]):
+            named = {**rung.axes(), **axes} if rung is not None else axes
+            cfg = TrainConfig.from_dict({**self.base, **(rung.keys if rung is not None else {}), **axes})
+            name = run_name(named, cfg)
+            if i < len(rungs) and name in out:
                 raise ValueError(f"study axes {out[name].axes} and {axes} are the same run {name} (one value under "
                                  f"two spellings, or a key that does not change the run); list each value once")
-            out.setdefault(name, StudyPoint(name, axes, cfg.replace(run_name=name)))
+            cols = {**named, **rung.columns()} if rung is not None else named
+            out.setdefault(name, StudyPoint(name, cols, cfg.replace(run_name=name)))
         return list(out.values())
+
+    def _lr_check_combos(self, combos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The combinations of the axes an lr check runs at: its recipe (default hp) at the study's first seed."""
+        want = RECIPE_ALIASES.get(self.ladder.lr_check.get("recipe", "hp"), self.ladder.lr_check.get("recipe", "hp"))
+        seed0 = self.axes["seed"][0] if self.axes.get("seed") else self.base.get("seed", 0)
+        out = [c for c in (combos or [{}]) if c.get("seed", seed0) == seed0
+               and TrainConfig.from_dict({**self.base, **c}).recipe_name == want]
+        if self.ladder.lr_check and not out:
+            raise ValueError(f"study ladder: lr_check recipe {want!r} is not a recipe of the study; recipes: "
+                             f"{_recipe_names(self.axes.get('recipe', ()), self.base.get('recipe', 'hp'))}")
+        return out
 
     def index_values(self, p: StudyPoint) -> dict[str, Any]:
         return index_values(p, self.axis_columns())
@@ -327,7 +357,8 @@ class Study(StudyClaims):
 
     def short_str(self) -> str:
         sizes = " x ".join(f"{k}[{len(v)}]" for k, v in self.axes.items())
-        return f"Study({self.name}: {sizes or '-'} + {len(self.points)} point(s) = {len(self.expand())} runs)"
+        rungs = f"ladder[{len(self.ladder.sizes)}x{len(self.ladder.tokens_per_param)}] x " if self.ladder else ""
+        return f"Study({self.name}: {rungs}{sizes or '-'} + {len(self.points)} point(s) = {len(self.expand())} runs)"
 
     # -- ownership of the study directory: two different studies never share an index
     def identity(self) -> str:
@@ -343,6 +374,8 @@ class Study(StudyClaims):
         design = {"name": self.name, "base": {k: v for k, v in self.base.items() if k not in drop},
                   "axes": {k: sorted(map(canon, vals)) for k, vals in self.axes.items() if k not in drop},
                   "points": sorted({canon({k: v for k, v in p.items() if k not in drop}) for p in self.points})}
+        if self.ladder is not None:   # only then: the identity of a study without a ladder is as it was
+            design["ladder"] = self.ladder.to_dict()
         return hashlib.sha256(canon(design).encode()).hexdigest()
 
     def check_dir(self) -> None:
