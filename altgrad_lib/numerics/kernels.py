@@ -142,7 +142,7 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
                           f"(slower, same numerics). {QDQ_KERNEL_ENV}=eager skips compiling.", RuntimeWarning,
                           stacklevel=3)
             return fn(*args)
-        # local: kernel_direct imports torch._dynamo (~2-3 s), which a process that never compiles (hp runs, eager
+        # local: kernel_direct imports torch._dynamo (seconds), which a process that never compiles (hp runs, eager
         # mode, notebook kernels that train in workers) need not pay; a process that compiles has it by now
         from altgrad_lib.numerics.kernel_direct import DirectKernel
         _compiled[key] = DirectKernel(own, compiled)
@@ -168,8 +168,7 @@ def reset_kernels() -> None:
 # not from a closure: under dynamic=True dynamo makes the ints of a closure's objects symbolic (the block size:
 # inductor's loops over a symbolic block vectorize badly) but specializes those read from globals, and lifts
 # their floats (format max, ...) to inputs, which inductor compiles to faster loops than the same floats as
-# constants (nvfp4 on 1024x256, one thread: 1.5 ms against 3.2 ms from a closure and 4.7 ms with every dim
-# marked dynamic instead).
+# constants, or every dim marked dynamic (bench/results/train_step.md).
 
 _SPEC = _WANT_MASK = _WANT_STATS = _RDT = _AXIS = _DRAW = _RECORD = _COUNT = None   # each copy's own
 
@@ -193,8 +192,8 @@ def _qdq_body(x: torch.Tensor, token: torch.Tensor, history, scale, eps_hits, n_
         s, amax, hits = compact_scale(x, _SPEC.fmt, _SPEC.scaling)
     rbits = None if _RDT is None else _DRAW(x, token, _RDT)
     y, over, n_sat, n_under = qdq(x, s, _SPEC, None, _WANT_MASK, _WANT_STATS, rbits)
-    # the state updates the eager path makes after the call, in place on the buffers (in the kernel: ~25 us a call
-    # less than as separate small ops)
+    # the state updates the eager path makes after the call, in place on the buffers (in the kernel: cheaper than
+    # as separate small ops)
     if _RECORD and not delayed:
         record_into(history, scale, eps_hits, n_updates, s, amax, hits)
     if _COUNT:
