@@ -46,6 +46,16 @@ def test_the_parameters_are_recovered_within_their_intervals(fit99):
     assert p.estimate["kappa[nvfp4]"] == pytest.approx(0.8, abs=0.03)
 
 
+def test_a_data_multiplier_is_recovered_when_the_fit_has_them():
+    """data_multipliers=True: a recipe that costs data (D_eff = 0.5 D, κ = 1) is told from one that costs parameters
+    (κ = 0.7, δ = 1), each true value inside its 99 % interval."""
+    true = {**TRUE, "kappa": {"pcost": 0.7}, "delta": {"dcost": 0.5}}
+    frame = sl.synthetic_ladder(true, SIZES, TPP, ["hp", "pcost", "dcost"], 3, SIGMA, np.random.default_rng(4))
+    p = sl.fit_scaling_law(frame, n_boot=200, level=0.99, data_multipliers=True).params().set_index("param")
+    for k, v in {"kappa[pcost]": 0.7, "delta[pcost]": 1.0, "kappa[dcost]": 1.0, "delta[dcost]": 0.5}.items():
+        assert p.lo[k] <= v <= p.hi[k], (k, v, p.loc[k].to_dict())
+
+
 def test_irls_reaches_the_minimum_scipys_lbfgs_reaches():
     """The batched optimiser (every bootstrap refit) against scipy's L-BFGS-B on the same Huber objective, on a
     resample: the same minimum to 1e-6 of the objective."""

@@ -447,7 +447,7 @@ def holdout_check(frame: pd.DataFrame, baseline: str = "hp", **kw: Any) -> pd.Da
 def predict_lines(fit: ScalingFit, recipe: str, n: float, d: float) -> list[str]:
     """What `altgrad predict` prints: the recipe's loss and the baseline's, the gap with its interval, the
     extrapolation factor and, past WARN_FACTOR, a warning."""
-    p = predict(fit, recipe, n, d)
+    p = fit.predict(recipe, n, d)
     pct = f"{round(100 * fit.level)} %"
     lines = [f"fit: {fit.source or 'given'} ({fit.n_runs} runs, {fit.n_sizes} sizes N {fit.n_range[0]:.3g}-"
              f"{fit.n_range[1]:.3g}, {fit.n_budgets} budgets D {fit.d_range[0]:.3g}-{fit.d_range[1]:.3g}; "
@@ -464,20 +464,16 @@ def predict_lines(fit: ScalingFit, recipe: str, n: float, d: float) -> list[str]
     return lines
 
 
-def predict(fit: ScalingFit, recipe: str, n: float, d: float) -> dict[str, Any]:
-    return fit.predict(recipe, n, d)
-
-
 def synthetic_ladder(true: Mapping[str, Any], sizes: list[float], tpp: list[float], recipes: list[str], seeds: int,
                      sigma: float, rng: np.random.Generator) -> pd.DataFrame:
-    """Losses drawn from a known law (true: E, A, alpha, B, beta, kappa {recipe: κ}) with log-normal run noise of sd
-    `sigma`: the test oracle of the fit (tests/test_scaling_law.py)."""
+    """Losses drawn from a known law (true: E, A, alpha, B, beta, kappa {recipe: κ}, optionally delta {recipe: δ})
+    with log-normal run noise of sd `sigma`: the test oracle of the fit (tests/test_scaling_law.py)."""
     rows = []
     for n in sizes:
         for t in tpp:
             for r in recipes:
-                k = true["kappa"].get(r, 1.0)
-                mean = true["E"] + true["A"] * (k * n) ** -true["alpha"] + true["B"] * (t * n) ** -true["beta"]
+                k, dm = true["kappa"].get(r, 1.0), true.get("delta", {}).get(r, 1.0)
+                mean = true["E"] + true["A"] * (k * n) ** -true["alpha"] + true["B"] * (dm * t * n) ** -true["beta"]
                 for s in range(seeds):
                     rows.append({"recipe": r, "n_params": n, "tokens": t * n, "seed": s,
                                  "loss": mean * math.exp(rng.normal(0.0, sigma))})
