@@ -97,6 +97,7 @@ $(STAMP211): pyproject.toml $(LOCK)
 test-torch211: $(STAMP211)
 	ALTGRAD_LOCK_SKIP=torch ALTGRAD_OUTPUTS=$$(mktemp -d) $(VENV211)/bin/python -m pytest -q tests/test_compile_grads.py \
 		tests/test_numerics_kernel_plans.py tests/test_numerics_mt_bits.py \
+		tests/test_numerics_kernels.py::test_the_direct_path_is_on_in_this_torch \
 		tests/test_block_kernel_layout.py::test_compiled_block_kernels_equal_eager \
 		tests/test_numerics_rounding.py::test_overflow_inf_nan_follow_the_spec_not_a_cast \
 		tests/test_numerics_rounding.py::test_split_compiled_equals_the_float_kernel_at_every_tie

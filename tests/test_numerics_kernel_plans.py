@@ -140,7 +140,9 @@ def test_plans_are_not_used_under_an_eval_frame_callback(restore_mode, monkeypat
 
 
 def test_no_plan_when_a_piece_is_not_recognized(restore_mode, monkeypatch):
-    """A signature whose plan cannot be made runs its bytecode directly: same bits, no plan calls."""
+    """A signature whose plan cannot be made runs its bytecode directly: same bits, no plan calls. Its arguments, not
+    torch's wrappers, were the cause: no warning, the path is not recorded as off."""
+    monkeypatch.setattr(kernel_direct, "_off", None)
     monkeypatch.setattr(kernel_direct._Plan, "_make", staticmethod(lambda *a: None))
     kernels.reset_kernels()
     kernels.set_qdq_kernel("compiled")
@@ -154,6 +156,30 @@ def test_no_plan_when_a_piece_is_not_recognized(restore_mode, monkeypatch):
     (kern,) = kernels._compiled.values()
     assert kern.plan_calls == 0 and kern.direct_calls == 3
     assert all(h.plan is False for h in kern._known.values())
+    assert kernel_direct.off_reason() is None
+
+
+def test_plans_off_when_the_wrappers_differ_say_so(restore_mode, monkeypatch):
+    """A torch whose AOTAutograd wrappers differ (the private structure a plan reads): the bytecode runs instead, the
+    same bits, and a warning says once why plans are off (the old code dropped them without a word)."""
+    monkeypatch.setattr(kernel_direct, "_off", None)
+    monkeypatch.setattr(kernel_direct._Plan, "_unwrap", staticmethod(lambda graph: (None, "a changed wrapper")))
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    q, ref = Quantizer({"fmt": "E4M3"}, seed=0), Quantizer({"fmt": "E4M3"}, seed=0)
+    x = torch.randn(32, 16)
+    for i in range(4):     # compiles; through dynamo; the plan is tried (the warning); the bytecode again
+        kernels.set_qdq_kernel("compiled")
+        if i == 2:
+            with pytest.warns(RuntimeWarning, match="kernel_direct's plans off in torch .*: a changed wrapper"):
+                y = q.quantize(x)
+        else:
+            y = q.quantize(x)
+        kernels.set_qdq_kernel("eager")
+        assert _same(y, ref.quantize(x))
+    (kern,) = kernels._compiled.values()
+    assert kern.plan_calls == 0 and kern.direct_calls == 2
+    assert kernel_direct.off_reason().startswith("plans off in torch") and kernels.direct_path_off()
 
 
 def _recorded_case():

@@ -4,6 +4,8 @@ eager path of Quantizer (itself tested against ml_dtypes / torchao / gfloat in t
 identically seeded twin."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -252,17 +254,56 @@ def test_direct_calls_go_through_dynamo_when_global_state_changes(restore_mode):
 
 
 def test_direct_calls_fall_back_to_dynamo_when_the_private_api_differs(restore_mode, monkeypatch):
-    """A torch whose cache-entry API changed: the kernel keeps working through dynamo (same bits), never raises."""
+    """A torch whose cache-entry API changed: the kernel keeps working through dynamo (same bits), never raises, and
+    says so once, with the reason (the old code switched itself off without a word): a RuntimeWarning, and
+    off_reason() / kernels.direct_path_off(), which a run writes into summary.json."""
     def broken(code):
         raise AttributeError("no cache entries in this torch")
 
+    monkeypatch.setattr(kernel_direct, "_off", None)     # this test's own record (restored after it)
     monkeypatch.setattr(kernel_direct, "_debug_get_cache_entry_list", broken)
     k, args = _e4m3_kernel_compiled()
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match=r"kernel_direct's direct calls off in torch .*: reading "
+                                       r"dynamo's cache entries raised AttributeError: no cache entries in this torch"):
+        ref = k(*args)      # its first call after compiling: dynamo's entry is looked for
     with torch.no_grad():
-        ref = k(*args)
         again = k(*args)
     assert not k.enabled and k.direct_calls == 0
     assert _same(again[0], ref[0])
+    why = kernel_direct.off_reason()
+    assert why.startswith("direct calls off in torch") and kernels.direct_path_off() == why
+    with warnings.catch_warnings(record=True) as caught:    # once per process: a second cause adds no warning
+        warnings.simplefilter("always")
+        kernel_direct._switch_off("plans", "another cause")
+    assert not caught and kernel_direct.off_reason() == why
+
+
+def test_the_direct_path_is_on_in_this_torch(restore_mode, monkeypatch):
+    """kernel_direct's fast path rests on private dynamo internals (its docstring); where a torch changes them, the
+    kernels keep their numerics and lose the path (a warning, summary.json's kernel_direct_off). This test is how a
+    torch is checked: it runs on 2.13 and on 2.11 (make test-torch211) and fails where direct calls or plans are off.
+    A per-tensor kernel (the Scaler's and counters' updates inside), an nvfp4 block kernel with SR and the transpose
+    kernel: once warm (a signature's first call compiles, its second goes through dynamo to find the entry, the third
+    records the plan), a call is a plan (no dynamo lookup, no bytecode)."""
+    monkeypatch.setattr(kernel_direct, "_off", None)     # this test's own record
+    assert kernel_direct._MISSING is None, kernel_direct._MISSING
+    kernels.reset_kernels()
+    kernels.set_qdq_kernel("compiled")
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
+    calls = [Quantizer(spec, seed=0).quantize for spec in
+             ({"fmt": "E4M3"}, {"fmt": "E2M1", "scaling": "nvfp4", "rounding": "stochastic"})] + [kernels.transposed]
+    for call in calls:
+        for _ in range(4):
+            call(x)
+    kinds = {key[0]: k for key, k in kernels._compiled.items()}
+    assert set(kinds) == {"qdq", "block", "transpose"} and not kernels._failed, (list(kinds), kernels._failed)
+    assert all(isinstance(k, kernel_direct.DirectKernel) and k.enabled for k in kinds.values())
+    before = {kind: (k.direct_calls, k.plan_calls) for kind, k in kinds.items()}
+    for call in calls:
+        call(x)
+    grew = {kind: (k.direct_calls - before[kind][0], k.plan_calls - before[kind][1]) for kind, k in kinds.items()}
+    assert grew == {"qdq": (1, 1), "block": (1, 1), "transpose": (1, 1)}, (grew, kernel_direct.off_reason())
+    assert kernel_direct.off_reason() is None and kernels.direct_path_off() is None, kernel_direct.off_reason()
 
 
 # Fewer kernels and graphs per process (bench/results/run_fixed_costs.md): each one is a dynamo trace (~0.3-1 s

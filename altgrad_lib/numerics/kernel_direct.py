@@ -26,25 +26,54 @@ parameters bound. Otherwise the signature keeps running its bytecode (the path a
 
 Uses dynamo internals (torch._dynamo.eval_frame._debug_get_cache_entry_list, CacheEntry.code / .guard_manager,
 torch._C._dynamo.guards.GlobalStateGuard, the disable wrapper's __wrapped__ and AOTAutograd's forward closure;
-present in torch 2.11-2.13). Where one is missing or a signature's entry cannot be identified, calls keep going
-through dynamo (the same numerics, dynamo's cost).
+present in torch 2.11-2.13). Where one is missing or differs, calls keep going through dynamo (direct calls off) or
+through the entry's bytecode (plans off): the same numerics at dynamo's cost. That is said once per process (a
+RuntimeWarning with the reason; off_reason() gives it, and a run records it in summary.json as kernel_direct_off),
+and tests/test_numerics_kernels.py::test_the_direct_path_is_on_in_this_torch, run on torch 2.13 and 2.11
+(make test-torch211), fails where either is off. A signature whose entry cannot be identified (e.g. dynamo ran the
+kernel eagerly past its recompile limit) or whose plan's pieces are not all recognized (_Plan._make) is no API
+change: it keeps the slower path without a warning.
 """
 from __future__ import annotations
 
 import inspect
 import types
+import warnings
 from typing import Callable
 
 import torch
 
-try:   # private: where missing, every call goes through dynamo
+from altgrad_lib.errors import exc_line
+
+try:   # private: where missing, every call goes through dynamo (_switch_off says so at the first kernel)
     from torch._C._dynamo.eval_frame import get_eval_frame_callback
     from torch._C._dynamo.guards import GlobalStateGuard
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-except ImportError:    # pragma: no cover - other torch versions
+    _MISSING = None
+except ImportError as e:    # pragma: no cover - other torch versions
     GlobalStateGuard = _debug_get_cache_entry_list = get_eval_frame_callback = None
+    _MISSING = exc_line(e)
 
 MAX_SIGNATURES = 64    # per configuration (the cpu model has ~10 shapes per configuration); beyond: through dynamo
+_off: str | None = None   # why direct calls or plans went off in this process (the first reason); None: on
+
+
+def off_reason() -> str | None:
+    """Why kernel_direct's direct calls or plans are off in this process (the first reason), or None: on (as far as
+    the kernels compiled so far went)."""
+    return _off
+
+
+def _switch_off(what: str, reason: str) -> None:
+    """Record why `what` ("direct calls" / "plans") is off; the first time in the process, a warning says so: a
+    speed-up lost to a torch whose private API differs (module docstring), with the numerics unchanged."""
+    global _off
+    if _off is not None:
+        return
+    _off = f"{what} off in torch {torch.__version__}: {reason}"
+    warnings.warn(f"quantize kernels: kernel_direct's {_off}; the kernels run through dynamo's per-call lookup "
+                  f"instead (same numerics, slower). tests/test_numerics_kernels.py::"
+                  f"test_the_direct_path_is_on_in_this_torch checks a torch for this", RuntimeWarning, stacklevel=3)
 
 
 def _signature(args: tuple) -> tuple:
@@ -83,6 +112,7 @@ class _Plan:
         names = [n for n in fn.__code__.co_names if n.startswith("__compiled_fn")]
         graph = fn.__globals__.get(names[0]) if len(names) == 1 else None
         if graph is None:
+            _switch_off("plans", f"the entry's bytecode calls {len(names)} '__compiled_fn' globals, not one graph")
             return fn(*args), None
         seen: list = []
 
@@ -96,22 +126,36 @@ class _Plan:
         res = types.FunctionType(fn.__code__, glb, fn.__name__)(*args)
         try:
             plan = _Plan._make(graph, seen, args, res) if len(seen) == 1 else None
-        except Exception:   # pragma: no cover - an unexpected wrapper structure: keep the bytecode
-            plan = None
+            why = _Plan._unwrap(graph)[1] if plan is None else None
+        except Exception as e:   # pragma: no cover - an unexpected wrapper structure: keep the bytecode
+            plan, why = None, exc_line(e)
+        if why is not None:      # the wrappers differ (a torch change), not this signature's arguments
+            _switch_off("plans", why)
         return res, plan
+
+    @staticmethod
+    def _unwrap(graph: Callable) -> tuple[Callable | None, str | None]:
+        """AOTAutograd's runtime wrapper behind the graph the entry's bytecode calls, or (None, why not): the
+        private structure a plan relies on (the module docstring's Plans)."""
+        if not getattr(graph, "_torchdynamo_disable", False):
+            return None, "the compiled graph is not wrapped by dynamo's disable"
+        fwd = getattr(graph, "__wrapped__", None)       # aot_module_simplified's forward(*runtime_args)
+        code = getattr(fwd, "__code__", None)
+        if code is None or not code.co_flags & inspect.CO_VARARGS or not fwd.__closure__:
+            return None, "the disable wrapper's __wrapped__ is not AOTAutograd's forward(*args) closure"
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in fwd.__closure__)))
+        target = getattr(cells.get("compiled_fn"), "compiled_fn", None)   # SerializableCompiledFunction's
+        if not callable(target) or "params_buffers_flat" not in cells:
+            return None, "AOTAutograd's forward closure has no compiled_fn.compiled_fn / params_buffers_flat"
+        if cells["params_buffers_flat"] != []:
+            return None, None     # a graph with parameters: not a kernel's (no API change)
+        return target, None
 
     @staticmethod
     def _make(graph: Callable, seen: list, args: tuple, res: object) -> _Plan | None:
         (gargs, gout), = seen
-        if not getattr(graph, "_torchdynamo_disable", False):
-            return None
-        fwd = getattr(graph, "__wrapped__", None)       # aot_module_simplified's forward(*runtime_args)
-        code = getattr(fwd, "__code__", None)
-        if code is None or not code.co_flags & inspect.CO_VARARGS or not fwd.__closure__:
-            return None
-        cells = dict(zip(code.co_freevars, (c.cell_contents for c in fwd.__closure__)))
-        target = getattr(cells.get("compiled_fn"), "compiled_fn", None)   # SerializableCompiledFunction's
-        if cells.get("params_buffers_flat") != [] or not callable(target) or not isinstance(gout, list):
+        target = _Plan._unwrap(graph)[0]
+        if target is None or not isinstance(gout, list):
             return None
         tensors = [(j, a) for j, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ints = {n for _, a in tensors for n in (*a.shape, *a.stride(), a.storage_offset())}
@@ -170,8 +214,10 @@ class DirectKernel:
         self._known: dict[tuple, _Known] = {}   # signature -> its entry
         self.direct_calls = 0               # calls that bypassed dynamo (tests check the path is taken)
         self.plan_calls = 0                 # of those, calls that also skipped the entry's bytecode (a plan)
-        self.enabled = GlobalStateGuard is not None and _debug_get_cache_entry_list is not None
+        self.enabled = _MISSING is None
         self.plans = self.enabled           # False: direct calls run the bytecode (no plans)
+        if _MISSING is not None:            # pragma: no cover - other torch versions
+            _switch_off("direct calls", _MISSING)
 
     def __call__(self, *args):
         sig = _signature(args)
@@ -191,8 +237,9 @@ class DirectKernel:
         if hit is None and self.enabled and len(self._known) < MAX_SIGNATURES and not _modes_active():
             try:
                 fn = self._entry_for(args)
-            except Exception:   # a torch whose private cache-entry API differs: through dynamo from now on
+            except Exception as e:   # a torch whose private cache-entry API differs: through dynamo from now on
                 self.enabled = False
+                _switch_off("direct calls", f"reading dynamo's cache entries raised {exc_line(e)}")
                 return out
             if fn is not None:
                 self._known[sig] = _Known(fn, GlobalStateGuard())

@@ -40,6 +40,7 @@ instead of 8-30 small eager ops around it (bench/results/quantizer_call.md).
 """
 from __future__ import annotations
 
+import sys
 import types
 import warnings
 from typing import Callable, Hashable
@@ -153,10 +154,30 @@ def compiled_kernel(key: Hashable, device: torch.device, build: Callable[[], Cal
 
 
 def reset_kernels() -> None:
-    """Forget compiled kernels, call counts and a compile failure (tests; torch._dynamo.reset() drops the code)."""
+    """Forget compiled kernels, call counts and compile failures, as in a fresh process (tests). The compiled graphs
+    are dynamo's: a test that wants them gone too calls reset_compiler(), then this."""
     _calls.clear()
     _compiled.clear()
     _failed.clear()
+
+
+def reset_compiler() -> None:
+    """torch.compiler.reset() (dynamo forgets every compiled graph: the training loop's precision-schedule switch
+    under compile=True), with the kernels here dropped too: a DirectKernel would otherwise keep calling, without
+    dynamo, the graphs of the signatures it knows, code dynamo dropped, while a call that reaches dynamo compiles the
+    kernel anew beside them. Each kernel is built again at its next call (inductor's on-disk cache spares the C++
+    compile). Call counts (auto) and compile failures stay: they describe this process's calls and compiler, which
+    the reset does not change (a failed kernel would fail again, and warn again)."""
+    torch.compiler.reset()
+    _compiled.clear()
+
+
+def direct_path_off() -> str | None:
+    """Why kernel_direct's direct calls or plans are off in this process, or None: on, or no kernel compiled (a
+    run's summary.json records a reason as kernel_direct_off)."""
+    # not imported: no kernel was compiled, and importing it would import torch._dynamo (first_call's comment)
+    kd = sys.modules.get(f"{__package__}.kernel_direct")
+    return None if kd is None else kd.off_reason()
 
 
 # ----------------------------------------------------------------------------------------------------------

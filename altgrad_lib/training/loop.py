@@ -27,6 +27,7 @@ from altgrad_lib.io import read_json, remove_stale_tmp, truncate_csv, write_json
 from altgrad_lib.model import compile_gpt, compile_units, freeze_blocks
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.monitors.diagnostics import Diagnostics
+from altgrad_lib.numerics import kernels
 from altgrad_lib.optim.constraints import constrained_params
 from altgrad_lib.optim.factory import build_optimizer, muon_split, step_metrics, stored_weight_grids
 from altgrad_lib.quantize.convert import format_conversion, quantized_modules
@@ -363,7 +364,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                     _log(f"step {step}: precision_schedule {cfg.precision_schedule} -> GEMMs in high precision: "
                          f"{'+'.join(hp_gemms_at(step, sched))}")
                     if cfg.compile:   # the layers' GEMM options are constants of the compiled graph: compile anew
-                        torch._dynamo.reset()
+                        kernels.reset_compiler()   # dynamo's graphs, and the quantize kernels' that call them
                         fwd = compile_gpt(model, cfg.compile_scope)
                 snap = snapshots.take()  # cheap: buffers + RNG, so a divergence can be replayed exactly
                 t0 = time.perf_counter()
@@ -416,8 +417,15 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
     write_json(run_dir / "summary.json", {
         "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
         "final_val_ppl": perplexity(final_val) if final_val is not None else None,
-        "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run})
+        "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run, **_kernel_note()})
     return Run.load(run_dir)
+
+
+def _kernel_note() -> dict[str, str]:
+    """summary.json's kernel_direct_off where the quantize kernels' direct path was off in this process (a torch whose
+    private dynamo API differs: the same numbers, slower steps; numerics/kernel_direct.py), else nothing."""
+    why = kernels.direct_path_off()
+    return {} if why is None else {"kernel_direct_off": why}
 
 
 def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, step: int, loss_v: float,
@@ -431,7 +439,7 @@ def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, s
            "last_good_checkpoint_step": last_good, "config_hash": h, "time": now_iso()}
     write_json(run_dir / "divergence.json", div)
     write_json(run_dir / "summary.json", {"status": "diverged", "final_step": step, "final_val_loss": None,
-                                          "config_hash": h, "end_time": now_iso()})
+                                          "config_hash": h, "end_time": now_iso(), **_kernel_note()})
     _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; "
          f"{divergence_where(div)}; "
          f"last good checkpoint step {last_good}")
