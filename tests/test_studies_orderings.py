@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from altgrad_lib.studies.runs import index_row
-from altgrad_lib.studies.study import PAPER_FINDINGS, Study
+from altgrad_lib.studies.comparison import PAPER_FINDINGS
+from altgrad_lib.studies.study import Study
 
 STUDIES = Path(__file__).resolve().parents[1] / "params" / "studies"
 BASE = {"n_layer": 1, "n_embd": 32, "n_head": 2, "max_steps": 20}
@@ -27,10 +28,10 @@ def test_orderings_studies_load_with_a_paper_finding_for_every_compared_level(na
     study = Study.from_yaml(STUDIES / f"{name}.yaml")
     for c in study.comparisons:
         # a level's key as the index records it (studies/runs.py): a dict-valued level as its sorted-key JSON
-        levels = {json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v) for v in c["levels"]}
-        assert set(c["paper"]) == levels
-        assert len(c["paper"]) == len(c["levels"]) and set(c["paper"].values()) <= set(PAPER_FINDINGS)
-        assert c["source"].startswith("arXiv")
+        levels = {json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v) for v in c.levels}
+        assert {str(lv) for lv, _ in c.paper} == levels
+        assert len(c.paper) == len(c.levels) and {f for _, f in c.paper} <= set(PAPER_FINDINGS)
+        assert c.source.startswith("arXiv")
 
 
 def test_levels_restrict_the_rows_and_paper_is_validated():

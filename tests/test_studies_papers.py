@@ -11,7 +11,8 @@ from altgrad_lib.notebook import claims_view, table_view
 from altgrad_lib.studies.papers import (AGREEMENTS, agreement, agreement_counts, load_claims, load_results,
                                       paper_table)
 from altgrad_lib.studies.runs import index_row
-from altgrad_lib.studies.study import PAPER_FINDINGS, Study
+from altgrad_lib.studies.comparison import PAPER_FINDINGS
+from altgrad_lib.studies.study import Study
 from altgrad_lib.studies.verdicts import Kind
 
 STUDIES = Path(__file__).resolve().parents[1] / "params" / "studies"
@@ -90,18 +91,18 @@ def test_paper_table_puts_each_finding_beside_the_verdict_the_claims_computed():
 
 def test_the_orderings_study_has_one_row_per_finding_and_reads_its_claims_csv_back():
     study = Study.from_yaml(STUDIES / "cpu_fp4_orderings.yaml")
-    n = sum(len(c["paper"]) for c in study.comparisons)
+    n = sum(len(c.paper) for c in study.comparisons)
     empty = paper_table(study, pd.DataFrame(columns=["comparison", "level", "verdict"]))
     assert len(empty) == n and set(empty.agreement) == {"cannot tell"} and set(empty.verdict) == {"not run"}
     # the schedule levels are matched as the index records them (JSON text), as claims.csv holds them
-    sched = [c for c in study.comparisons if c["axis"] == "precision_schedule"][0]
+    sched = [c for c in study.comparisons if c.axis == "precision_schedule"][0]
     rows = pd.DataFrame([{"comparison": "precision_schedule vs {}", "level": '{"fwd_hp_from": 481}',
                           "recipe": "nvfp4", "verdict": "better", "verdict_kind": "better", "n_seeds": 3}])
     t = paper_table(study, rows)
     got = t[t.comparison == "precision_schedule vs {}"].set_index("level")
     assert got.loc['{"fwd_hp_from": 481}', "agreement"] == "agrees"
     assert got.loc['{"fwd_hp_from": 481}', "recipe"] == "nvfp4"   # the `by` column comes along
-    assert len(got) == len(sched["paper"]) and set(AGREEMENTS) >= set(t.agreement)
+    assert len(got) == len(sched.paper) and set(AGREEMENTS) >= set(t.agreement)
 
 
 def test_paper_view_is_narrow_and_says_none_where_no_run_exists():

@@ -240,20 +240,21 @@ def test_per_seed_points_follow_the_seeds(tmp_path):
     assert [p.config.seed for p in with_seeds(s, [0, 1, 2]).expand() if p.config.freeze_blocks] == [0, 1, 2]
 
 
-def test_a_sequential_study_checks_its_claims_once_and_expands_once(tmp_path, monkeypatch):
-    """The claims check at load ran 4 times for a sequential study (itself, then again in each Study the replay
-    derives: its fixed-sample twin and with_seeds at the minimum and the maximum seeds), and every comparison's
-    levels re-built every point's TrainConfig: params/studies/*_fp4_orderings.yaml took ~16 s each to load. The
-    derived studies (the same settings at other seeds) skip the check their parent ran, and a study expands once."""
+def test_a_sequential_study_parses_its_comparisons_once_and_expands_once(tmp_path, monkeypatch):
+    """The claims were computed on a made-up index at every Study construction (4 times for a sequential study: itself,
+    its fixed-sample twin and with_seeds at the minimum and the maximum seeds), and every comparison's levels re-built
+    every point's TrainConfig. Now each comparison is parsed once, when the study loads (comparison.Comparison); the
+    studies the replay derives hold the parsed Comparisons, and a study expands once."""
+    from altgrad_lib.studies.comparison import Comparison
     from altgrad_lib.studies.sequential import study_replay, with_seeds
-    from altgrad_lib.studies.study import Study
     from altgrad_lib.training.config import TrainConfig
 
-    checks = []
-    check = Study._check_claims_compute
-    monkeypatch.setattr(Study, "_check_claims_compute", lambda self: (checks.append(self.axes["seed"]), check(self)))
+    parsed = []
+    parse = Comparison.parse.__func__
+    monkeypatch.setattr(Comparison, "parse", classmethod(
+        lambda cls, c, study: (parsed.append(isinstance(c, Comparison)), parse(cls, c, study))[1]))
     s = _seq_study(tmp_path, control=True)
-    assert checks == [(0, 1, 2)]          # the study itself at its minimum seeds, nothing derived from it
+    assert parsed == [False] and isinstance(s.comparisons[0], Comparison)   # the mapping, parsed once
     built = []
     from_dict = TrainConfig.from_dict.__func__
     monkeypatch.setattr(TrainConfig, "from_dict", classmethod(lambda cls, d: (built.append(1), from_dict(cls, d))[1]))
@@ -261,11 +262,11 @@ def test_a_sequential_study_checks_its_claims_once_and_expands_once(tmp_path, mo
     s.levels("grad_clip"), s.expand()
     assert not built and s.expand() == first and s.expand() is not s.expand()   # a copy: callers may change it
     study_replay(s, _seq_index(s, lambda c: 3.0))
-    assert checks == [(0, 1, 2)]
-    assert with_seeds(s, [0, 1, 2, 3])._derived and not dataclasses.replace(s, description="x")._derived
-    # a derived study keeps the structural checks: a baseline that is no level still fails in one line
+    assert not any(p is False for p in parsed[1:])   # derived studies: the parsed Comparison, never a mapping again
+    assert with_seeds(s, [0, 1, 2, 3]).comparisons == s.comparisons
+    # a study given a mapping again checks it: a baseline that is no level still fails in one line
     with pytest.raises(ValueError, match="is not a level of"):
-        dataclasses.replace(s, comparisons=({"axis": "grad_clip", "baseline": 7.0},), _derived=True)
+        dataclasses.replace(s, comparisons=({"axis": "grad_clip", "baseline": 7.0},))
 
 
 # ------------------------------------------------------------------------------------------ with claims.py's rules

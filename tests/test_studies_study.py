@@ -16,6 +16,7 @@ import pytest
 import yaml
 from helpers import tiny_study_dict
 
+from altgrad_lib.studies.comparison import Comparison
 from altgrad_lib.studies.runs import axis_value
 from altgrad_lib.studies.study import Study, run_study
 from altgrad_lib.training.config import TrainConfig
@@ -31,7 +32,8 @@ def test_ci_study_file_expands_to_2_formats_x_2_seeds():
     pts = s.expand()
     assert [p.axes for p in pts] == ([{"recipe": r, "seed": k} for r in ("hp", "fp8_hybrid") for k in (0, 1)]
                                      + [{"recipe": "hp", "freeze_blocks": True, "seed": k} for k in (0, 1)])
-    assert {p.config.n_layer for p in pts} == {1} and s.comparisons[0] == {"axis": "recipe", "baseline": "hp"}
+    assert {p.config.n_layer for p in pts} == {1} and s.comparisons[0].spec == {"axis": "recipe", "baseline": "hp"}
+    assert s.comparisons[0] == Comparison("recipe", "hp", by_columns=()) and s.comparisons[0].label == "recipe vs hp"
     assert [p.config.freeze_blocks for p in pts] == [False] * 4 + [True] * 2
 
 
@@ -40,8 +42,7 @@ def test_every_study_file_expands_and_its_comparisons_name_study_levels(path):
     s = Study.from_yaml(path)
     pts = s.expand()
     for c in s.comparisons:   # the baseline is a level the index will hold (canonical recipe names, dicts as JSON)
-        assert s._as_recorded(c["axis"], c["baseline"]) in {axis_value(p.config, c["axis"]) for p in pts}, \
-            (path.name, c)
+        assert c.baseline in {axis_value(p.config, c.axis) for p in pts}, (path.name, c)
 
 
 def test_the_readme_study_example_loads_and_expands(tmp_path):

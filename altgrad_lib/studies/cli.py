@@ -65,7 +65,7 @@ def cmd_study(args: argparse.Namespace) -> int:
             for line in [*plan_lines, *_budget(worst or points, args.workers, args.threads, holm_rows(study))]:
                 print(line)
             for c in study.comparisons:   # the equivalence margin, stated before any run
-                print(margin_line(c["axis"], c["baseline"], c.get("delta"), c.get("value", "final_val_loss")))
+                print(margin_line(c.axis, c.spec["baseline"], c.delta, c.value))   # as the file states it
             return 0
         if args.executor == "local" and args.workers == 0:   # auto, sized by the runs still to train
             executor = None if args.threads is None else get_executor("local", workers=1, threads=args.threads)
@@ -138,7 +138,7 @@ def holm_rows(study) -> int:
     levels of every other varied axis but the seed (claims_table pairs within each of their combinations)."""
     if not study.comparisons:
         return 1
-    axis = study.comparisons[0]["axis"]
+    axis = study.comparisons[0].axis
     m = max(1, len(study.axes.get(axis, ())) - 1)
     for k, v in study.axes.items():
         if k not in (axis, "seed"):

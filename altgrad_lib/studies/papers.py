@@ -1,6 +1,6 @@
-"""What a paper found next to what AltGrad finds: the `paper` findings of a study file's comparisons (study.py,
-PAPER_FINDINGS) against the study's claims table, one row per finding, the agreement computed from the verdict's
-kind (verdicts.Kind), never from its words.
+"""What a paper found next to what AltGrad finds: the `paper` findings of a study file's comparisons
+(comparison.Comparison.paper, findings comparison.PAPER_FINDINGS) against the study's claims table, one row per
+finding, the agreement computed from the verdict's kind (verdicts.Kind), never from its words.
 
 A finding is a direction against the comparison's baseline (lower loss is better): worse, better, equivalent,
 not_worse (better or equivalent), not_better (worse or equivalent), diverged. The agreement words:
@@ -14,13 +14,12 @@ not_worse (better or equivalent), not_better (worse or equivalent), diverged. Th
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from altgrad_lib.studies.study import PAPER_FINDINGS
+from altgrad_lib.studies.comparison import PAPER_FINDINGS
 from altgrad_lib.studies.verdicts import Kind, Verdict
 
 AGREEMENTS = ("agrees", "not reproduced beyond ±δ", "contradicts", "cannot tell")
@@ -33,8 +32,8 @@ _ALLOWS = {"worse": _HARM, "better": frozenset({Kind.BETTER}), "equivalent": fro
            "diverged": frozenset({Kind.DIVERGED})}
 _DIRECTIONS = frozenset({"worse", "better"})   # findings of a direction (equivalence may not reproduce them)
 _DECISIVE = _HARM | {Kind.BETTER, Kind.EQUIVALENT}
-if set(_ALLOWS) != set(PAPER_FINDINGS):   # one list of findings: what a study file may say (study.py)
-    raise RuntimeError(f"papers._ALLOWS and study.PAPER_FINDINGS differ: {set(_ALLOWS) ^ set(PAPER_FINDINGS)}")
+if set(_ALLOWS) != set(PAPER_FINDINGS):   # one list of findings: what a study file may say (comparison.py)
+    raise RuntimeError(f"papers._ALLOWS and comparison.PAPER_FINDINGS differ: {set(_ALLOWS) ^ set(PAPER_FINDINGS)}")
 
 
 def agreement(finding: str, kind: Kind | str) -> str:
@@ -63,24 +62,19 @@ def paper_table(study: Any, claims: pd.DataFrame) -> pd.DataFrame:
     "not run"; with `by` columns a level has one row per configuration."""
     rows = []
     for c in study.comparisons:
-        paper: Mapping[str, str] = c.get("paper") or {}
-        if not paper:
+        if not c.paper:
             continue
-        base = study.level(c["axis"], c["baseline"])
-        label = f"{c['axis']} vs {base}"
-        mine = claims[claims.comparison.astype(str) == label] if "comparison" in claims else claims.iloc[0:0]
-        for lv, finding in paper.items():
-            level = study.level(c["axis"], lv)
+        mine = claims[claims.comparison.astype(str) == c.label] if "comparison" in claims else claims.iloc[0:0]
+        for level, finding in c.paper:
             hits = mine[mine.level.astype(str) == str(level)]
-            common = {"comparison": label, "level": str(level), "baseline": str(base), "paper": finding,
-                      "source": c.get("source", "")}
+            common = {"comparison": c.label, "level": str(level), "baseline": str(c.baseline), "paper": finding,
+                      "source": c.source}
             if hits.empty:
                 rows.append({**common, "verdict": "not run", "agreement": CANNOT_TELL})
                 continue
             for _, r in hits.iterrows():
                 rows.append({**common, "verdict": r.verdict, "agreement": agreement(finding, Verdict.from_row(r).kind),
-                             **{k: r.get(k) for k in PAPER_COLUMNS[7:]},
-                             **{k: r[k] for k in (c.get("by") or ()) if k in r}})
+                             **{k: r.get(k) for k in PAPER_COLUMNS[7:]}, **{k: r[k] for k in c.by if k in r}})
     out = pd.DataFrame(rows)
     if out.empty:
         return pd.DataFrame(columns=list(PAPER_COLUMNS))

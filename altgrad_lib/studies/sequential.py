@@ -147,7 +147,7 @@ def with_seeds(study: Any, seeds: Iterable[int]) -> Any:
             done.add(f)
             extra += [{**p, "seed": s} for s in seeds if s not in fams[f]]
     return dataclasses.replace(study, axes={**study.axes, "seed": tuple(seeds)}, points=(*study.points, *extra),
-                               seed_plan=None, _derived=True)
+                               seed_plan=None)
 
 
 def _family(p: Mapping[str, Any]) -> str:
@@ -365,14 +365,9 @@ def study_replay(study: Any, frame: pd.DataFrame, plan: SeedPlan | None = None, 
     entropy: the run loop and every later replay see the same looks); `smoke` (Study.report's control check of all
     the runs, with the entropy) also marks the final table a smoke test (`mark_smoke`)."""
     plan = plan or study.seed_plan
-    fixed = dataclasses.replace(study, seed_plan=None, _derived=True)
+    fixed = dataclasses.replace(study, seed_plan=None)
     cands, cols, values = study_candidates(study, plan)
-    comps = {}
-    for c in study.comparisons:
-        base = study.level(c["axis"], c["baseline"])
-        by = [b for b in (c.get("by") or [k for k in study.axis_columns() if k not in (c["axis"], "seed")])
-              if b not in (c["axis"], "seed", "freeze_blocks")]
-        comps[f"{c['axis']} vs {base}"] = (c["axis"], str(base), by)
+    comps = {c.label: (c.axis, str(c.baseline), list(c.by_columns)) for c in study.comparisons}
 
     def row_key(r: Mapping[str, Any]) -> tuple:
         axis, _, by = comps[r["comparison"]]

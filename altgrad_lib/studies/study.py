@@ -27,8 +27,9 @@ or one budget is refused at load.
 --until-resolved --max-seeds N` does the same for a list of consecutive seeds); a point without a seed then runs
 at every seed of its configuration.
 
-Every claim setting is checked when the study loads (so `--dry-run` shows it): the claims are computed on a made-up
-index of the study's runs, and any setting they cannot use fails in one line, never after the runs trained. An axis
+Every claim setting is checked when the study loads (so `--dry-run` shows it): each comparison is parsed once into a
+frozen Comparison (comparison.py: its axis, baseline and levels as the index records them, its `by` columns, its
+paper findings), and any setting the claims cannot use fails in one line, never after the runs trained. An axis
 of dict values (optim: [{}, {storage: grid_sr}]) is recorded in the index as each value's canonical JSON.
 
 Every point is a TrainConfig (axes override base). Its run name is `TrainConfig.auto_run_name()` (recipe,
@@ -42,7 +43,7 @@ A study owns its directory (`study.json`: its name and Study.identity, the hash 
 another study with the same name or --out is refused in one line before anything runs; the same study re-run (or
 given more seeds) resumes.
 
-A study's claims, control check and report (claims, control, report, and their check at load) are StudyClaims
+A study's claims, control check and report (claims, control, report) are StudyClaims
 (study_claims.py), mixed into Study. `run_study` trains a study's points through runs.run_points (runs.py: the
 executor, reuse and resume, the index study.csv, interrupts); train_variants (variant_runs.py) does the same for a
 notebook's variants.
@@ -61,20 +62,16 @@ import pandas as pd
 import yaml
 
 from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.errors import did_you_mean
 from altgrad_lib.paths import outputs_dir
 from altgrad_lib.studies import owner
 from altgrad_lib.studies.ladder import LADDER_COLUMNS, Ladder
+from altgrad_lib.studies.comparison import Comparison
 from altgrad_lib.studies.runs import INDEX_FILE, StudyPoint, axis_value, check_points, index_values, run_points
 from altgrad_lib.studies.sequential import SeedPlan, per_seed_points, run_until_resolved
-from altgrad_lib.studies.study_claims import VALUE_COLUMNS, StudyClaims
+from altgrad_lib.studies.study_claims import StudyClaims
 from altgrad_lib.training.config import NON_RESULT_FIELDS, TrainConfig
 
 STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positive_controls", "description", "ladder")
-COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source")
-# what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
-# not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
-PAPER_FINDINGS = ("worse", "better", "equivalent", "not_worse", "not_better", "diverged")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -118,17 +115,13 @@ class Study(StudyClaims):
     base: dict[str, Any] = field(default_factory=dict)            # TrainConfig keys (base file + inline config)
     axes: dict[str, tuple] = field(default_factory=dict)
     points: tuple[dict[str, Any], ...] = ()
-    comparisons: tuple[dict[str, Any], ...] = ()
+    comparisons: tuple[Comparison, ...] = ()   # given as mappings (a study file's), held parsed (comparison.py)
     positive_controls: tuple[str, ...] = ()                         # recipe levels that must come out worse
     description: str = ""
     out_dir: str = ""                                               # "" -> <outputs>/studies/<name>
     seed_plan: Any = None   # sequential.SeedPlan: seeds until resolved (`seed: {min, max, step}`, --until-resolved)
     source: str = ""                                                # the study file (from_yaml), for messages
     ladder: Any = None      # ladder.Ladder: sizes x token budgets, multiplying the axes (a scaling-law study)
-    # a study the seeds-until-resolved replay derives from a checked one (sequential.with_seeds: the same settings
-    # at other seeds; study_replay's fixed-sample twin): its claims were checked at load, so __post_init__ skips
-    # recomputing them (each replay look, and the check at load itself, made 3 such studies)
-    _derived: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
@@ -146,91 +139,25 @@ class Study(StudyClaims):
             bad = sorted(set(p) - set(valid)) if isinstance(p, Mapping) else [repr(p)]
             if bad:
                 raise ValueError(f"study point {p!r}: {bad} not TrainConfig key(s); valid keys: {valid}")
-        for c in self.comparisons:
-            if not isinstance(c, Mapping) or "axis" not in c or "baseline" not in c:
-                raise ValueError(f"study comparison {c!r} needs 'axis' and 'baseline' "
-                                 "(optional 'by', 'value', 'delta')")
-            bad = sorted(set(c) - set(COMPARISON_KEYS))
-            if bad:
-                raise ValueError(f"study comparison {dict(c)!r}: unknown key(s) {bad}; valid keys: {COMPARISON_KEYS}")
-            if "delta" in c and not (isinstance(c["delta"], (int, float)) and not isinstance(c["delta"], bool)
-                                     and c["delta"] > 0):
-                raise ValueError(f"study comparison {dict(c)!r}: delta={c['delta']!r} must be a positive number (nats)")
-            by = c.get("by")
-            if by is not None and (not isinstance(by, (list, tuple)) or not all(isinstance(b, str) for b in by)):
-                valid_by = [k for k in self.axis_columns() if k not in (c["axis"], "seed")]
-                raise ValueError(f"study comparison {dict(c)!r}: by={by!r} must be a list of index columns, e.g. "
-                                 f"by: [{by if isinstance(by, str) else 'lr'}]; valid: {valid_by}")
-            if c.get("value", VALUE_COLUMNS[0]) not in VALUE_COLUMNS:
-                raise ValueError(f"study comparison {dict(c)!r}: value={c['value']!r} is not a loss column of the "
-                                 f"index{did_you_mean(str(c['value']), VALUE_COLUMNS)}; valid: {VALUE_COLUMNS}")
+        for c in self.comparisons:   # what a comparison mapping must hold (a Comparison was checked at its load)
+            if not isinstance(c, Comparison):
+                Comparison.check_spec(c, self.axis_columns())
         if not self.axes and not self.points and self.ladder is None:
             raise ValueError(f"study {self.name!r} has no axes and no points: nothing to run")
         if self.ladder is not None:
             self.ladder.check_axes([*self.axes, *(k for p in self.points for k in p)])
         TrainConfig.from_dict(self.base)  # a bad base key fails here, naming the valid ones
-        if self.comparisons:              # checked now, not after every run trained
-            self._check_comparisons()
+        if self.comparisons:              # parsed and checked once, now, not after every run trained; a frozen
+            # dataclass sets its own normalised field in __post_init__ (dataclasses' documented way)
+            object.__setattr__(self, "comparisons", tuple(Comparison.parse(c, self) for c in self.comparisons))
         names = _recipe_names(self.axes.get("recipe", ()), [p.get("recipe") for p in self.points if "recipe" in p],
                               self.base.get("recipe", "hp"))
         unknown = [pc for pc in self.positive_controls if pc not in names]
         if unknown:
             raise ValueError(f"study positive_controls {unknown} are not recipe levels of the study; levels: {names}")
-        if self.positive_controls and not any(c["axis"] == "recipe" for c in self.comparisons):
+        if self.positive_controls and not any(c.axis == "recipe" for c in self.comparisons):
             raise ValueError("study positive_controls need a comparison on the recipe axis, e.g. "
                              "{axis: recipe, baseline: hp}")
-        if self.comparisons and not self._derived:
-            self._check_claims_compute()
-
-    def _check_comparisons(self) -> None:
-        """Each comparison's axis is one the study varies and its baseline one of that axis's levels (as the
-        index will record them: canonical recipe names); its `by` columns are index columns."""
-        cols = [c for c in self.axis_columns() if c != "seed"]
-        points = self.expand()
-        for c in self.comparisons:
-            axis = c["axis"]
-            if not isinstance(axis, str) or axis not in cols:
-                raise ValueError(f"study comparison {dict(c)}: {axis!r} is not an axis this study compares (seeds "
-                                 f"are the replicates); valid axes: {cols}")
-            levels = list(dict.fromkeys(axis_value(p.config, axis) if axis in p.config.keys() else p.axes.get(axis)
-                                        for p in points))    # as run_points writes the index
-            if self._as_recorded(axis, c["baseline"]) not in levels:
-                raise ValueError(f"study comparison {dict(c)}: baseline {c['baseline']!r} is not a level of "
-                                 f"{axis!r}{did_you_mean(c['baseline'], [str(v) for v in levels])}; valid levels: "
-                                 f"{levels}")
-            valid_by = [k for k in self.axis_columns() if k not in (axis, "seed")]
-            bad = [b for b in (c.get("by") or ()) if b not in self.axis_columns()]
-            if bad:
-                raise ValueError(f"study comparison {dict(c)}: 'by' {bad} not index column(s); valid: {valid_by}")
-            inner = [b for b in (c.get("by") or ()) if b in (axis, "seed")]
-            if inner:
-                raise ValueError(f"study comparison {dict(c)}: 'by' {inner} names what the comparison pairs "
-                                 f"({axis!r} is compared, seeds are the replicates); valid: {valid_by}")
-            base = self._as_recorded(axis, c["baseline"])
-            chosen = [self._as_recorded(axis, v) for v in (c.get("levels") or ())]
-            if "levels" in c and (not isinstance(c["levels"], list) or not chosen
-                                  or any(v not in levels or v == base for v in chosen)):
-                raise ValueError(f"study comparison {dict(c)}: levels={c['levels']!r} must be a non-empty list of "
-                                 f"{axis!r} levels other than the baseline; valid: {[v for v in levels if v != base]}")
-            paper = c.get("paper")
-            if paper is not None:
-                compared = chosen or [v for v in levels if v != base]
-                if not isinstance(paper, Mapping) or not paper:
-                    raise ValueError(f"study comparison {dict(c)}: paper={paper!r} must be a mapping {{level: "
-                                     f"finding}}, findings {PAPER_FINDINGS}")
-                for lv, finding in paper.items():
-                    if self._as_recorded(axis, lv) not in compared:
-                        raise ValueError(f"study comparison {dict(c)}: paper names {lv!r}, which it does not compare; "
-                                         f"valid: {compared}")
-                    if finding not in PAPER_FINDINGS:
-                        raise ValueError(f"study comparison {dict(c)}: paper[{lv!r}]={finding!r} is invalid"
-                                         f"{did_you_mean(finding, PAPER_FINDINGS)}; valid: {PAPER_FINDINGS}")
-            if "source" in c and not isinstance(c["source"], str):
-                raise ValueError(f"study comparison {dict(c)}: source={c['source']!r} must be a string")
-            if axis == "recipe" and base in self.positive_controls:
-                raise ValueError(f"study positive_controls {list(self.positive_controls)}: {base!r} is the baseline of "
-                                 f"comparison {dict(c)}, and a positive control is a variant that must come out worse "
-                                 f"than it; valid: {[v for v in levels if v != base]}")
 
     def _as_recorded(self, axis: str, value: Any) -> Any:
         """A value of `axis` as the index records it (a recipe under its canonical name: 'bf16' -> 'hp'), or the

@@ -1,5 +1,6 @@
-"""A study's claims: each comparison's claims table, the frozen-blocks control check, the report (claims.csv), and
-the check at load that every claim setting can be computed (so `--dry-run` fails on a bad one before any run).
+"""A study's claims: each comparison's claims table, the frozen-blocks control check and the report (claims.csv).
+Every claim setting was checked when the study loaded (comparison.Comparison.parse), so `--dry-run` fails on a bad
+one before any run.
 
 StudyClaims is mixed into Study (study.py), so `study.report(index)` reads as before; it holds no state and reads
 the study's comparisons, positive_controls, seed_plan and base, and its views axis_columns, expand, results, level,
@@ -7,51 +8,22 @@ dir and claim_dir.
 """
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
-from typing import Any, Mapping
 
 import pandas as pd
 
 from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.errors import one_line
 from altgrad_lib.studies.claims import claims_table, control_check, report_lines, write_claims
-from altgrad_lib.studies.runs import index_row
+from altgrad_lib.studies.comparison import NOT_BY, Comparison
 from altgrad_lib.studies.sequential import describe_sequential, study_replay
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import eval_unigram_entropy
 
-# the index's losses (nats, lower is better): what claims compare
-VALUE_COLUMNS = ("final_val_loss", "final_train_loss")
 CLAIMS_FILE = "claims.csv"
 
 
 class StudyClaims:
     """The claims of a Study (mixed into it: see the module docstring)."""
-
-    def _check_claims_compute(self) -> None:
-        """Every comparison's claims (and the report) computed now on a made-up index of this study's runs, all
-        completed with deterministic losses: a setting the claims cannot use (no margin for a baseline without a
-        control, ...) fails at load and in `--dry-run`, in one line, instead of after every run trained."""
-        cols = self.axis_columns()
-        rows = []
-        for p in self.expand():
-            u = zlib.crc32(p.name.encode()) / 2**32             # per run, so the seeds' gaps have a spread
-            loss = 3.0 + 0.1 * u + (1.0 if p.config.freeze_blocks else 0.0)   # a control above its baseline
-            rows.append({**index_row(p, cols), "status": "completed", "final_val_loss": loss,
-                         "final_train_loss": loss})
-        frame = pd.DataFrame(rows)
-        for c in self.comparisons:
-            try:
-                self._claims_of(frame, c)
-            except (ValueError, KeyError, TypeError, IndexError) as e:
-                raise ValueError(f"study comparison {dict(c)}: its claims cannot be computed from this study's "
-                                 f"runs: {one_line(e)}") from e
-        try:
-            self.report(frame, write=False)
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise ValueError(f"study {self.name!r}: its claims report cannot be made from its runs: {one_line(e)}") \
-                from e
 
     @property
     def claims_path(self) -> Path:
@@ -71,17 +43,14 @@ class StudyClaims:
         tables = [self._claims_of(frame, c, smoke) for c in self.comparisons]
         return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
-    def _claims_of(self, frame: pd.DataFrame, c: Mapping[str, Any], smoke: bool = False) -> pd.DataFrame:
+    def _claims_of(self, frame: pd.DataFrame, c: Comparison, smoke: bool = False) -> pd.DataFrame:
         """claims.claims_table of one comparison `c` on the index `frame` (`smoke`: no verdicts, Study.claims)."""
         frame = self._canonical(frame)
-        by = list(c.get("by") or [k for k in self.axis_columns() if k not in (c["axis"], "seed")])
-        base = self.level(c["axis"], c["baseline"])
-        if c.get("levels"):   # only these levels and the baseline (its frozen-blocks control included)
-            keep = [base, *(self.level(c["axis"], v) for v in c["levels"])]
-            frame = frame[frame[c["axis"]].isin(keep)]
-        return claims_table(frame, c["axis"], base, by=by, value=c.get("value", VALUE_COLUMNS[0]),
-                            delta=c.get("delta"), positive_controls=self.positive_controls if c["axis"] == "recipe"
-                            else (), comparison=f"{c['axis']} vs {base}", smoke=smoke)
+        if c.levels:   # only these levels and the baseline (its frozen-blocks control included)
+            frame = frame[frame[c.axis].isin([c.baseline, *c.levels])]
+        return claims_table(frame, c.axis, c.baseline, by=list(c.by_columns), value=c.value, delta=c.delta,
+                            positive_controls=self.positive_controls if c.axis == "recipe" else (),
+                            comparison=c.label, smoke=smoke)
 
     def control(self, frame: pd.DataFrame | None = None,
                 entropy: float | None = None) -> tuple[pd.DataFrame, bool, str]:
@@ -92,13 +61,12 @@ class StudyClaims:
             return pd.DataFrame(), False, "the study has no comparisons"
         c = self.comparisons[0]
         frame = self._canonical(self.results() if frame is None else frame)
-        base = self.level(c["axis"], c["baseline"])
         frozen = frame["freeze_blocks"].astype(str).str.lower() == "true" if "freeze_blocks" in frame else False
-        ctl = frame[frozen & (frame[c["axis"]] == base)]
-        others = [k for k in self.axis_columns() if k not in (c["axis"], "seed", "freeze_blocks") and k in frame]
+        ctl = frame[frozen & (frame[c.axis] == c.baseline)]
+        others = [k for k in self.axis_columns() if k not in (c.axis, *NOT_BY) and k in frame]
         if len(ctl) and others:   # e.g. an lr axis beside a control at one lr: its baseline runs at that lr
             frame = frame[(frame[others] == ctl.iloc[0][others]).all(axis=1)]
-        return control_check(frame, c["axis"], base, c.get("value", VALUE_COLUMNS[0]), entropy=entropy)
+        return control_check(frame, c.axis, c.baseline, c.value, entropy=entropy)
 
     def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
