@@ -22,7 +22,7 @@ nothing of models, training or runs.
     anatomy.py       what notebook 01 shows of a format: binades, value density, rounding error, SR bias / variance
     counter_rng.py   SR random bits as a hash of (seed, element index): fused into compiled code, resumable from one
                      integer (optimizer storage SR, per-call operand SR, per-step Hadamard signs)
-    oracles.py       independent references (torch / ml_dtypes dtypes, gfloat) in our conventions; agreement tables
-"""
     matrix.py        Newton–Schulz, msign (polar / NS) and its error bound, the Stiefel scale, constraint residuals
                      (shared by optim/muon.py and monitors/manifold.py)
+    oracles.py       independent references (torch / ml_dtypes dtypes, gfloat) in our conventions; agreement tables
+"""
