@@ -40,9 +40,11 @@ full configuration (every other varied key equal). Per row (`claims_table`):
   control           per seed, "beat the frozen-blocks control in k/n": the variant's value below (lower is better)
                     the control's of the same seed
   smoke             the control check failed (control_check): the numbers stay, no verdict is drawn
+  verdict_kind      the verdict's kind (verdicts.Kind value): what code decides by; `verdict` is its words
+  verdict_family    the rows it was judged with, e.g. "Holm over 7 rows of recipe vs hp" (verdicts.Verdict.family)
 
-Verdicts, in this order (`verdict`); a diverged baseline seed appends "(baseline diverged in k/n seeds: pairs
-dropped)" to any of them:
+Verdicts, in this order (`verdict_kind`, decided by verdicts.decide; `verdict` its words, verdicts.words); a
+diverged baseline seed appends "(baseline diverged in k/n seeds: pairs dropped)" to any of them:
   0. "smoke test: no verdict"               the control check failed: the baseline did not clearly beat its
                                             frozen-blocks control, or sits above the unigram entropy
   1. "diverged in k/n seeds"                any diverged variant seed: a harm (a positive control is resolved)

@@ -11,13 +11,14 @@ error rates of claims.py's fixed-sample rules, so the verdicts here use group-se
                  bound of each look for the paired t-test (calibrated on the t statistics themselves), Holm over
                  the table's rows with those bounds for worse/better (Maurer & Bretz 2013, family-wise ≤ α), the
                  two one-sided TOST tests at one-sided bounds for equivalent (≤ α); its docstring has the details.
-  verdicts       claims.verdict's own rules (smoke, "diverged in k/n seeds", too few seeds, the frozen-blocks
-                 control, "state delta", the "(baseline diverged ...)" note) with its two p-value decisions
-                 replaced by the sequential ones above; δ is absolute (claims.DELTA_NATS unless stated), the same
-                 at every look. The CI beside a verdict is at the level of the bound it was held to (1 − p_bound;
-                 1 − 2·p_bound_tost beside "equivalent"), mde_nats the 80 %-power MDE at p_bound.
+  verdicts       claims' own rules (verdicts.decide: smoke, "diverged in k/n seeds", too few seeds, the
+                 frozen-blocks control, "state delta", the "(baseline diverged ...)" note) with its two tests the
+                 sequential ones above, the family "pocock group-sequential Holm over m rows of <comparison>";
+                 δ is absolute (claims.DELTA_NATS unless stated), the same at every look. The CI beside a
+                 verdict is at the level of the bound it was held to (1 − p_bound; 1 − 2·p_bound_tost beside
+                 "equivalent"), mde_nats the 80 %-power MDE at p_bound.
   stopping       a row whose variant is resolved gets no more seeds (non-binding: stopping only lowers the error);
-                 open rows are "inconclusive ..." and "too few seeds ..." (OPEN); a look whose control check fails
+                 open rows are inconclusive and too few seeds (verdicts.Kind.open); a look whose control check fails
                  is a smoke test: no verdict, nothing open, no seed added.
 
 Everything is replayed from the study's index (`replay`): the looks are a deterministic function of the finished
