@@ -132,7 +132,8 @@ def _forest_claims() -> pd.DataFrame:
                          "ci_lo": [0.15, -0.004, 0.0, -0.008, np.nan], "ci_hi": [0.25, 0.006, 0.008, 0.004, np.nan],
                          "ci_level": 0.95, "delta_nats": 0.01,
                          "verdict": ["worse", "equivalent within ±δ", "inconclusive (MDE 0.01)", "equivalent within ±δ",
-                                     "too few seeds"]})
+                                     "too few seeds"],
+                         "verdict_kind": ["below_control", "equivalent", "no_delta", "equivalent", "too_few"]})
 
 
 def _format_diags() -> dict[str, pd.DataFrame]:
@@ -492,6 +493,10 @@ def test_forest_orders_rows_by_exponent_bits_and_marks_rows_without_a_ci():
     assert ticks == ["E1M6 [1 exp / 6 man bits]", "E4M3 [4 exp / 3 man bits]", "E5M2 [5 exp / 2 man bits]",
                      "E7M0 [7 exp / 0 man bits]", "fp8_hybrid"]
     assert "too few seeds (n=1, no CI)" in fig.axes[0].get_yticklabels()[2].get_text()
+    # the label is the kind's short words (verdicts.short_words), never a cut of the table's `verdict` text
+    said = [t.get_text().split("\n")[1] for t in fig.axes[0].get_yticklabels()]
+    assert said == ["inconclusive (n=3)", "equivalent within ±0.01 (n=3)", "too few seeds (n=1, no CI)",
+                    "worse (n=3)", "equivalent within ±0.01 (n=3)"]
 
 
 def test_layer_grid_says_all_zero_instead_of_a_flat_line():

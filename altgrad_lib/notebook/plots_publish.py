@@ -37,6 +37,7 @@ from altgrad_lib.numerics.formats import FloatFormat, get_format
 from altgrad_lib.quantize.convert import block_index
 from altgrad_lib.quantize.recipes import split_hp_switches
 from altgrad_lib.studies.results import VAL_LOSS, TRAIN_LOSS, find_metric, metrics_wide
+from altgrad_lib.studies.verdicts import Verdict, short_words
 
 _EXMY = re.compile(r"\bE(\d+)M(\d+)")
 
@@ -117,7 +118,7 @@ def forest(claims: pd.DataFrame, *, baseline: str | None = None, title: str = ""
         split = exmy(r.level)
         bits = f" [{split[0]} exp / {split[1]} man bits]" if split else ""
         n = f"n={int(r.n)}" + ("" if np.isfinite(r.ci_lo) else ", no CI")
-        labels.append(f"{r.level}{bits}\n{str(r.verdict).split(' (')[0]} ({n})")
+        labels.append(f"{r.level}{bits}\n{short_words(Verdict.from_row(r._asdict()))} ({n})")
     ax.set_yticks(range(len(t)), labels, fontsize=8)
     ax.set_ylim(len(t) - 0.5, -0.5)
     base = baseline or (t.baseline.iloc[0] if "baseline" in t and len(t) else "baseline")

@@ -180,10 +180,18 @@ def verdict_words(v: Verdict) -> str:
                  n_diverged_baseline=v.n_diverged_baseline, delta=v.delta)
 
 
+def short_words(v: Verdict) -> str:
+    """The verdict's words without what follows in parentheses (a figure's row label): "worse" for worse below its
+    control, "inconclusive" with or without a δ, "too few seeds"; no baseline note."""
+    short = {Kind.BELOW_CONTROL: "worse", Kind.NO_DELTA: "inconclusive", Kind.TOO_FEW: "too few seeds"}
+    return short.get(v.kind) or words(v.kind, n=v.n, n_seeds=v.n_seeds, n_diverged=v.n_diverged, delta=v.delta)
+
+
 def holm_family(m: int, what: str) -> str:
     """A fixed-sample family's name: "Holm over 7 rows of recipe vs hp"."""
     rows = f"Holm over {m} row{'' if m == 1 else 's'}"
     return f"{rows} of {what}" if what else rows
 
 
-__all__ = ["KIND_COLUMN", "FAMILY_COLUMN", "Kind", "decide", "Verdict", "words", "verdict_words", "holm_family"]
+__all__ = ["KIND_COLUMN", "FAMILY_COLUMN", "Kind", "decide", "Verdict", "words", "verdict_words", "short_words",
+           "holm_family"]
