@@ -10,6 +10,8 @@ quantized linear itself, the model surgery that swaps it in, and the hardware FP
     attention.py   AttnSpec / QuantizedAttention: the attention core (Q·Kᵀ, P·V) at TE's FP8-attention quantizer points
     hw_fp8.py      peer paths for E4M3/E5M2: torchao float8 training and a torch._scaled_mm linear
     layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)
+    faults.py      faults injected into one GEMM (gain, correlated SR, swapped block scales, few-bit SR): the doctor's
+                   proof (`altgrad doctor --inject`)
     fidelity.py    `altgrad fidelity RECIPE`: each GEMM operand's quantization against torch / ml_dtypes / gfloat /
                    torchao or a hand reference from the paper, the SR Monte-Carlo, what stays high precision or is
                    not simulated (fidelity_text.py: its text)
