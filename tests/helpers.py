@@ -313,3 +313,58 @@ def still_alive(pids, timeout: float = 0.0) -> list[int]:
         if not alive or time.time() - t0 > timeout:
             return alive
         time.sleep(0.1)
+
+
+def cpu_load(n: int | None = None):
+    """A loaded machine for a with-block: `n` busy processes (default one per core), always killed at its end
+    (tools/cpu_load.py, the load `make test-loaded` runs the suite under)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "cpu_load.py"
+    spec = importlib.util.spec_from_file_location("cpu_load_tool", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool.cpu_load(n)
+
+
+def exit_deadline() -> float:
+    """Seconds within which the processes of a dead driver must be gone, from this machine as loaded now.
+    After the driver's death its reaper (altgrad_lib/studies/reaper.py) needs one wake-up, a scan of /proc and the
+    signals, plus its own start if the driver died before it ran: each less than a bare interpreter's start, which
+    is timed here (with what the reaper imports). 20 of those leave room for the killed processes' own exit under
+    the same load; the 5 s floor is the issue's "within a few seconds" (issue 53)."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-I", "-S", "-c", "import os, select, signal, socket"], check=True)
+    return max(5.0, 20 * (time.perf_counter() - t0))
+
+
+def handed_to_reaper(driver: int, pids, timeout: float = 300) -> None:
+    """Wait until the reaper of process `driver` (altgrad_lib/studies/reaper.py) holds a pidfd of each of `pids`
+    (/proc/<reaper>/fdinfo/* "Pid:" lines): a SIGKILL of the driver between a worker's fork and its hand-over would
+    test that instant's race, not the reaper. `timeout`: a study's start on a loaded box, as _wait_training's."""
+    import os
+    import time
+
+    import psutil
+
+    t0 = time.time()
+    while True:
+        held = set()
+        for c in psutil.Process(driver).children():
+            try:
+                if "pidfd_send_signal" not in " ".join(c.cmdline()):
+                    continue
+                for fd in os.listdir(f"/proc/{c.pid}/fdinfo"):
+                    with open(f"/proc/{c.pid}/fdinfo/{fd}") as f:
+                        held.update(int(ln.split()[1]) for ln in f if ln.startswith("Pid:"))
+            except (psutil.NoSuchProcess, OSError):
+                pass
+        if set(pids) <= held:
+            return
+        assert time.time() - t0 < timeout, f"the reaper of {driver} holds {sorted(held)}, not all of {sorted(pids)}"
+        time.sleep(0.05)

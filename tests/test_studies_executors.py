@@ -4,11 +4,13 @@ tiny runs goes through a local Ray instance."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
 import os
 
+import psutil
 import pytest
-from helpers import still_alive, tiny_study_dict
+from helpers import cpu_load, exit_deadline, handed_to_reaper, still_alive, tiny_study_dict
 
 from altgrad_lib.studies import executors
 from altgrad_lib.studies.executors import ExecutorError, LocalExecutor, get_executor
@@ -96,12 +98,22 @@ def test_missing_ray_names_the_extra(monkeypatch):
     assert "\n" not in str(e.value)
 
 
+def _start_local_ray() -> None:
+    """A private Ray instance of 2 CPUs (its workers inherit PYTHONPATH), through executors.start_ray: Ray's own
+    fixed start-up timeout (30 s for the raylet) is retried RAY_START_TRIES times; a skip, with Ray's reason, only
+    when it never started (issue 53: a loaded box failed the test on Ray's first timeout)."""
+    try:
+        executors.start_ray(address=None, num_cpus=2, include_dashboard=False, log_to_driver=False)
+    except ExecutorError as e:
+        pytest.skip(f"Ray cannot start on this machine now: {e}")
+
+
 def test_study_on_a_local_ray_instance(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'altgrad[ray]')")
     from altgrad_lib.studies.study import Study, run_study
 
     monkeypatch.setenv("RAY_DISABLE_USAGE_STATS", "1")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # workers inherit PYTHONPATH
+    _start_local_ray()
     try:
         study = Study.from_dict(tiny_study_dict(tmp_path, max_steps=4, axes={"recipe": ["bf16"], "seed": [0, 1]}),
                                 out_dir=str(tmp_path / "study"))
@@ -175,14 +187,15 @@ def test_a_driver_that_stops_consuming_takes_its_workers_down():
     import multiprocessing as mp
     import time
 
-    gen = LocalExecutor(workers=2, threads=1).map(sleep_for, [0.0, 60.0, 60.0])
+    gen = LocalExecutor(workers=2, threads=1).map(sleep_for, [0.0, 300.0, 300.0])
     item, out = next(gen)
     assert item == 0.0 and out.ok
     t0 = time.time()
     gen.close()                              # what a KeyboardInterrupt in the consuming loop does
-    while mp.active_children() and time.time() - t0 < 20:
+    # 60 s: a fifth of the jobs' 300 s, so a pass means the driver did not wait for them, with room for a loaded box
+    while mp.active_children() and time.time() - t0 < 60:
         time.sleep(0.1)
-    assert not mp.active_children() and time.time() - t0 < 20    # not the 60 s of the jobs
+    assert not mp.active_children() and time.time() - t0 < 60
 
 
 def test_workers_persist_across_maps_unless_the_environment_changed(monkeypatch):
@@ -319,6 +332,7 @@ def test_a_process_that_exits_with_its_workers_idle_exits_quietly():
 
 _THREAD_DRIVER = """
 import multiprocessing as mp, os, sys, threading, time
+import torch   # as a notebook's or study's main module: each spawned worker imports it again before any guard is set
 from altgrad_lib.studies.executors import LocalExecutor
 
 def job(x):
@@ -344,33 +358,148 @@ if __name__ == "__main__":
 def test_workers_a_thread_started_outlive_the_thread_but_not_the_driver(tmp_path):
     """Linux's parent-death signal fires when the *thread* that started a worker exits: workers of a map run in a
     thread (tools/sweep.py's background stage) were killed when it ended, and at exit the driver's resource tracker
-    warned "There appear to be 2 leaked semaphore objects" (after every `make run`). Now they poll their driver
-    instead: alive after the thread, gone when the driver exits or is SIGKILLed, and nothing on stderr."""
-    import contextlib
+    warned "There appear to be 2 leaked semaphore objects" (after every `make run`). Then they polled their driver
+    once a second, and on a loaded machine (issue 53) outlived a SIGKILLed driver by more than 10 s. Now: alive
+    after the thread, gone within exit_deadline() when the driver exits or is SIGKILLed, on a machine with a busy
+    process per core beside the test, and nothing on stderr."""
     import subprocess
     import sys
     import time
 
     driver = tmp_path / "driver.py"
     driver.write_text(_THREAD_DRIVER)
-    for sleep in ("0", "60"):     # the map over and its thread gone; the workers busy when the driver is killed
-        p = subprocess.Popen([sys.executable, str(driver), sleep], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        kids = [int(w) for w in p.stdout.readline().split()]
-        assert len(kids) == 2, (kids, p.stderr.read() if p.poll() is not None else "")
-        if sleep == "0":
-            time.sleep(1.0)           # the old code's workers got SIGKILL as the thread ended
-            assert still_alive(kids) == kids, "workers died with the thread that started them"
-            _, err = p.communicate("\n", timeout=120)    # a normal exit: the idle pool is shut down
-            assert p.returncode == 0 and err == "", err
-        else:
+    with cpu_load():
+        deadline = exit_deadline()
+        for sleep in ("0", "60"):     # the map over and its thread gone; the workers busy when the driver is killed
+            p = subprocess.Popen([sys.executable, str(driver), sleep], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            kids = [int(w) for w in p.stdout.readline().split()]
+            assert len(kids) == 2, (kids, p.stderr.read() if p.poll() is not None else "")
+            if sleep == "0":
+                time.sleep(1.0)           # the old code's workers got SIGKILL as the thread ended
+                assert still_alive(kids) == kids, "workers died with the thread that started them"
+                _, err = p.communicate("\n", timeout=300)    # a normal exit: the idle pool is shut down
+                assert p.returncode == 0 and err == "", err
+            else:
+                handed_to_reaper(p.pid, kids)
+                p.kill()
+                p.wait(timeout=60)   # not communicate(): surviving workers would hold its pipes open
+            alive = still_alive(kids, deadline)
+            for pid in alive:   # do not leave them behind on a failure
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            for f in (p.stdin, p.stdout, p.stderr):
+                if not f.closed:
+                    f.close()
+            assert not alive, f"workers alive {deadline:.1f} s after their driver exited (sleep {sleep}): {alive}"
+
+
+_REAPED_DRIVER = """
+import subprocess, sys, time
+from altgrad_lib.studies import reaper
+
+if __name__ == "__main__":
+    # a child that starts a grandchild in a session of its own (as jupyter_client starts a kernel), both sleeping
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                              "g = subprocess.Popen(['sleep', '600'], start_new_session=True); "
+                              "print(g.pid, flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    grandchild = int(child.stdout.readline())
+    assert reaper.guard(child.pid)
+    print(child.pid, grandchild, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_the_reaper_kills_what_a_sigkilled_driver_handed_it_and_what_those_started(tmp_path):
+    """reaper.guard: a child handed to the reaper dies within exit_deadline() of its driver's SIGKILL, on a loaded
+    machine, and so does a process that child started in a session of its own (a kernel a sweep worker started),
+    which no parent-death signal or process group would reach. Without the reaper both would sleep on."""
+    import subprocess
+    import sys
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(_REAPED_DRIVER)
+    with cpu_load():
+        deadline = exit_deadline()
+        p = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
+        pids = [int(w) for w in p.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        p.kill()
+        p.wait(timeout=60)
+        p.stdout.close()
+        alive = still_alive(pids, deadline)
+    for pid in alive:
+        os.kill(pid, 9)
+    assert not alive, f"alive {deadline:.1f} s after their driver's SIGKILL: {alive}"
+
+
+_RAY_DRIVER = """
+import os, sys, threading, time
+from altgrad_lib.studies.executors import ExecutorError, RayExecutor
+
+def study():
+    try:
+        list(RayExecutor(address=None, cpus_per_job=1).map(time.sleep, [600, 600]))
+    except ExecutorError as e:
+        print(e, file=sys.stderr, flush=True)
+        os._exit(3)
+
+if __name__ == "__main__":
+    threading.Thread(target=study, daemon=True).start()   # a notebook's study: not from the main thread
+    time.sleep(900)
+"""
+
+
+def test_a_sigkilled_driver_leaves_no_process_of_its_local_ray_instance(tmp_path):
+    """The Ray executor on a private instance: `kill -9` of the driver while two tasks run, on a loaded machine,
+    leaves none of the instance's processes (GCS, raylet, agents, the tasks' workers) after exit_deadline(). Ray's
+    own DashboardAgent and RuntimeEnvAgent outlived such a driver (they wait on the dead GCS); executors.start_ray
+    hands the instance to the driver's reaper. The load starts once the tasks run: Ray's own start-up waits are
+    fixed (RAY_START_TRIES), and what is tested here is the end, not the start."""
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install 'altgrad[ray]')")
+    driver = tmp_path / "driver.py"
+    driver.write_text(_RAY_DRIVER)
+    p = subprocess.Popen([sys.executable, str(driver)], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"})
+    t0 = time.time()
+    try:
+        while len(_ray_tasks(p.pid)) < 2:   # 300 s: RAY_START_TRIES starts of Ray, then its workers' own start
+            if p.poll() is not None:
+                err = p.stderr.read()
+                if p.returncode == 3 and "did not start" in err:
+                    pytest.skip(f"Ray cannot start on this machine now: {err.strip().splitlines()[-1]}")
+                raise AssertionError(err[-3000:])
+            assert time.time() - t0 < 300, "no two Ray tasks running after 300 s"
+            time.sleep(0.2)
+        with cpu_load():
+            handed_to_reaper(p.pid, [c.pid for c in psutil.Process(p.pid).children()
+                                     if "pidfd_send_signal" not in " ".join(c.cmdline())])
+            kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+            deadline = exit_deadline()
             p.kill()
-            p.wait(timeout=60)   # not communicate(): surviving workers would hold its pipes open
-        alive = still_alive(kids, 10)   # the watchdog polls every second
-        for pid in alive:   # do not leave them behind on a failure
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
-        for f in (p.stdin, p.stdout, p.stderr):
-            if not f.closed:
-                f.close()
-        assert not alive, f"workers alive 10 s after their driver exited (sleep {sleep}): {alive}"
+            p.wait(timeout=60)
+            alive = still_alive(kids, deadline)
+            left = [(pid, _name(pid)) for pid in alive]
+    finally:
+        p.kill()
+        p.wait(timeout=60)
+        p.stderr.close()
+    for pid in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+    assert not alive, f"alive {deadline:.1f} s after their driver's SIGKILL: {left}"
+
+
+def _name(pid: int) -> str:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return psutil.Process(pid).name()
+    return "(gone)"
+
+
+def _ray_tasks(driver: int) -> list[int]:
+    """The driver's Ray workers running a task (process title "ray::_call", the remote executors._call)."""
+    return [c.pid for c in psutil.Process(driver).children(recursive=True) if _name(c.pid) == "ray::_call"]

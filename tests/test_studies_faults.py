@@ -3,6 +3,7 @@ SIGTERM on the driver is forwarded to its workers, which checkpoint; the index s
 driver leaves no worker behind; two studies on one outputs directory share the runs instead of failing them."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+import pytest
 import yaml
-from helpers import still_alive, tiny_study_dict
+from helpers import cpu_load, exit_deadline, handed_to_reaper, still_alive, tiny_study_dict
 
 from altgrad_lib.training.interrupt import EXIT_INTERRUPTED
 
@@ -107,20 +109,47 @@ def test_sigterm_on_an_in_process_study_stops_after_the_run_in_flight(tmp_path):
     assert index.error.iloc[0].startswith("interrupted by SIGTERM at step") and index.error.iloc[1].startswith("not")
 
 
-def test_sigkill_of_the_driver_leaves_no_worker(tmp_path):
+@pytest.mark.parametrize("when", ["starting", "training"])
+def test_sigkill_of_the_driver_under_load_leaves_no_process(tmp_path, when):
+    """`kill -9` of a study's driver, with a busy process per core beside it (issue 53: a shared box), while its two
+    workers are still starting (importing torch: no guard of their own is set yet) or training: every process
+    below the driver is gone within exit_deadline() (its reaper; before it, a starting worker lived on until its
+    imports were done, and a worker a thread started polled its driver once a second)."""
     study = _study_file(tmp_path, 400, [0, 1], ["hp"])
-    p = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
-    _wait_training(tmp_path / "runs", 2, p)
-    kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
-    assert len(kids) >= 2, kids
-    p.kill()
-    p.wait(timeout=60)      # not communicate(): surviving workers would hold its stdout open
-    alive = still_alive(kids, 5)
+    with cpu_load():
+        p = _start(study, "--workers", "2", "--threads", "1", "--out", str(tmp_path / "idx"))
+        if when == "training":
+            _wait_training(tmp_path / "runs", 2, p)
+        else:
+            t0 = time.time()
+            while len(_workers(p.pid)) < 2 and time.time() - t0 < 300:
+                assert p.poll() is None, p.communicate()
+                time.sleep(0.05)
+            assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/metrics.csv"))
+        handed_to_reaper(p.pid, _workers(p.pid))
+        kids = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+        assert len(_workers(p.pid)) >= 2, kids
+        deadline = exit_deadline()
+        p.kill()
+        p.wait(timeout=60)      # not communicate(): surviving workers would hold its stdout open
+        alive = still_alive(kids, deadline)
     for pid in alive:                        # do not leave them behind on a failure either
         psutil.Process(pid).kill()
-    assert not alive, f"workers alive 5 s after SIGKILL of their driver: {alive}"
     p.stdout.close()
     p.stderr.close()
+    assert not alive, f"alive {deadline:.1f} s after SIGKILL of their driver ({when}): {alive}"
+
+
+def _workers(driver: int) -> list[int]:
+    """The driver's multiprocessing workers (spawned: `python -c ... --multiprocessing-fork`), not its reaper nor
+    its resource tracker."""
+    out = []
+    for c in psutil.Process(driver).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            cmd = c.cmdline()
+            if "--multiprocessing-fork" in cmd and not any("resource_tracker" in a for a in cmd):
+                out.append(c.pid)
+    return out
 
 
 def test_two_studies_on_one_outputs_share_the_runs(tmp_path):

@@ -7,6 +7,7 @@
     owner.py       which study owns a study directory (study.json), so two studies never share an index
     results.py     one tidy row per run (its config keys and final metrics, did_not_learn): run_frame, load_metrics
     executors.py   where runs train: in-process, local worker processes, Ray; auto_workers
+    reaper.py      the driver's reaper process: its workers (and what they started) die with it, even by SIGKILL
     comparison.py  a study file's comparison parsed and checked once: Comparison (axis, baseline, by, levels, paper)
     claims.py      paired claims over seeds: the table, the verdicts, the control check, positive controls, claims.csv
     verdicts.py    a verdict as a value: Kind (decided from the statistics), Verdict (kind, gap, CI, p, δ, MDE, family)

@@ -30,24 +30,27 @@ raises errors.Interrupted (train() on SIGTERM / SIGINT) comes back `interrupted=
   A worker process that dies (OOM, segfault) breaks the pool; the jobs it left unfinished are then retried
   one per fresh process, so only the job that kills its process comes back failed ("worker process died").
   Threads: `OMP_NUM_THREADS`, when set, is the per-worker default (a shared box's setting is respected).
-  Workers never outlive the driver: each sets Linux's PR_SET_PDEATHSIG = SIGKILL (prctl via ctypes) when it
-  starts, so the kernel kills it when the driver dies, even by SIGKILL (no code of the driver runs then, so only
-  the kernel can do it); elsewhere, and for workers started from a thread other than the driver's main thread
-  (Linux sends that signal when the *thread* that started the process exits), a daemon thread polls the parent
-  pid every second. Each worker also leaves the driver's process group (a terminal's Ctrl-C reaches only the
-  driver, which forwards one SIGTERM: two would abort the run instead of checkpointing it) and ignores SIGINT
-  between jobs.
+  Workers never outlive the driver, however it dies (SIGKILL: no code of the driver runs then) and however loaded
+  the machine is; nothing polls. The driver's reaper (reaper.py) gets each worker the moment it is started and kills
+  it, and what it started, when the driver's end of their socket closes; each worker also blocks a thread on the
+  pipe its driver holds the write end of (multiprocessing's parent sentinel: end-of-file when the driver dies) and,
+  when started from the driver's main thread, sets Linux's PR_SET_PDEATHSIG = SIGKILL (Linux sends it when the
+  *thread* that started the process exits, so not for a worker a thread started). Each worker also leaves the
+  driver's process group (a terminal's Ctrl-C reaches only the driver, which forwards one SIGTERM: two would abort
+  the run instead of checkpointing it) and ignores SIGINT between jobs.
 - `ray`: one Ray task per job, `cpus_per_job` / `gpus_per_job` reserved each, on the cluster at `address`
   ("auto" = the one `ray start` made on this node; None = a private local instance). Ray is imported only
   here; without it the error names the extra to install. Every node needs altgrad_lib importable
   (`pip install altgrad` on each box, as for any Ray job) and the same `ALTGRAD_OUTPUTS` when runs must land
-  on shared storage.
+  on shared storage. A private instance (start_ray) is retried on Ray's start-up timeout, and its processes are
+  handed to the reaper: Ray's own agents outlive a SIGKILLed driver, waiting on its dead GCS.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import gc
+import multiprocessing.context as mp_context
 import os
 import signal
 import sys
@@ -58,6 +61,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from altgrad_lib.errors import Interrupted, exc_line
+from altgrad_lib.studies import reaper
 
 EXECUTORS = ("local", "ray")
 
@@ -87,28 +91,39 @@ def default_threads(workers: int) -> int:
 
 
 def die_with_parent(parent: int, from_main_thread: bool = True) -> str:
-    """Make this process die when process `parent` does, even by SIGKILL; returns how ("prctl" or "watchdog").
-    `from_main_thread`: whether `parent` started this process from its main thread. Linux's parent-death signal
-    fires when the parent *thread* that started the process exits: a worker that a map in another thread started
-    (tools/sweep.py's background stage) died with that thread, idle or not, and the semaphores it held were
-    reported leaked when the driver exited. Such a worker polls instead."""
+    """Make this worker die when its driver `parent` does, even by SIGKILL, at once and at any load (the reaper,
+    reaper.py, is the third guard); returns how ("prctl+pipe" or "pipe"). `from_main_thread`: whether `parent`
+    started this process from its main thread. Linux's parent-death signal fires when the parent *thread* that
+    started the process exits: a worker that a map in another thread started (tools/sweep.py's background stage)
+    died with that thread, idle or not, and the semaphores it held were reported leaked when the driver exited.
+    The pipe serves every worker: a daemon thread blocks on reading the parent sentinel, the read end of a pipe
+    whose write end only the driver holds; the kernel closes it when the driver dies, the read returns end-of-file
+    and the thread kills this process. (A poll of the parent pid did this before: on a loaded machine such workers
+    outlived a SIGKILLed driver.)"""
+    import multiprocessing as mp
+
+    how = "pipe"
     if from_main_thread and sys.platform.startswith("linux"):
         import ctypes
 
         pr_set_pdeathsig = 1   # <linux/prctl.h>
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0:
-            if os.getppid() != parent:   # the parent died before prctl took effect: nobody will signal us
-                os._exit(1)
-            return "prctl"
+            how = "prctl+pipe"
+    driver = mp.parent_process()
+    if driver is None or driver.pid != parent:
+        raise RuntimeError(f"die_with_parent({parent}) outside a worker that process {parent} started")
+    sentinel = driver.sentinel
 
-    def watch() -> None:   # macOS & co: no parent-death signal, so poll
-        while os.getppid() == parent:
-            time.sleep(1.0)
+    def watch() -> None:   # blocks in read(2): no CPU, no timer; b"" once the driver's end is closed
+        while os.read(sentinel, 4096):
+            pass
         os.kill(os.getpid(), signal.SIGKILL)
 
-    threading.Thread(target=watch, name="altgrad-parent-watch", daemon=True).start()
-    return "watchdog"
+    threading.Thread(target=watch, name="altgrad-driver-pipe", daemon=True).start()
+    if os.getppid() != parent:   # the driver died before any guard was set: the pipe is closed already
+        os._exit(1)
+    return how
 
 
 _worker = {"in_worker": False, "stopped": False,   # this process's role; a worker stopped by a signal takes no new job
@@ -252,11 +267,21 @@ _pool: dict[str, Any] = {}   # the persistent local pool: "pool" and the "key" i
 
 
 def _pool_kw() -> dict[str, Any]:
-    import multiprocessing as mp
-
     # a worker is started by the thread that submits: the map's that made the pool (_pool_key records which kind)
-    return {"mp_context": mp.get_context("spawn"), "initializer": _worker_init,
-            "initargs": (os.getpid(), _on_main_thread())}
+    return {"mp_context": _GuardedSpawn(), "initializer": _worker_init, "initargs": (os.getpid(), _on_main_thread())}
+
+
+class _ReapedProcess(mp_context.SpawnProcess):
+    """A spawned worker handed to this process's reaper as soon as it exists, before it imports anything."""
+
+    def start(self) -> None:
+        super().start()
+        reaper.guard(self.pid)
+
+
+class _GuardedSpawn(mp_context.SpawnContext):
+    """multiprocessing's spawn context whose processes are _ReapedProcess (ProcessPoolExecutor's mp_context)."""
+    Process = _ReapedProcess
 
 
 def _on_main_thread() -> bool:
@@ -363,6 +388,39 @@ def import_ray() -> Any:
     return ray
 
 
+# A new Ray node's start has two fixed waits that no setting reaches (Ray 2.60): the raylet aborts when its dashboard
+# agent has not written its ports within ~15 s (node_manager.cc, WaitForDashboardAgentPorts), and ray.init gives the
+# raylet 30 s to register (raylet_start_wait_time_s in ray/_private/node.py). A loaded machine can miss either; a
+# later start finds Ray's files in the page cache and its bytecode compiled, so a private instance gets this many.
+RAY_START_TRIES = 3
+
+
+def start_ray(address: str | None = "auto", **init_kw: Any) -> None:
+    """ray.init(address=address, **init_kw), failing in one line (ExecutorError). A private instance (address None)
+    is started again after Ray's start-up timeout ("The current node timed out during startup"), up to
+    RAY_START_TRIES times, and the processes it started (GCS, raylet, agents; the raylet's workers are below it)
+    are handed to this process's reaper, so they end with it even when it is SIGKILLed."""
+    ray = import_ray()
+    before = set(reaper.children())
+    tries = RAY_START_TRIES if address is None else 1
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address=address, **init_kw)
+            break
+        except Exception as e:  # Ray raises a bare Exception for its start-up timeout
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if address is not None:
+                raise ExecutorError(f"cannot connect to Ray at address={address!r} ({exc_line(e)}); "
+                                    f"start a cluster with `ray start --head` or pass --address") from None
+            if attempt == tries or "timed out during startup" not in str(e):
+                raise ExecutorError(f"a local Ray instance did not start ({exc_line(e)}; {attempt} start(s), "
+                                    f"each within Ray's own start-up timeout)") from None
+    if address is None:
+        for pid in set(reaper.children()) - before:
+            reaper.guard(pid)
+
+
 @dataclass(frozen=True)
 class RayExecutor:
     address: str | None = "auto"        # "auto" = the cluster `ray start` made; None = a private local instance
@@ -379,11 +437,7 @@ class RayExecutor:
         (forwarding a study's SIGTERM to Ray tasks is not implemented)."""
         ray = import_ray()
         if not ray.is_initialized():
-            try:
-                ray.init(address=self.address, log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise ExecutorError(f"cannot connect to Ray at address={self.address!r} ({exc_line(e)}); "
-                                    f"start a cluster with `ray start --head` or pass --address") from None
+            start_ray(address=self.address, log_to_driver=False)
         threads = self.threads or max(1, int(self.cpus_per_job))
         task = ray.remote(num_cpus=self.cpus_per_job, num_gpus=self.gpus_per_job, max_retries=0)(_call)
         pending = {task.remote(fn, item, threads): item for item in items}
