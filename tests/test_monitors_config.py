@@ -15,7 +15,7 @@ def test_presets_and_intervals():
     assert not off.enabled and off.short_str() == "diag:off"
     assert cheap.active_groups == CHEAP_GROUPS and cheap.every == 10
     assert full.active_groups == tuple(g for g in MONITORS if g not in INTERVAL_GROUPS) and full.every == 100
-    assert INTERVAL_GROUPS == ("curvature", "fisher") and full.hessian_interval == full.fisher_interval == 0
+    assert INTERVAL_GROUPS == ("curvature", "fisher", "manifold") and full.hessian_interval == full.fisher_interval == 0
     d = DiagnosticsConfig.from_value({"interval": 25, "group_intervals": {"grid": 100}})
     assert d.preset == "full" and d.every == 25 and d.interval_of("grid") == 100
     assert [s for s in range(1, 201) if d.due("grid", s)] == [1, 100, 200]

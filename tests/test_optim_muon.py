@@ -132,3 +132,28 @@ def test_tiny_muon_runs_train(tmp_path, recipe):
     run = train(TrainConfig.from_dict({**TINY, "optimizer": "muon", "recipe": recipe, "out_dir": str(tmp_path)}),
                 verbose=False)
     assert run.status == "completed"
+
+
+RESUME = [("muon", {"storage": "grid_sr", "state_m": "E4M3", "state_min_numel": 0, "state_rounding": "stochastic",
+                    "ns_fmt": "fmt:E3M4", "track_stats": True}),
+          ("manifold_muon", {"msign": "ns", "ns_fmt": "bf16", "dual_steps": 5, "state_m": "E4M3"})]
+
+
+@pytest.mark.parametrize("optimizer, optim", RESUME, ids=[c[0] for c in RESUME])
+def test_resume_after_crash_is_bit_exact(tmp_path, optimizer, optim):
+    """As tests/test_optim_factory.py for the other optimizers: the momentum codes, SR counters and NS GEMM state
+    are in the checkpoint, so a crashed run resumes to the same bits."""
+    from helpers import Crash, assert_same_state, crash_at
+
+    kw = {**TINY, "max_steps": 6, "ckpt_interval": 3, "recipe": "fp8_hybrid", "optimizer": optimizer,
+          "optim": optim}
+    ref = train(TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "ref")}), progress=False, verbose=False)
+    cfg = TrainConfig.from_dict({**kw, "out_dir": str(tmp_path / "crash")})
+    with pytest.raises(Crash):
+        train(cfg, progress=False, verbose=False, on_step=crash_at(4))
+    run = train(cfg, progress=False, verbose=False)
+    assert run.status == "completed"
+    sa = torch.load(ref.dir / "checkpoints" / "last.pt", weights_only=False)
+    sb = torch.load(run.dir / "checkpoints" / "last.pt", weights_only=False)
+    assert_same_state(sa["model"], sb["model"], "model")
+    assert_same_state(sa["optimizer"], sb["optimizer"], "optimizer")

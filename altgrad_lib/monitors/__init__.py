@@ -16,6 +16,8 @@ creates one `Diagnostics` object. Files, one job each:
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
+    manifold.py     constraint residuals (‖WᵀW - I‖_F/√n, row norms), svdvals, Muon's NS / dual-ascent residuals,
+                    the constraint-violation budget event
     fisher.py       per-block Fisher (true Fisher, sampled labels): trace, diagonal, λ_max, NNGeometry K-FAC
 The curvature group (curvature.CurvatureMonitor) runs only when DiagnosticsConfig.hessian_interval > 0, the fisher
 group (fisher.FisherMonitor) only when fisher_interval > 0.
@@ -41,8 +43,10 @@ Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fr
     curvature    [ste_surrogate|exact] lambda_max lr_lambda_max power_iters (layer "model" and each block)
     fisher       [ste_surrogate|exact] fisher_trace diag_max fisher_lambda_max fisher_power_iters kfac_trace
                  kfac_lambda_max (each block)
+    manifold     [W] orth_residual sphere_residual sigma_max sigma_min cond hist.log2sv:<k> ns_residual dual_residual
+                 dual_steps (block Linears; manifold_interval > 0)
     events       loss_spike grad_norm_spike loss_nonfinite kurtosis_alarm kurtosis_trend attn_entropy_drop
-                 unavailable:<group>
+                 unavailable:<group> constraint_violation
 """
 import importlib
 

@@ -36,6 +36,7 @@ class Attached:
     grad_clip: float
     run_dir: Any
     probe: Any                                  # probe.Probe (lazy eager replays on a private copy)
+    optimizer: Any = None                       # the run's optimizer (the manifold group reads its measurements)
 
 
 @dataclass

@@ -23,6 +23,8 @@ Groups (what each measures: see the class of each in diagnostics.MONITOR_CLASSES
                  eigenvalue by power iteration on Fisher-vector products, nngeometry's K-FAC trace / top
                  eigenvalue; switched on by fisher_interval > 0 alone (in no preset: fisher_samples backward
                  passes, up to 2 x fisher_iters per block, one nngeometry pass; bench/results/fisher.md)
+    manifold     constraint residuals (‖WᵀW - I‖, row norms), singular values, the NS / dual-ascent residuals of
+                 muon / manifold_muon, the constraint_budget event; switched on by manifold_interval > 0 alone
 A new monitor (e.g. curvature) plugs in with its group name in MONITORS and its class in diagnostics.MONITOR_CLASSES
 (see base.Monitor).
 """
@@ -45,8 +47,9 @@ MONITORS: tuple[str, ...] = (
     "events",
     "curvature",     # only through hessian_interval
     "fisher",        # only through fisher_interval
+    "manifold",      # only through manifold_interval
 )
-INTERVAL_FIELDS = {"curvature": "hessian_interval", "fisher": "fisher_interval"}
+INTERVAL_FIELDS = {"curvature": "hessian_interval", "fisher": "fisher_interval", "manifold": "manifold_interval"}
 INTERVAL_GROUPS = tuple(INTERVAL_FIELDS)   # groups switched on by their own interval field, never by a preset / groups
 CHEAP_GROUPS = ("counters", "gradients", "events")
 PRESETS: dict[str, tuple[tuple[str, ...], int]] = {   # preset -> (groups, default interval)
@@ -81,6 +84,8 @@ class DiagnosticsConfig:
     fisher_interval: int = 0            # fisher group every N steps (0 = off), on the first due step's inputs
     fisher_samples: int = 8             # probe sequences (one backward pass each; at most the batch size)
     fisher_iters: int = 20              # power-iteration cap per Fisher λ_max (stops earlier at rel. change < 1e-3)
+    manifold_interval: int = 0          # manifold group every N steps (0 = off): constraint residuals, svdvals
+    constraint_budget: float = 0.0      # manifold group: event when a constraint residual exceeds it (0 = off)
     output_format: str = "csv"
 
     def __post_init__(self) -> None:
@@ -119,6 +124,15 @@ class DiagnosticsConfig:
         for name in ("spike_sigma", "kurtosis_alarm", "kurtosis_trend"):
             if not float(getattr(self, name)) > 0:
                 raise invalid(f"DiagnosticsConfig.{name}", getattr(self, name), "a number > 0")
+        v = self.constraint_budget
+        if isinstance(v, str):      # YAML 1.1 reads "1e-3" as a string
+            try:
+                v = float(v)
+                object.__setattr__(self, "constraint_budget", v)
+            except ValueError:
+                pass
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise invalid("DiagnosticsConfig.constraint_budget", v, "a number >= 0 (0 = off)")
         if not 0 < float(self.entropy_drop) < 1:
             raise invalid("DiagnosticsConfig.entropy_drop", self.entropy_drop, "a number in (0, 1)")
         if self.output_format not in OUTPUT_FORMATS:
@@ -190,5 +204,6 @@ class DiagnosticsConfig:
             return "diag:off"
         h = f",hessian@{self.hessian_interval}" if self.hessian_interval else ""
         h += f",fisher@{self.fisher_interval}" if self.fisher_interval else ""
+        h += f",manifold@{self.manifold_interval}" if self.manifold_interval else ""
         groups = [g for g in self.active_groups if g not in INTERVAL_GROUPS]
         return f"diag:{self.preset}@{self.every}[{','.join(groups)}{h}]"

@@ -30,6 +30,7 @@ from altgrad_lib.monitors.fisher import FisherMonitor
 from altgrad_lib.monitors.geometry import GridMonitor
 from altgrad_lib.monitors.gradients import GradientsMonitor, ShadowMonitor
 from altgrad_lib.monitors.health import CountersMonitor, NumericsMonitor
+from altgrad_lib.monitors.manifold import ManifoldMonitor
 from altgrad_lib.monitors.probe import Probe
 from altgrad_lib.monitors.weights import WeightsMonitor
 from altgrad_lib.monitors.writer import DIAG_FILE, DIAG_HEADER, EVENTS_FILE, EVENTS_HEADER, TidyWriter
@@ -43,14 +44,15 @@ SIM_ONLY = ("counters", "numerics", "shadow", "grid")   # need simulated Quantiz
 MONITOR_CLASSES: dict[str, type[Monitor]] = {
     "counters": CountersMonitor, "gradients": GradientsMonitor, "numerics": NumericsMonitor, "shadow": ShadowMonitor,
     "grid": GridMonitor, "weights": WeightsMonitor, "activations": ActivationsMonitor, "events": EventsMonitor,
-    "curvature": CurvatureMonitor, "fisher": FisherMonitor,
+    "curvature": CurvatureMonitor, "fisher": FisherMonitor, "manifold": ManifoldMonitor,
 }
 
 
 class Diagnostics:
     def __init__(self, cfg: DiagnosticsConfig, run_dir: str | Path, model: nn.Module, *, backend: str = "sim",
                  compiled: bool = False, grad_clip: float = 0.0,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.diag = TidyWriter(self.run_dir / DIAG_FILE, DIAG_HEADER)
@@ -68,15 +70,17 @@ class Diagnostics:
         if any(g in PROBE_GROUPS for g in cfg.active_groups):
             probe = Probe(model, autocast)
         self.att = Attached(cfg=cfg, model=model, quantized=sim, backend=backend, compiled=compiled,
-                            grad_clip=grad_clip, run_dir=self.run_dir, probe=probe)
+                            grad_clip=grad_clip, run_dir=self.run_dir, probe=probe, optimizer=optimizer)
         self.monitors = {g: MONITOR_CLASSES[g](self.att) for g in cfg.active_groups}
 
     @classmethod
     def for_run(cls, cfg: DiagnosticsConfig, run_dir: str | Path, model: nn.Module,
                 autocast: Callable[[], contextlib.AbstractContextManager], *, backend: str = "sim",
-                compiled: bool = False, grad_clip: float = 0.0) -> "Diagnostics":
+                compiled: bool = False, grad_clip: float = 0.0,
+                optimizer: torch.optim.Optimizer | None = None) -> "Diagnostics":
         """train()'s one call (TrainConfig.diagnostics_config and the run's backend, compile, grad_clip)."""
-        return cls(cfg, run_dir, model, backend=backend, compiled=compiled, grad_clip=grad_clip, autocast=autocast)
+        return cls(cfg, run_dir, model, backend=backend, compiled=compiled, grad_clip=grad_clip, autocast=autocast,
+                   optimizer=optimizer)
 
     @property
     def enabled(self) -> bool:

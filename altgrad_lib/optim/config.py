@@ -125,7 +125,7 @@ class OptimConfig:
     ns_accum: Any = None
     adjust_lr: str = "original"
     adam_lr: float | None = None
-    dual_steps: int = 10
+    dual_steps: int = 100            # the published dual-ascent defaults: 100 steps, alpha 0.01, tol 1e-6
     dual_alpha: float = 0.01
     dual_tol: float = 1e-6
     msign: str = "polar"

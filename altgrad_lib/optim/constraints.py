@@ -23,18 +23,7 @@ import torch
 from altgrad_lib.choices import CONSTRAINTS
 from altgrad_lib.errors import check_choice
 from altgrad_lib.numerics.matrix import msign, project_rows, stiefel_scale
-from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
-
-
-def hidden_matrices(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    """name -> weight of every trainable transformer-block Linear (layer classes but lm_head): Muon's matrices and
-    the default constrained set."""
-    out = {}
-    for fqn, mod in model.named_modules():
-        cls = layer_class_of(fqn)
-        if isinstance(mod, torch.nn.Linear) and cls in LAYER_CLASSES and cls != "lm_head" and mod.weight.requires_grad:
-            out[f"{fqn}.weight"] = mod.weight
-    return out
+from altgrad_lib.quantize.recipes import hidden_matrices
 
 
 def constrained_params(model: torch.nn.Module, patterns: Iterable[str] | None, kind: str

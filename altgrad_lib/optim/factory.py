@@ -33,12 +33,12 @@ from altgrad_lib.numerics.block_scaling import BlockScaling
 from altgrad_lib.numerics.formats import get_format
 from altgrad_lib.optim.adamw import AdamW, GridAdamW, StiffnessAdamW
 from altgrad_lib.optim.config import MUON_MOMENTUM, OptimConfig, on_grid
-from altgrad_lib.optim.constraints import constrain, constrained_params, hidden_matrices
+from altgrad_lib.optim.constraints import constrain, constrained_params
 from altgrad_lib.optim.madam import Madam
 from altgrad_lib.optim.muon import ManifoldMuon, Muon
 from altgrad_lib.optim.sgd import GridSGD
 from altgrad_lib.quantize.linear import QuantizedLinear
-from altgrad_lib.quantize.recipes import LAYER_CLASSES, layer_class_of
+from altgrad_lib.quantize.recipes import LAYER_CLASSES, hidden_matrices, layer_class_of
 
 SR_SEED_OFFSET = 7919     # the SR generator's seed = TrainConfig.seed + this (distinct from the model's streams)
 
@@ -101,7 +101,7 @@ def _constrained(opt: torch.optim.Optimizer, model: torch.nn.Module, oc: OptimCo
 
 
 def muon_split(model: torch.nn.Module) -> dict[str, str]:
-    """parameter name -> "muon" | "adamw": Muon on the trainable block Linear weights (constraints.hidden_matrices),
+    """parameter name -> "muon" | "adamw": Muon on the trainable block Linear weights (recipes.hidden_matrices),
     AdamW on every other trainable parameter (embeddings, lm_head, LayerNorm gains, biases), as modded-nanogpt."""
     hidden = {id(p) for p in hidden_matrices(model).values()}
     return {n: "muon" if id(p) in hidden else "adamw" for n, p in model.named_parameters() if p.requires_grad}

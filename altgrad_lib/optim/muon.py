@@ -258,13 +258,13 @@ class ManifoldMuon(Muon):
 
     tag = "manifold_muon"
 
-    def __init__(self, params, lr: float = 0.02, *, dual_steps: int = 10, dual_alpha: float = 0.01,
+    def __init__(self, params, lr: float = 0.02, *, dual_steps: int = 100, dual_alpha: float = 0.01,
                  dual_tol: float = 1e-6, msign: str = "polar", msign_steps: int = 20, **muon: Any) -> None:
         super().__init__(params, lr=lr, dual_steps=dual_steps, dual_alpha=dual_alpha, dual_tol=dual_tol,
                          msign=msign, msign_steps=msign_steps, **muon)
 
     def _own_defaults(self) -> dict[str, Any]:
-        return {**super()._own_defaults(), "dual_steps": 10, "dual_alpha": 0.01, "dual_tol": 1e-6, "msign": "polar",
+        return {**super()._own_defaults(), "dual_steps": 100, "dual_alpha": 0.01, "dual_tol": 1e-6, "msign": "polar",
                 "msign_steps": 20}
 
     def _check_group(self, group: dict[str, Any]) -> None:

@@ -17,6 +17,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import torch
+
 from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
@@ -49,6 +51,16 @@ def layer_class_of(fqn: str) -> str | None:
             return cls
     return None
 
+
+def hidden_matrices(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """name -> weight of every trainable transformer-block Linear (a layer class, not lm_head): Muon's matrices
+    (optim/muon.py), the default constrained set (optim/constraints.py) and what the manifold monitor measures."""
+    out = {}
+    for fqn, mod in model.named_modules():
+        cls = layer_class_of(fqn)
+        if isinstance(mod, torch.nn.Linear) and cls in LAYER_CLASSES and cls != "lm_head" and mod.weight.requires_grad:
+            out[f"{fqn}.weight"] = mod.weight
+    return out
 
 # ----------------------------------------------------------------------------- specs and policies
 

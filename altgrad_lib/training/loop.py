@@ -276,7 +276,8 @@ def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: Bui
     optimizer = _make_optimizer(model, cfg, device)   # grid storage drops weight quantizers here
     # after the optimizer: the probe's copy must carry the quantizers training actually uses
     diag = Diagnostics.for_run(cfg.diagnostics_config, run_dir, model, lambda: _autocast(cfg, device),
-                               backend=cfg.backend, compiled=cfg.compile, grad_clip=cfg.grad_clip)   # off: no-op
+                               backend=cfg.backend, compiled=cfg.compile, grad_clip=cfg.grad_clip,
+                               optimizer=optimizer)   # off: no-op
     start = 0
     if state is not None:
         start = ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=ckpt_path)
