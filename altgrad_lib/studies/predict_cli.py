@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.errors import one_line
+from altgrad_lib.errors import number_arg, one_line
 
 # the committed fit of params/studies/cpu_ladder.yaml (ScalingFit.to_json), relative to the repository root
 COMMITTED_FIT = Path(__file__).resolve().parents[2] / "bench" / "results" / "cpu_ladder_fit.json"
@@ -27,8 +27,10 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
                                     "extrapolation factor beyond the fit's rungs, a warning past 100x, and a "
                                     "refusal past what the rungs' span licenses.")
     pp.add_argument("--recipe", required=True, help="a recipe the fit holds (e.g. nvfp4)")
-    pp.add_argument("--params", required=True, type=float, help="N: parameters (e.g. 1e9)")
-    pp.add_argument("--tokens", required=True, type=float, help="D: training tokens (e.g. 2e10)")
+    pp.add_argument("--params", required=True, type=number_arg("--params", 1, kind=float),
+                    help="N: parameters (e.g. 1e9)")
+    pp.add_argument("--tokens", required=True, type=number_arg("--tokens", 1, kind=float),
+                    help="D: training tokens (e.g. 2e10)")
     pp.add_argument("--fit", default="", help="a ladder study's directory (its study.csv is fitted now) or a fit "
                                               f".json file (default: the committed {COMMITTED_FIT.name})")
     pp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
