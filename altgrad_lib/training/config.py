@@ -133,7 +133,8 @@ class TrainConfig:
     deterministic: bool = _key(False, "torch.use_deterministic_algorithms (needed for bit-exact resume on GPU)")
     # optimizer (altgrad_lib.optim; its config.py documents every optim key)
     optimizer: str = _key("adamw", "optimizer (altgrad_lib/optim): adamw = torch AdamW on fp32 master weights; "
-                                   "the others "
+                                   "muon / manifold_muon = orthogonalized updates on the block matrices (the latter "
+                                   "on the Stiefel manifold), AdamW on the rest; the others "
                                    "step in grid units of the weight format", OPTIMIZERS)
     optim: dict = _key({}, "optimizer settings (optim/config.py), e.g. {storage: grid_sr, lr: 1.0}; {} with adamw "
                            "= torch AdamW")
