@@ -83,6 +83,8 @@ def test_cli_ranks_the_injected_gemm_first(nv_run, tmp_path, capsys):
     assert csv.loss_cost.notna().all() and csv.loss_ci.notna().all()   # attributed, with intervals
     opt = pd.read_csv(out / "doctor_optimizer.csv")
     assert len(opt) and opt.stalled.between(0, 1).all()
+    layers = pd.read_csv(out / "doctor_layers.csv")   # one layer at a time in high precision
+    assert len(layers) == 8 and layers.loss_ci.notna().all()
     assert (out / "doctor.png").stat().st_size > 0
 
 
@@ -188,3 +190,16 @@ def test_stalled_share_counts_entries_with_a_gradient():
     after = {("w", "exp_avg"): (torch.tensor([1.0, 5.0, 3.0, 4.0]), None)}
     (row,) = _stalled(before, after)
     assert row["stalled"] == pytest.approx(2 / 3)   # entry 3 had no gradient: not counted
+
+
+def test_quantized_attention_has_rows(tmp_path_factory):
+    """A recipe with a quantized attention core (MXFP8 attention): one fprop (O) and one dgrad (dQ|dK|dV) row per
+    block, measured against float64 SDPA of the same Q, K, V, dO; the clean run flags nothing there."""
+    tmp = tmp_path_factory.mktemp("doctor_attn")
+    run = train(TrainConfig.from_dict({**TINY, "out_dir": str(tmp), "recipe": "nvfp4:mxfp8_attn", "run_name": "att"}),
+                progress=False, verbose=False)
+    r = doctor_report(run.dir, batches=2, draws=2, attribute=False)
+    att = r.gemms[r.gemms.module == "attention"]
+    assert sorted(zip(att.layer, att.gemm)) == [(f"transformer.h.{i}.attn", g) for i in (0, 1)
+                                                for g in ("dgrad", "fprop")]
+    assert (att["flags"] == "").all() and att.sqnr_db.between(0, math.inf, inclusive="neither").all(), r

@@ -71,6 +71,7 @@ from altgrad_lib.quantize.faults import Fault, inject_fault, role_quantizer
 from altgrad_lib.quantize.gemm_overrides import GEMM_OPERANDS, GEMMS
 from altgrad_lib.quantize.gemm_quant import GemmOptions
 from altgrad_lib.quantize.linear import QuantizedLinear, set_hp_gemms, set_rng_step
+from altgrad_lib.state import capture_rng_state, restore_rng_state
 from altgrad_lib.studies.stats import mean_ci
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.build import build_model
@@ -166,9 +167,12 @@ def examine(run_dir: str | Path, step: int | None = None, batches: int = 4, draw
     if step is not None and int(step) != int(state["step"]):
         raise DoctorError(f"altgrad doctor: --step={step} is invalid; {run_dir.name} keeps one checkpoint, at step "
                           f"{state['step']}; valid: --step {state['step']} (or leave --step out)")
-    with torch.random.fork_rng(devices=[]):
+    rng = capture_rng_state()   # the checkpoint's RNGs are the run's, not the caller's: theirs come back after
+    try:
         optimizer = factory.build_optimizer(model, cfg.optim_config, torch.device("cpu"))
         ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=path)
+    finally:
+        restore_rng_state(rng)
     sched = schedule_steps(cfg)
     if sched:   # the GEMMs the run kept in high precision at this step stay so
         set_hp_gemms(model, hp_gemms_at(int(state["step"]), sched))
@@ -195,19 +199,19 @@ def _hp_options(opts: GemmOptions | None, gemms: Sequence[str]) -> GemmOptions:
 
 
 @contextlib.contextmanager
-def _switched(p: Patient, layer: str, gemm: str) -> Iterator[None]:
-    """`gemm` of `layer` (a Linear, or an attention core by its CausalSelfAttention's name) in high precision."""
+def _switched(p: Patient, layer: str, gemms: Sequence[str]) -> Iterator[None]:
+    """`gemms` of `layer` (a Linear, or an attention core by its CausalSelfAttention's name) in high precision."""
     if layer in p.linears:
         m = p.linears[layer]
         old = m.gemm
-        m.gemm = _hp_options(old, (gemm,))
+        m.gemm = _hp_options(old, gemms)
         try:
             yield
         finally:
             m.gemm = old
         return
     op = p.attns[layer]
-    kept = {k: op.quants[k] for k in ATTN_GEMMS[gemm] if k in op.quants}
+    kept = {k: op.quants[k] for g in gemms for k in ATTN_GEMMS[g] if k in op.quants}
     for k in kept:
         del op.quants[k]
     try:
@@ -517,9 +521,10 @@ def _step_loss(p: Patient, it: int, train: tuple[Tensor, Tensor], held: tuple[Te
 
 
 def attribution(p: Patient, held: list[tuple[Tensor, Tensor]], train: list[tuple[Tensor, Tensor]],
-                gemms: pd.DataFrame, rs: "_Restorer") -> tuple[pd.DataFrame, pd.DataFrame]:
+                gemms: pd.DataFrame, rs: "_Restorer") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Part 2 and 3 (module docstring): per row of `gemms` the paired loss cost of its quantization over the K
-    batches; the optimizer-state stall shares of the recipe's K steps. `rs`: the checkpoint's state."""
+    batches; per layer the cost of all its GEMMs (one step, then the held-out loss with the layer still in high
+    precision); the optimizer-state stall shares of the recipe's K steps. `rs`: the checkpoint's state."""
     stalls: list[dict] = []
     base_fwd, base_step = [], []
     for k, (hb, tb) in enumerate(zip(held, train)):
@@ -531,17 +536,27 @@ def attribution(p: Patient, held: list[tuple[Tensor, Tensor]], train: list[tuple
         costs = []
         for k, (hb, tb) in enumerate(zip(held, train)):
             rs.restore()
-            with _switched(p, r.layer, r.gemm):
+            with _switched(p, r.layer, (r.gemm,)):
                 if r.gemm == "fprop":
                     costs.append(base_fwd[k] - _eval_loss(p.model, *hb))
                 else:
                     costs.append(base_step[k] - _step_loss(p, p.step + k, tb, hb))
         mean, half = mean_ci(costs)
         rows.append({"layer": r.layer, "gemm": r.gemm, "loss_cost": mean, "loss_ci": half})
+    layers = []
+    for name in dict.fromkeys(gemms.layer):   # the whole layer: its forward and its update, one step
+        costs = []
+        for k, (hb, tb) in enumerate(zip(held, train)):
+            rs.restore()
+            with _switched(p, name, tuple(gemms[gemms.layer == name].gemm)):
+                costs.append(base_step[k] - _step_loss(p, p.step + k, tb, hb))
+        mean, half = mean_ci(costs)
+        layers.append({"layer": name, "loss_cost": mean, "loss_ci": half})
     rs.restore()
     stall = (pd.DataFrame(stalls).groupby(["param", "state", "dtype", "numel"], as_index=False, sort=False)
              ["stalled"].mean() if stalls else pd.DataFrame(columns=["param", "state", "dtype", "numel", "stalled"]))
-    return pd.DataFrame(rows), stall
+    layer_df = pd.DataFrame(layers).sort_values("loss_cost", ascending=False, kind="stable").reset_index(drop=True)
+    return pd.DataFrame(rows), layer_df, stall
 
 
 # ------------------------------------------------------------------------------------------ 3. flags
@@ -603,6 +618,7 @@ class DoctorReport:
     faults: tuple[str, ...]
     gemms: pd.DataFrame          # ranked: rank, layer, module, gemm, sr, gain..., loss_cost, loss_ci, flags, score
     optimizer: pd.DataFrame      # param, state, dtype, numel, stalled
+    layers: pd.DataFrame         # layer, loss_cost, loss_ci: the whole layer in high precision, costliest first
 
     def verdicts(self) -> list[str]:
         lines = [v for vs in self.gemms.verdicts if vs for v in vs.split(" | ")]
@@ -626,6 +642,9 @@ class DoctorReport:
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
             body = t.to_string(index=False, float_format=lambda v: f"{v:.4g}")
         v = self.verdicts()
+        with pd.option_context("display.width", 200, "display.max_rows", 500):
+            layers = (self.layers.to_string(index=False, float_format=lambda x: f"{x:.4g}") if len(self.layers)
+                      else "(not measured)")
         stalled = self.optimizer.sort_values("stalled", ascending=False).head(5)
         with pd.option_context("display.width", 200):
             opt = stalled.to_string(index=False, float_format=lambda x: f"{x:.3f}") if len(stalled) else "(no state)"
@@ -636,7 +655,9 @@ class DoctorReport:
             body, "",
             f"verdicts ({len(v)}):" if v else "verdicts: nothing flagged",
             *(f"  {line}" for line in v), "",
-            "optimizer state, most stalled first (share of entries unchanged in a step):", opt])
+            "optimizer state, most stalled first (share of entries unchanged in a step):", opt, "",
+            "layers, costliest first (nats: every GEMM of the layer in high precision, one step, ± 95 %):",
+            layers])
 
     def to_csv(self, path: str | Path) -> Path:
         path = Path(path)
@@ -665,10 +686,11 @@ def doctor_report(run_dir: str | Path, step: int | None = None, batches: int = 4
         rs = _Restorer(p)   # before the draws move the SR streams and scaler histories
         errs = gemm_errors(p, held, draws)
         if attribute:
-            cost, stall = attribution(p, held, train, errs, rs)
+            cost, layers, stall = attribution(p, held, train, errs, rs)
         else:
             cost = errs[["layer", "gemm"]].assign(loss_cost=math.nan, loss_ci=math.nan)
+            layers = pd.DataFrame(columns=["layer", "loss_cost", "loss_ci"])
             stall = pd.DataFrame(columns=["param", "state", "dtype", "numel", "stalled"])
     df = _flags(errs.merge(cost, on=["layer", "gemm"], how="left"))
     return DoctorReport(Path(p.run_dir), p.step, cfg.recipe_name, batches, draws, tuple(map(str, p.faults)), df,
-                        stall)
+                        stall, layers)

@@ -17,8 +17,9 @@ def add_doctor_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "wgrad) and quantized attention, the gain, cosine, relative bias (mean of R draws minus the "
                     "high-precision product of the same operands), relative variance and SQNR; then the loss each "
                     "GEMM costs (that GEMM alone in high precision, paired over the K batches); the optimizer "
-                    "state's stalled share. Prints the ranked table and one verdict per flag; writes doctor.csv, "
-                    "doctor_optimizer.csv and doctor.png. Input errors print one line before anything is computed.")
+                    "state's stalled share; the loss each layer costs. Prints the ranked table and one verdict per "
+                    "flag; writes doctor.csv, doctor_optimizer.csv, doctor_layers.csv and doctor.png. Input errors "
+                    "print one line before anything is computed.")
     dp.add_argument("run_dir", help="a run directory (<outputs>/runs/<run_name>) holding checkpoints/last.pt")
     dp.add_argument("--step", type=int, default=None, help="the checkpoint's step (the run keeps one: last.pt)")
     dp.add_argument("--batches", type=int, default=4, help="held-out batches K (>= 2; default 4)")
