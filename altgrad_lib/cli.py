@@ -27,7 +27,6 @@ from altgrad_lib.choices import RECIPES, SEED_RANGE
 from altgrad_lib.errors import Interrupted, SizeWarning, UserError, number_arg, one_line
 from altgrad_lib.studies.cli import add_study_parser, cmd_study   # `altgrad study -f params/studies/x.yaml`
 from altgrad_lib.studies.doctor_cli import add_doctor_parser   # `altgrad doctor RUN_DIR`
-from altgrad_lib.studies.doctor_cli import add_doctor_parser   # `altgrad doctor RUN_DIR`
 from altgrad_lib.studies.predict_cli import add_predict_parser, cmd_predict   # `altgrad predict --recipe R ...`
 from altgrad_lib.training.config import TrainConfig, key_docs
 from altgrad_lib.training.interrupt import EXIT_INTERRUPTED  # 75
@@ -93,7 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                     help="show the traceback of input errors too")
     add_study_parser(sub)
-    add_doctor_parser(sub)
     add_doctor_parser(sub)
     add_predict_parser(sub)
     fp = sub.add_parser("fidelity", help="what a recipe simulates exactly, approximately and not at all",
@@ -184,20 +182,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run_dir) / "doctor"
     report.to_csv(out / "doctor.csv")
     report.optimizer.to_csv(out / "doctor_optimizer.csv", index=False)
-    doctor_figure(report).savefig(out / "doctor.png")
-    print(f"wrote {out / 'doctor.csv'}, {out / 'doctor_optimizer.csv'}, {out / 'doctor.png'}")
-    return 0
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    from altgrad_lib.studies.doctor import doctor_report   # local: imports torch (--help stays instant)
-    from altgrad_lib.notebook.plots_doctor import doctor_figure   # local: matplotlib
-
-    report = doctor_report(args.run_dir, args.step, args.batches, args.draws, args.inject)
-    print(report)
-    out = Path(args.out) if args.out else Path(args.run_dir) / "doctor"
-    report.to_csv(out / "doctor.csv")
-    report.optimizer.to_csv(out / "doctor_optimizer.csv", index=False)
     report.layers.to_csv(out / "doctor_layers.csv", index=False)
     doctor_figure(report).savefig(out / "doctor.png")
     print(f"wrote {out / 'doctor.csv'}, {out / 'doctor_optimizer.csv'}, {out / 'doctor.png'}")
@@ -233,8 +217,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_predict(args)
         if args.command == "fidelity":
             return _cmd_fidelity(args)
-        if args.command == "doctor":
-            return _cmd_doctor(args)
         if args.command == "doctor":
             return _cmd_doctor(args)
     except UserError as e:

@@ -13,7 +13,6 @@
     plots_optim.py        notebook 05's figures of those statistics (a colour per format, a line style per storage)
     plots_publish.py      the figures low-precision training papers publish, drawn from AltGrad's runs and claims
     plots_doctor.py       the numerics doctor's heatmaps (layers x GEMMs: gain − 1, bias, loss cost)
-    plots_doctor.py       the numerics doctor's heatmaps (layers x GEMMs: gain − 1, bias, loss cost)
     names.py              human names and units for metric keys, and layer shorthand ("block 0 attn QKV")
     table_view.py         Table: a DataFrame printed as a paper prints it (digits per kind of number, "none")
     styled.py             the same tables as a pandas Styler (table_view's digits)

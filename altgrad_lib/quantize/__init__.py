@@ -12,8 +12,6 @@ quantized linear itself, the model surgery that swaps it in, and the hardware FP
     layer_sqnr.py  per-layer SQNR of a quantized model against its FP32 twin (output, dX, dW)
     faults.py      faults injected into one GEMM (gain, correlated SR, swapped block scales, few-bit SR): the doctor's
                    proof (`altgrad doctor --inject`)
-    faults.py      faults injected into one GEMM (gain, correlated SR, swapped block scales, few-bit SR): the doctor's
-                   proof (`altgrad doctor --inject`)
     fidelity.py    `altgrad fidelity RECIPE`: each GEMM operand's quantization against torch / ml_dtypes / gfloat /
                    torchao or a hand reference from the paper, the SR Monte-Carlo, what stays high precision or is
                    not simulated (fidelity_text.py: its text)

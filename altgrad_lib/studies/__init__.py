@@ -23,8 +23,6 @@
     budget.py      the dry run's estimate: wall time per run and per study, MDE at the study's seeds
     doctor.py      the numerics doctor: per GEMM at a checkpoint gain, cosine, bias, variance, SQNR, the loss it costs,
                    flags and verdicts; the optimizer state's stalled share (doctor_cli.py: `altgrad doctor`'s parser)
-    doctor.py      the numerics doctor: per GEMM at a checkpoint gain, cosine, bias, variance, SQNR, the loss it costs,
-                   flags and verdicts; the optimizer state's stalled share (doctor_cli.py: `altgrad doctor`'s parser)
     ladder.py      a study's scale ladder: sizes x token budgets, each rung's N, D, lr and batch (study.py's `ladder:`)
     scaling_law.py  L(N, D) = E + A (κN)^-α + B D^-β: the Huber fit, bootstrap intervals, held-out check, predictions
     cli.py         `altgrad study`
