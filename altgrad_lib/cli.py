@@ -184,7 +184,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     report.optimizer.to_csv(out / "doctor_optimizer.csv", index=False)
     report.layers.to_csv(out / "doctor_layers.csv", index=False)
     doctor_figure(report).savefig(out / "doctor.png")
-    print(f"wrote {out / 'doctor.csv'}, {out / 'doctor_optimizer.csv'}, {out / 'doctor.png'}")
+    print(f"wrote {out / 'doctor.csv'}, {out / 'doctor_optimizer.csv'}, {out / 'doctor_layers.csv'}, "
+          f"{out / 'doctor.png'}")
     return 0
 
 
