@@ -108,6 +108,16 @@ def _print_layer_table(model: torch.nn.Module, cfg: TrainConfig, rows: list[dict
         print(f"optim.storage={cfg.optim_config.storage!r}: the weights of {len(grids)} Linear are stored on their "
               f"format's grid (one power-of-two scale per tensor) and used as they are, in place of the recipe's "
               f"weight quantizer (the weight column)")
+    oc = cfg.optim_config
+    if oc.name in ("muon", "manifold_muon"):
+        split = muon_split(model)
+        rule = "Muon" if oc.name == "muon" else "manifold Muon (scaled Stiefel, s = sqrt(out/in))"
+        for kind, label in (("muon", rule), ("adamw", "AdamW")):
+            names = [n for n, k in split.items() if k == kind]
+            print(f"optimizer {oc.name}: {label} on {len(names)} parameter(s): {', '.join(names)}")
+    if oc.constraint != "none" and oc.name != "manifold_muon":
+        print(f"optim.constraint={oc.constraint!r}: retraction after each step on "
+              f"{', '.join(constrained_params(model, oc.constrain, oc.constraint))}")
 
 
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -137,16 +147,6 @@ def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> 
 
 
 def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
-    oc = cfg.optim_config
-    if oc.name in ("muon", "manifold_muon"):
-        split = muon_split(model)
-        rule = "Muon" if oc.name == "muon" else "manifold Muon (scaled Stiefel, s = sqrt(out/in))"
-        for kind, label in (("muon", rule), ("adamw", "AdamW")):
-            names = [n for n, k in split.items() if k == kind]
-            print(f"optimizer {oc.name}: {label} on {len(names)} parameter(s): {', '.join(names)}")
-    if oc.constraint != "none" and oc.name != "manifold_muon":
-        print(f"optim.constraint={oc.constraint!r}: retraction after each step on "
-              f"{', '.join(constrained_params(model, oc.constrain, oc.constraint))}")
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
         return
