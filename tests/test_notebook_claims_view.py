@@ -116,12 +116,16 @@ def test_readable_shows_every_new_column_and_the_by_keys():
     e2 = r[r.level == "E2M1"].iloc[0]
     assert e2.diverged == "1/3" and e2.verdict == "diverged in 1/3 seeds" and e2["baseline diverged"] == "0/3"
     fp8 = r[r.level == "fp8"].iloc[0]
-    assert fp8.verdict == "equivalent within ±0.01" and fp8.CI == "90 % (TOST)" and not fp8.smoke
     row = t[t.level == "fp8"].iloc[0]
+    assert fp8.verdict == f"equivalent within ±0.01 (a harm up to {row.ci_hi:+.2g} not excluded)"
+    assert fp8.CI == "90 % (TOST)" and not fp8.smoke
     bound = f"{row.equiv_bound:.3f}" if row.equiv_bound >= 0.001 else f"{row.equiv_bound:.2g}"   # 3 decimals, or
     assert fp8["equivalent within (90 % CI)"] == f"±{bound}" and row.equiv_bound < 0.01   # 2 significant below
     s = claims_view.verdict_sentence(t, "fp8")
     assert f"data support ±{bound} nats" in s and "90 % (TOST) CI" in s and "diverged 0/3" in s
+    # every printed verdict names its family (issue 47); E2M1's diverged rows have no p: 2 rows in Holm
+    assert s.endswith("; Holm over 2 rows of recipe vs hp)")
+    assert r._caption == "verdicts judged as: Holm over 2 rows of recipe vs hp" and "family" not in r.columns
     # a diverged known-harmful recipe agrees with a paper's "worse"
     assert claims_view.expectation_lines(t, {"E2M1": ("worse", "paper A")})[0].startswith(
         "E2M1: agrees with paper A (worse vs hp")
@@ -148,8 +152,8 @@ class _Banner:
     def __init__(self):
         self.lines = None
 
-    def update(self, lines, smoke):
-        self.lines, self.smoke = list(lines), smoke
+    def update(self, lines, smoke, diverged=()):
+        self.lines, self.smoke, self.diverged = list(lines), smoke, list(diverged)
 
 
 def test_claims_report_is_the_claims_sequence():
@@ -184,19 +188,31 @@ def test_claims_report_is_the_claims_sequence():
         assert "nan" not in text.lower() and "-0.000" not in text
     diverged = tables[3].formatted().set_index("level").loc["E7M0"]
     assert diverged["n pairs"] == "2" and tables[2].set_index("level").loc["E7M0", "diverged"] == "1/3"
-    assert tables[1]._caption.endswith("(value compared: final_val_loss; smoke test: no)")
+    # the rows' one family said once above the verdicts (issue 47 item 4), not down a column
+    assert tables[1]._caption.endswith("(verdicts judged as: Holm over 3 rows of label vs hp; value compared: "
+                                       "final_val_loss; smoke test: no)") and "family" not in tables[1].columns
 
 
 def test_claims_report_without_a_control_and_as_a_smoke_test():
     """No frozen-blocks control: the headline says the window is unknown (not a smoke test while hp is below the
-    unigram entropy); above it the runs are a smoke test: no verdict anywhere, the banner says SMOKE TEST."""
+    unigram entropy); above it the runs are a smoke test: no verdict but E7M0's "diverged in 1/3 seeds", which wins
+    over the smoke test in its row and in the banner (issue 47 item 6: the banner said "smoke test")."""
     rep = claims_view.claims_report(_index(control=False), "label", "hp", entropy=6.0, show=False)
     assert rep.clear is None and rep.lines[0].startswith("no frozen-blocks control")
     assert not rep.claims.smoke.any() and "diverged in 1/3 seeds" in set(rep.claims.verdict)
     assert rep.tables()[2].set_index("level").loc["fp8", "beats control"] == "no control"
     smoke = claims_view.claims_report(_index(control=False), "label", "hp", entropy=4.0, show=False)
-    assert smoke.clear is False and (smoke.claims.verdict == claims.SMOKE).all()
-    assert smoke.status().startswith("SMOKE TEST: no claims are drawn") and smoke.rules[0].startswith("SMOKE TEST")
+    div = smoke.claims.level == "E7M0"
+    assert smoke.clear is False and (smoke.claims.verdict[~div] == claims.SMOKE).all()
+    assert list(smoke.claims.verdict[div]) == ["diverged in 1/3 seeds"] and smoke.diverged == ["E7M0 in 1/3 seeds"]
+    assert smoke.status().startswith("DIVERGED: E7M0 in 1/3 seeds: a harm. Otherwise a smoke test: no other claim")
+    assert smoke.lines[0] == "DIVERGED: E7M0 in 1/3 seeds: a harm whatever the control check says"
+    assert smoke.rules[0].startswith("SMOKE TEST")
+    assert smoke.verdict("E7M0").startswith("E7M0: diverged in 1/3 seeds (gap ")
+    banner = _Banner()
+    claims_view.claims_report(_index(control=False), "label", "hp", entropy=4.0, show=False, status=banner)
+    assert banner.smoke is True and banner.diverged == ["E7M0 in 1/3 seeds"]
+    assert claims_view.status_markdown(["x"], True, ["E7M0 in 1/3 seeds"]).startswith("**DIVERGED: E7M0 in 1/3")
 
 
 def test_claims_report_of_a_table_computed_elsewhere(tmp_path):

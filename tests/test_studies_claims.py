@@ -129,7 +129,8 @@ def test_claims_table_pairs_by_seed_and_flags_the_control():
     assert list(t.delta_nats) == [claims.DELTA_NATS] * 4 == [0.01] * 4   # absolute, not a share of the window
     assert t.loc["fp4", "verdict"] == "worse" and t.loc["fp4", "positive_control"] == "resolved"
     assert t.loc["fp4", "gap_window"] == pytest.approx(t.loc["fp4", "gap_nats"] / 0.3)
-    assert t.loc["fp8", "verdict"] == "equivalent within ±0.01"
+    fp8_hi = t.loc["fp8", "ci_hi"]   # the 90 % CI's harmful bound (lower is better: its upper end)
+    assert t.loc["fp8", "verdict"] == f"equivalent within ±0.01 (a harm up to {fp8_hi:+.2g} not excluded)"
     assert t.loc["bad", "verdict"] == "worse (below its frozen-blocks control)"
     assert t.loc["bad", "control"] == "beat the frozen-blocks control in 3/4"
     assert t.loc["boom", "n"] == 3 and t.loc["boom", "n_diverged"] == 1 and t.loc["boom", "seeds"] == "1 2 3"
@@ -148,10 +149,11 @@ def test_claims_table_unresolved_positive_control_comes_first():
     assert "NOT resolved" in lines[0] and "fp8" in lines[0] and "fp4: resolved" in lines[1]
 
 
-def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_only_when_significant():
+def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_significant_or_not():
     """A known-harmful recipe that ends above the frozen-blocks control in one seed is "worse (below its
     frozen-blocks control)" when its paired gap to the baseline is Holm-significant (and, as a positive control,
-    resolved); without that significance it is 'not training its blocks' and not resolved."""
+    resolved); without that significance it is 'not training its blocks': a harm label too (issue 47 item 6: it
+    read "NOT resolved" though worse in 6/6), so the positive control is resolved and says why."""
     f = _study_frame()
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["bad"]).set_index("level")
     assert t.loc["bad", "verdict"] == claims.WORSE_THAN_CONTROL and t.loc["bad", "p_holm"] < 0.05
@@ -162,7 +164,11 @@ def test_a_positive_control_as_bad_as_the_frozen_control_is_resolved_only_when_s
     noisy.loc[noisy.recipe == "bad", "final_val_loss"] += np.array([-0.5, 0.5, 0.6, -0.45])
     t = claims.claims_table(noisy, "recipe", "hp", positive_controls=["bad"]).set_index("level")
     assert t.loc["bad", "verdict"] == claims.NOT_TRAINING and not t.loc["bad", "p_holm"] < 0.05
-    assert t.loc["bad", "positive_control"] == "NOT resolved"
+    assert claims.is_harm(t.loc["bad", "verdict_kind"]) and t.loc["bad", "positive_control"] == "resolved"
+    line = [ln for ln in claims.positive_control_lines(t.reset_index()) if "bad" in ln][0]
+    assert line.startswith("positive control bad: resolved (not training its blocks: gap +") and "NOT" not in line
+    assert "beat the frozen-blocks control in" in line and "Holm over 4 rows of recipe vs hp" in line
+    assert not claims.no_claims(t.reset_index(), True)   # a resolved control: the banner does not say smoke test
 
 
 def test_claims_table_refusals():
@@ -205,8 +211,9 @@ def test_control_check_tidy_seeds_are_ints_and_entropy_counts():
     table, clear, sentence = claims.control_check(f, "recipe", "hp", entropy=5.0)   # hp at ~5.2 nats: above it
     assert not clear and "NOT below the unigram entropy" in sentence
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["fp4"])
-    lines = claims.headline(t, clear, sentence)
-    assert lines[0].startswith("SMOKE TEST, no claims drawn") and "fp4: resolved" in lines[1]
+    lines = claims.headline(t, clear, sentence)   # "boom" diverged in 1/4 seeds: said before the smoke test
+    assert lines[0] == "DIVERGED: boom in 1/4 seeds: a harm whatever the control check says"
+    assert lines[1].startswith("SMOKE TEST, no claims drawn") and "fp4: resolved" in lines[2]
     # no control: nothing to check against (None) unless the baseline is above the unigram entropy (a smoke test)
     assert claims.control_check(f[~f.freeze_blocks], "recipe", "hp")[1] is None
 
@@ -292,7 +299,8 @@ def test_a_variant_diverged_in_one_seed_of_three_is_never_equivalent():
     assert t.loc["half", "verdict"] == "diverged in 1/3 seeds" and t.loc["half", "n_diverged"] == 1
     assert t.loc["half", "n"] == 2 and t.loc["half", "n_seeds"] == 3 and t.loc["half", "seeds"] == "1 2"
     assert t.loc["all", "verdict"] == "diverged in 3/3 seeds" and t.loc["all", "positive_control"] == "resolved"
-    assert t.loc["same", "verdict"] == "equivalent within ±0.056" and t.loc["same", "n_diverged"] == 0
+    assert t.loc["same", "verdict"].startswith("equivalent within ±0.056 (a harm up to +")
+    assert t.loc["same", "n_diverged"] == 0
     assert claims.positive_control_lines(t.reset_index()) == ["positive control all: resolved (diverged in 3/3 seeds)"]
     assert claims.is_harm(t.loc["half", "verdict_kind"]) and not claims.is_harm(t.loc["same", "verdict_kind"])
 
@@ -317,7 +325,8 @@ def test_a_diverged_baseline_seed_is_said_in_its_rows():
     f.loc[(f.recipe == "hp") & ~f.freeze_blocks & (f.seed == 2), "final_val_loss"] = math.nan
     r = claims.claims_table(f, "recipe", "hp").iloc[0]
     assert r.n_diverged_baseline == 1 and r.n_diverged == 0 and r.n == 3 and r.seeds == "0 1 3"
-    assert r.verdict == "equivalent within ±0.01 (baseline diverged in 1/4 seeds: pairs dropped)"
+    assert r.verdict == (f"equivalent within ±0.01 (a harm up to {r.ci_hi:+.2g} not excluded) (baseline diverged in "
+                         "1/4 seeds: pairs dropped)")
     done = f.assign(status="completed")
     done.loc[(done.recipe == "hp") & ~done.freeze_blocks & (done.seed == 0), "status"] = "did_not_learn"
     assert claims.claims_table(done, "recipe", "hp").iloc[0].n_diverged_baseline == 2
@@ -356,7 +365,8 @@ def test_the_default_margin_excludes_every_known_harm_of_the_cpu_format_study():
         assert t.loc[k, "equiv_bound"] > claims.DELTA_NATS
     assert t.loc["positive", "positive_control"] == "resolved"
     for k in ("fp8_hybrid", "E4M3", "E5M2"):
-        assert t.loc[k, "verdict"] == "equivalent within ±0.01" and t.loc[k, "equiv_bound"] < claims.DELTA_NATS
+        assert t.loc[k, "verdict"] == f"equivalent within ±0.01 (a harm up to {t.loc[k, 'ci_hi']:+.2g} not excluded)"
+        assert t.loc[k, "equiv_bound"] < claims.DELTA_NATS
     assert t.loc["fp8_hybrid", "equiv_bound"] == pytest.approx(0.0039, abs=1e-4)   # "equivalent within ±0.004"
     stated = claims.claims_table(_cpu_formats_frame(), "recipe", "hp", delta=0.05).set_index("level")
     assert (stated.delta_nats == 0.05).all() and stated.loc["E7M0", "p_tost"] < paired_stats.ALPHA   # a stated δ wins
@@ -462,8 +472,11 @@ def test_a_smoke_study_prints_gaps_and_no_verdict_words():
 
     f = _study_frame()
     t = claims.claims_table(f, "recipe", "hp", positive_controls=["fp4"], smoke=True)
-    assert t.smoke.all() and (t.verdict == claims.SMOKE).all() and (t.positive_control.isin(["", "not judged "
+    div = t.level == "boom"   # diverged in 1/4 seeds: that verdict wins over the smoke test (issue 47 item 6)
+    assert t.smoke.all() and (t.verdict[~div] == claims.SMOKE).all() and (t.positive_control.isin(["", "not judged "
                                                                                               "(smoke test)"])).all()
+    assert list(t.verdict[div]) == ["diverged in 1/4 seeds"]
+    t = t[~div].reset_index(drop=True)
     lines = claims.report_lines(t, False, "baseline above the unigram entropy")
     view = claims_view.readable(t)
     assert view.smoke.all() and (view.verdict == claims.SMOKE).all()
@@ -552,6 +565,9 @@ def test_print_claims_shows_each_comparisons_own_by_keys_and_value(tmp_path, cap
     heads = [i for i, ln in enumerate(out) if ln.startswith("claims: ")]
     assert [out[i].split(" (")[0] for i in heads] == ["claims: recipe vs hp", "claims: lr vs 0.003"]
     assert all("value final_val_loss" in out[i] and "δ = " in out[i] for i in heads)
-    cols = [out[i + 1].split() for i in heads]
+    # each table under the line naming its verdicts' family (issue 47 item 4); a constant gap has no p: 1 row
+    assert [out[i + 1] for i in heads] == ["verdicts judged as: Holm over 1 row of recipe vs hp",
+                                           "verdicts judged as: Holm over 1 row of lr vs 0.003"]
+    cols = [out[i + 2].split() for i in heads]
     assert cols[0][:2] == ["lr", "level"] and cols[1][:2] == ["recipe", "level"]   # each table's own key
     assert "n_diverged" in cols[0] and "equiv_bound" in cols[0] and "smoke" in cols[0] and "ci_level" in cols[0]

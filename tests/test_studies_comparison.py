@@ -73,3 +73,17 @@ def test_no_claims_are_computed_when_a_study_loads(monkeypatch):
     assert s.comparisons[0].label == "recipe vs hp"
     with pytest.raises(AssertionError, match="claims computed at load"):   # the claims still use it, on demand
         s._claims_of(__import__("pandas").DataFrame(), s.comparisons[0])
+
+
+def test_a_paper_finding_states_its_design_differences_and_a_bad_one_is_one_line():
+    """Issue 47 item 6: the papers table states how the bench's design differs from the paper's, per finding."""
+    rec = _study([{"axis": "recipe", "baseline": "hp", "paper": {"fp8_e4m3": "worse"},
+                   "design_differences": {"fp8_e4m3": "one block, not 48"}}]).comparisons[0]
+    assert rec.design_differences == (("fp8_e4m3", "one block, not 48"),)
+    for bad, match in [({"fp8_hybrid": "x"}, r"design_differences names 'fp8_hybrid', which has no paper finding; "
+                                             r"valid levels: \['fp8_e4m3'\]"),
+                       ({"fp8_e4m3": ""}, r"design_differences=\{'fp8_e4m3': ''\} must be a mapping \{level: text\}"),
+                       ("text", r"design_differences='text' must be a mapping")]:
+        with pytest.raises(ValueError, match=match) as e:
+            _study([{"axis": "recipe", "baseline": "hp", "paper": {"fp8_e4m3": "worse"}, "design_differences": bad}])
+        assert "\n" not in str(e.value)

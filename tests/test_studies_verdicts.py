@@ -12,14 +12,15 @@ from scipy import stats as sps
 from altgrad_lib.io import write_csv
 from altgrad_lib.studies import claims
 from altgrad_lib.studies.sequential import _judged
-from altgrad_lib.studies.verdicts import FAMILY_COLUMN, KIND_COLUMN, Kind, Verdict, decide, verdict_words, words
+from altgrad_lib.studies.verdicts import (FAMILY_COLUMN, KIND_COLUMN, Kind, Verdict, decide, family_words, short_words,
+                                         verdict_words, words)
 
 
 def test_construction_and_the_row_it_reads_back():
     v = Verdict(Kind.EQUIVALENT, n=3, n_seeds=3, gap=0.001, ci_lo=-0.004, ci_hi=0.006, level=0.9, p=0.8,
                 p_tost=0.01, delta=0.01, mde=0.02, family="Holm over 2 rows of recipe vs hp")
     assert v.kind is Kind.EQUIVALENT and not v.harm and not v.open and not v.sequential
-    assert verdict_words(v) == "equivalent within ±0.01"
+    assert verdict_words(v) == "equivalent within ±0.01 (a harm up to +0.006 not excluded)"
     with pytest.raises(Exception):   # frozen
         v.kind = Kind.WORSE
     row = {"level": "E4M3", KIND_COLUMN: "worse", "n": 4, "n_seeds": 5, "n_diverged": 0, "n_diverged_baseline": 1,
@@ -49,7 +50,8 @@ def test_bad_values_fail_in_one_line_naming_them(make, match):
 def test_rule_order_and_the_words_each_kind_prints():
     """decide's order (claims.py's rules 0-6) and the exact words the committed notebooks and claims.csv hold."""
     base = dict(n=3, sig=True, eq=True, harmful=True, delta=0.01)
-    assert decide(**base, smoke=True, n_diverged=1) is Kind.SMOKE
+    assert decide(**base, smoke=True, n_diverged=1) is Kind.DIVERGED   # a divergence wins over a smoke test
+    assert decide(**base, smoke=True) is Kind.SMOKE
     assert decide(**base, n_diverged=1) is Kind.DIVERGED
     assert decide(**{**base, "n": 1}) is Kind.TOO_FEW
     assert decide(**base, control_ok=False) is Kind.BELOW_CONTROL
@@ -67,7 +69,7 @@ def test_rule_order_and_the_words_each_kind_prints():
                     Kind.EQUIVALENT: "equivalent within ±0.01", Kind.INCONCLUSIVE: "inconclusive",
                     Kind.NO_DELTA: "inconclusive (equivalence not tested: state delta)"}
     assert words(Kind.SMOKE, n_diverged_baseline=1, n_seeds=3) == "smoke test: no verdict"   # no note on a smoke
-    assert {k for k in Kind if k.harm} == {Kind.WORSE, Kind.BELOW_CONTROL, Kind.DIVERGED}
+    assert {k for k in Kind if k.harm} == {Kind.WORSE, Kind.BELOW_CONTROL, Kind.NOT_TRAINING, Kind.DIVERGED}
     assert {k for k in Kind if k.open} == {Kind.INCONCLUSIVE, Kind.NO_DELTA, Kind.TOO_FEW}
 
 
@@ -149,3 +151,34 @@ def test_the_sequential_verdict_uses_the_rule_without_made_up_p_values():
     eq = _judged(r, False, True, 0.01, 0.02, 0.05, True)
     assert eq[KIND_COLUMN] == "equivalent" and eq["ci_level"] == pytest.approx(0.96)
     assert eq["positive_control"] == "NOT resolved"
+
+
+def test_an_equivalence_says_the_harm_its_ci_does_not_exclude():
+    """Issue 47 item 6: a recipe with a real harm of ~+0.005 nats read "equivalent within ±0.01" at 6 seeds, true
+    at δ, silent on the harm left possible. The words name the CI's bound on the harmful side (the gap is variant −
+    baseline: above 0 is a harm when lower is better), here checked against scipy's paired-t 90 % CI (TOST's)."""
+    rng = np.random.default_rng(3)
+    base = 3.0 + rng.normal(0, 0.05, 6)
+    d = 0.0048 + np.array([-0.006, 0.005, 0.007, -0.004, 0.002, -0.004])   # a harm of +0.0048, 6 seeds
+    f = pd.DataFrame([{"recipe": r, "seed": s, "final_val_loss": b + (g if r == "x" else 0.0)}
+                      for s, (b, g) in enumerate(zip(base, d)) for r in ("hp", "x")])
+    r = claims.claims_table(f, "recipe", "hp").iloc[0]
+    lo, hi = sps.t.interval(0.90, len(d) - 1, loc=d.mean(), scale=sps.sem(d))   # scipy's 90 % CI (TOST at α)
+    assert Kind.of(r[KIND_COLUMN]) is Kind.EQUIVALENT and hi < 0.01 and d.mean() > 0
+    assert r.verdict == f"equivalent within ±0.01 (a harm up to {hi:+.2g} not excluded)"
+    assert r.ci_hi == pytest.approx(hi) and r.ci_lo == pytest.approx(lo)
+    # the harmful side follows the comparison's direction; a CI wholly on the side of a benefit leaves no harm
+    assert words(Kind.EQUIVALENT, delta=0.01, harm_bound=0.008) == (
+        "equivalent within ±0.01 (a harm up to +0.008 not excluded)")
+    assert words(Kind.EQUIVALENT, delta=0.01, harm_bound=-0.0048, lower_is_better=False) == (
+        "equivalent within ±0.01 (a harm up to -0.0048 not excluded)")
+    assert words(Kind.EQUIVALENT, delta=0.01, harm_bound=-0.001) == "equivalent within ±0.01 (no harm in its CI)"
+    v = Verdict(Kind.EQUIVALENT, n=3, n_seeds=3, ci_lo=-0.007, ci_hi=0.002, delta=0.01, lower_is_better=False)
+    assert v.harm_bound == -0.007 and verdict_words(v) == "equivalent within ±0.01 (a harm up to -0.007 not excluded)"
+    assert short_words(v) == "equivalent within ±0.01"   # a figure's label stays short
+
+
+def test_family_words_name_the_rows_judged_together():
+    fam = "Holm over 7 rows of cpu_formats"
+    assert family_words([fam] * 3) == f"verdicts judged as: {fam}"
+    assert family_words(["a", "b", "a", float("nan"), ""]) == "verdicts judged as: a; b" and family_words([]) == ""

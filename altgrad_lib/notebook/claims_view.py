@@ -21,16 +21,21 @@ import pandas as pd
 
 from altgrad_lib.notebook import table_view as tv
 from altgrad_lib.studies import claims, papers
-from altgrad_lib.studies.verdicts import Kind, Verdict
+from altgrad_lib.studies.verdicts import FAMILY_COLUMN, Kind, Verdict, family_words
 
 PENDING = "**Status:** computed after the runs are trained and judged (this line is replaced then)."
 
 
-def status_markdown(lines: Sequence[str], smoke: bool) -> str:
+def status_markdown(lines: Sequence[str], smoke: bool, diverged: Sequence[str] = ()) -> str:
     """The banner's text: "SMOKE TEST" (`smoke`: the runs carry no claims, claims.no_claims: the control check
-    failed or a positive control is not resolved) or "CLAIMS" in bold, then the headline lines (claims.headline)."""
+    failed or a positive control is not resolved) or "CLAIMS" in bold, then the headline lines (claims.headline).
+    `diverged` (claims.diverged_rows: "E7M0 in 1/4 seeds") wins over a smoke test: a divergence is a harm whatever
+    the control check says, so the banner leads with it."""
     head = ("**SMOKE TEST: no claims are drawn from these runs.**" if smoke else
             "**Claims:** the control check is clear; the verdicts below are read at the stated α, δ and MDE.")
+    if smoke and diverged:
+        head = (f"**DIVERGED: {', '.join(diverged)}: a harm.** Otherwise a smoke test: no other claim is drawn from "
+                "these runs.")
     return "\n".join([head, "", *[f"- {ln}" for ln in lines]])
 
 
@@ -49,9 +54,10 @@ class StatusBanner:
         self.header = line
         self._show()
 
-    def update(self, lines: Sequence[str], smoke: bool) -> str:
-        """Show the headline `lines` under SMOKE TEST (`smoke`, claims.no_claims) or Claims."""
-        self.text = status_markdown(lines, smoke)
+    def update(self, lines: Sequence[str], smoke: bool, diverged: Sequence[str] = ()) -> str:
+        """Show the headline `lines` under SMOKE TEST (`smoke`, claims.no_claims) or Claims; DIVERGED first when a
+        row `diverged` (status_markdown)."""
+        self.text = status_markdown(lines, smoke, diverged)
         self._show()
         return self.text
 
@@ -100,11 +106,13 @@ def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> tv.Table:
     with no value in any row (the p-values of one seed) named under it instead of shown empty."""
     if table.empty:
         return tv.table(pd.DataFrame(columns=["level", "verdict"]))
+    fams = families(table)
     keys = list(dict.fromkeys([*keys, *[c for c in claims.by_columns(table) if table[c].notna().any()]]))
     seeds = table.n_seeds if "n_seeds" in table else table.n
     frame = pd.DataFrame({
         **{k: table[k] for k in keys},
         "level": table.level, "verdict": table.verdict,
+        **({"family": table[FAMILY_COLUMN]} if len(fams) > 1 else {}),
         "gap nats [CI]": [tv.gap_ci(g, lo, hi) for g, lo, hi in zip(table.gap_nats, table.ci_lo, table.ci_hi)],
         "CI": [ci_label(k, lv, "p_bound" in table) or tv.NONE for k, lv in zip(kinds(table), table.ci_level)],
         "n pairs": table.n,
@@ -120,7 +128,15 @@ def readable(table: pd.DataFrame, keys: Sequence[str] = ()) -> tv.Table:
         "control": table.control, "smoke": table.smoke.astype(bool),
         "value": table["value"] if "value" in table else "",
     }).reset_index(drop=True)
-    return tv.table(frame, keys=[*keys, "level"])
+    return tv.table(frame, keys=[*keys, "level"], caption=family_words(fams) if len(fams) == 1 else "")
+
+
+def families(table: pd.DataFrame) -> list[str]:
+    """The verdict families of a claims table's rows (verdicts.Verdict.family), each once, in row order; [] for a
+    table without the column."""
+    if FAMILY_COLUMN not in table:
+        return []
+    return [f for f in dict.fromkeys(table[FAMILY_COLUMN].tolist()) if isinstance(f, str) and f]
 
 
 def _nats(v: float) -> str:
@@ -133,20 +149,23 @@ def _holm(v: float) -> str:
 
 def verdict_sentence(table: pd.DataFrame, level: Any) -> str:
     """"<level>: <verdict> (gap +0.0123 nats [+0.0081, +0.0165] 99.4 % (Holm) CI, Holm p 0.012, worse in 3/3; MDE
-    0.004 nats, δ 0.010 nats, data support ±0.015 nats; diverged 0/3, baseline 0/3)": prose from one claims row, with
-    table_view's digits; a smoke-test row has its gap and no verdict."""
+    0.004 nats, δ 0.010 nats, data support ±0.015 nats; diverged 0/3, baseline 0/3; Holm over 7 rows of recipe vs
+    hp)": prose from one claims row, with table_view's digits, naming the verdict's family; a smoke-test row has its
+    gap and no verdict."""
     r = table[table.level == level]
     if r.empty:
         return f"{level}: no claim (not compared)"
     r = r.iloc[0]
+    v = Verdict.from_row(r)
     gap, _, bounds = tv.gap_ci(r.gap_nats, r.ci_lo, r.ci_hi).partition(" ")   # the CI with the gap's decimals
-    ci = f" {bounds} {ci_label(Verdict.from_row(r).kind, r.ci_level, 'p_bound' in r)} CI" if bounds else ""
-    if bool(r.smoke):   # the gap and the seeds without a result, no verdict word
+    ci = f" {bounds} {ci_label(v.kind, r.ci_level, 'p_bound' in r)} CI" if bounds else ""
+    fam = f"; {v.family}" if v.family else ""
+    if bool(r.smoke) and v.kind is Kind.SMOKE:   # the gap and the seeds without a result, no verdict word
         return (f"{level}: {r.verdict} (gap {gap} nats{ci}; seeds with no result: {r.n_diverged}/"
                 f"{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds})")
     seeds = f"diverged {r.n_diverged}/{r.n_seeds}, baseline {r.n_diverged_baseline}/{r.n_seeds}"
     return (f"{level}: {r.verdict} (gap {gap} nats{ci}, Holm p {_holm(r.p_holm)}, {r.signs}; "
-            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds})")
+            f"MDE {_nats(r.mde_nats)}, δ {_nats(r.delta_nats)}, data support ±{_nats(r.equiv_bound)}; {seeds}{fam})")
 
 
 def claims_headline(table: pd.DataFrame, lines: Sequence[str]) -> str:
@@ -160,10 +179,12 @@ def expectations(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> l
     the agreement papers.agreement's word from the row's verdict kind: "agrees" when the verdict is the expected
     one; "not reproduced beyond ±δ" when a direction (worse / better) was expected and the bench finds
     equivalence: that rules out an effect larger than δ here, not a smaller one in the same direction;
-    "contradicts" (the sentence says "DISAGREES") for any other decisive verdict (the opposite direction, or a
-    difference where equivalence was expected); else "cannot tell" (the verdict, e.g. inconclusive, too few seeds
-    or a smoke test, with the row's MDE); "diverged in k/n seeds" agrees with an expected "worse". Levels the
-    table lacks are skipped. The sentences are built from the table only."""
+    "contradicts" (the sentence says "DISAGREES") for any other decisive verdict resolved beyond ±δ (the opposite
+    direction, or a difference where equivalence was expected); the same verdict with a CI reaching inside ±δ reads
+    "opposite sign, not shown beyond ±δ" / "a difference, not shown beyond ±δ"; else "cannot tell" (the verdict,
+    e.g. inconclusive, too few seeds or a smoke test, with the row's MDE); "diverged in k/n seeds" agrees with an
+    expected "worse". Each sentence names the verdict's family. Levels the table lacks are skipped. The sentences
+    are built from the table only."""
     out = []
     for level, (want, source) in expected.items():
         r = table[table.level == level]
@@ -171,8 +192,10 @@ def expectations(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> l
             continue
         r = r.iloc[0]
         got = str(r.verdict)
-        nums = f"gap {tv.gap(r.gap_nats)} nats, Holm p {_holm(r.p_holm)}, MDE {_nats(r.mde_nats)}"
-        said = papers.agreement(want, Verdict.from_row(r).kind)   # one rule for every paper-vs-bench comparison
+        v = Verdict.from_row(r)
+        nums = (f"gap {tv.gap(r.gap_nats)} nats, Holm p {_holm(r.p_holm)}, MDE {_nats(r.mde_nats)}"
+                + (f"; {v.family}" if v.family else ""))
+        said = papers.agreement(want, v)   # one rule for every paper-vs-bench comparison
         if said == papers.AGREES:
             line = f"{level}: agrees with {source} ({want} vs {r.baseline}; {nums})"
         elif said == papers.NOT_REPRODUCED:
@@ -181,6 +204,9 @@ def expectations(table: pd.DataFrame, expected: dict[Any, tuple[str, str]]) -> l
         elif said == papers.CONTRADICTS:
             line = (f"{level}: DISAGREES with {source}: {source} reports {want} vs {r.baseline}, the bench "
                     f"finds {got} ({nums})")
+        elif said in (papers.OPPOSITE_WITHIN, papers.DIFFERS_WITHIN):
+            line = (f"{level}: {said}: {source} reports {want} vs {r.baseline}, the bench finds {got} ({nums}); "
+                    "an effect this size is not shown beyond δ, so it does not contradict the paper")
         else:
             line = (f"{level}: cannot tell whether it agrees with {source} ({want} expected vs {r.baseline}): "
                     f"{got} ({nums})")
@@ -222,7 +248,11 @@ def claims_tables(table: pd.DataFrame, keys: Sequence[str] = ()) -> list[tv.Tabl
     const = [c for c in ("value", "smoke") if f[c].nunique() == 1]
     said = {"value": lambda v: f"value compared: {v}", "smoke": lambda v: "smoke test: " + ("yes" if v else "no")}
     note = "; ".join(said[c](f[c].iloc[0]) for c in const)
-    cols = (VERDICT_COLUMNS, SEED_COLUMNS, (*TEST_COLUMNS, *(c for c in ("value", "smoke") if c not in const)))
+    fams = families(table)
+    if len(fams) == 1:   # one family for every row: said once above the table, not down a column
+        note = "; ".join(x for x in (family_words(fams), note) if x)
+    cols = ((*VERDICT_COLUMNS, *(["family"] if len(fams) > 1 else [])), SEED_COLUMNS,
+            (*TEST_COLUMNS, *(c for c in ("value", "smoke") if c not in const)))
     caps = (_CAPTIONS[0] + (f"\n({note})" if note else ""), *_CAPTIONS[1:])
     return [tv.table(f[[*lead, *c]], keys=lead, caption=cap) for c, cap in zip(cols, caps)]
 
@@ -271,8 +301,14 @@ class ClaimsReport:
                             "\n".join(self.rules)])
 
     def status(self) -> str:
-        """The status banner's text without Markdown bold: SMOKE TEST / Claims, then the headline lines."""
-        return status_markdown(self.lines, self.no_claims).replace("**", "")
+        """The status banner's text without Markdown bold: DIVERGED / SMOKE TEST / Claims, then the headline
+        lines."""
+        return status_markdown(self.lines, self.no_claims, self.diverged).replace("**", "")
+
+    @property
+    def diverged(self) -> list[str]:
+        """claims.diverged_rows: the rows whose verdict is "diverged" ("E7M0 in 1/4 seeds"), by their kind."""
+        return claims.diverged_rows(self.claims)
 
     @property
     def no_claims(self) -> bool:
@@ -351,7 +387,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
     if write is not None:
         claims.write_claims(table, write)
     if status is not None:
-        status.update(rep.lines, rep.no_claims)
+        status.update(rep.lines, rep.no_claims, rep.diverged)
     if show:
         rep.show()
     return rep
@@ -360,7 +396,9 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
 def paper_view(table: pd.DataFrame) -> tv.Table:
     """studies.papers.paper_table as a narrow table: the level and its baseline (with the comparison's `by` keys),
     what the paper found, what AltGrad finds (the claims verdict), the agreement, then the gap [CI at the verdict's
-    level], the MDE and the seeds. Rows with no claims row read "not run" and "none" for the numbers."""
+    level], the MDE and the seeds, whether the design differs from the paper's (the texts in the caption, "none
+    stated") and the verdict's family (in the caption when every row shares one, else a column). Rows with no claims
+    row read "not run" and "none" for the numbers."""
     cols = {k: table[k] if k in table else pd.Series(np.nan, index=table.index) for k in
             ("gap_nats", "ci_lo", "ci_hi", "mde_nats", "n_seeds")}
     by = [k for k in table.columns if k not in papers.PAPER_COLUMNS]   # a comparison's `by` keys: said in "vs"
@@ -373,10 +411,18 @@ def paper_view(table: pd.DataFrame) -> tv.Table:
         "MDE nats": cols["mde_nats"].map(tv.margin),
         "seeds": cols["n_seeds"].map(lambda v: tv.NONE if tv.missing(v) else str(int(v))),
     }).reset_index(drop=True)
-    return tv.table(frame, keys=["level"])
+    diffs = [t if isinstance(t, str) else "" for t in table.get("design_differences", pd.Series("", table.index))]
+    frame["design vs paper"] = ["differs (caption)" if t else "none stated" for t in diffs]
+    fams = families(table.rename(columns={"family": FAMILY_COLUMN})) if "family" in table else []
+    if len(fams) > 1:
+        frame["family"] = table["family"].to_numpy()
+    said = dict.fromkeys(f"{lv}: {t}" for lv, t in zip(table.level, diffs) if t)   # a text once per level
+    caption = "\n".join([*([family_words(fams)] if len(fams) == 1 else []),
+                         *(["design differences from the paper:", *said] if said else [])])
+    return tv.table(frame, keys=["level"], caption=caption)
 
 
 __all__ = ["PENDING", "StatusBanner", "status_markdown", "ci_label", "readable", "verdict_sentence",
-           "claims_headline", "kinds", "expectations",
+           "claims_headline", "kinds", "families", "expectations",
            "expectation_lines", "paper_view", "VERDICT_COLUMNS", "SEED_COLUMNS", "TEST_COLUMNS",
            "claims_tables", "ClaimsReport", "claims_report"]

@@ -45,16 +45,20 @@ full configuration (every other varied key equal). Per row (`claims_table`):
 
 Verdicts, in this order (`verdict_kind`, decided by verdicts.decide; `verdict` its words, verdicts.words); a
 diverged baseline seed appends "(baseline diverged in k/n seeds: pairs dropped)" to any of them:
-  0. "smoke test: no verdict"               the control check failed: the baseline did not clearly beat its
+  0. "diverged in k/n seeds"                any diverged variant seed: a harm (a positive control is resolved),
+                                            in a smoke test too (a divergence needs no control check)
+  1. "smoke test: no verdict"               the control check failed: the baseline did not clearly beat its
                                             frozen-blocks control, or sits above the unigram entropy
-  1. "diverged in k/n seeds"                any diverged variant seed: a harm (a positive control is resolved)
   2. "too few seeds (n = k pairs)"          fewer than 2 pairs
   3. "worse (below its frozen-blocks control)"  not beating the frozen-blocks control in every seed, with a
                                             Holm-significant harmful gap; without that gap:
-     "not training its blocks"              whatever its p-value
+     "not training its blocks"              whatever its p-value: a harm all the same (is_harm)
   4. "worse" / "better"                     p_holm < α (α = 0.05); sign from gap_nats (lower is better for losses)
-  5. "equivalent within ±δ"                 p_tost < α (TOST is not Holm-adjusted: each equivalence claim stands
-                                            on its own two one-sided tests at α)
+  5. "equivalent within ±δ (a harm up to +h not excluded)"  p_tost < α (TOST is not Holm-adjusted: each
+                                            equivalence claim stands on its own two one-sided tests at α); h is
+                                            the 90 % CI's bound on the harmful side (gap above 0 when lower is
+                                            better): what the equivalence leaves possible ("no harm in its CI"
+                                            when the CI lies on the side of a benefit)
   6. "inconclusive"                         otherwise: the data cannot tell; mde_nats says how large an effect the
                                             table could have seen. Never read this as "no effect". Without a δ:
                                             "inconclusive (equivalence not tested: state delta)"
@@ -110,21 +114,25 @@ def verdict_kind(row: Mapping[str, Any], alpha: float = ALPHA, lower_is_better: 
                   delta=float(row.get("delta_nats", math.nan)))
 
 
-def _words(kind: Kind, row: Mapping[str, Any]) -> str:
+def _words(kind: Kind, row: Mapping[str, Any], lower_is_better: bool = True) -> str:
+    """verdicts.words of `row`; an equivalence says the harm its CI (ci_lo / ci_hi, the verdict's level) leaves."""
     k = int(row.get("n_diverged") or 0)
+    bound = float(row.get("ci_hi" if lower_is_better else "ci_lo", math.nan))
     return words(kind, n=int(row["n"]), n_seeds=int(row.get("n_seeds") or row["n"] + k), n_diverged=k,
                  n_diverged_baseline=int(row.get("n_diverged_baseline") or 0),
-                 delta=float(row.get("delta_nats", math.nan)))
+                 delta=float(row.get("delta_nats", math.nan)), harm_bound=bound, lower_is_better=lower_is_better)
 
 
 def verdict(row: Mapping[str, Any], alpha: float = ALPHA, lower_is_better: bool = True) -> str:
     """The words of one row's verdict (`verdict_kind` rendered by verdicts.words): what the `verdict` column
-    shows; code decides by the kind."""
-    return _words(verdict_kind(row, alpha, lower_is_better), row)
+    shows; code decides by the kind. An equivalence names the harm the row's ci_lo / ci_hi leave (when it has
+    them: judge computes them at the verdict's level)."""
+    return _words(verdict_kind(row, alpha, lower_is_better), row, lower_is_better)
 
 
 def is_harm(kind: Kind | str) -> bool:
-    """A verdict kind that says the variant is worse: worse, worse below its frozen-blocks control, diverged."""
+    """A verdict kind that says the variant is worse: every harm label (verdicts.Kind.harm): worse, worse below its
+    frozen-blocks control, not training its blocks, diverged."""
     return Kind.of(kind).harm
 
 
@@ -138,12 +146,8 @@ def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER,
     t["p_holm"] = holm(t.p_paired.to_numpy(float))
     m = max(1, int(np.isfinite(t.p_paired.to_numpy(float)).sum()))
     t["mde_nats"] = [verdict_mde(int(n), float(sd), m, alpha, power) for n, sd in zip(t.n, t.sd_nats)]
-    records = t.to_dict("records")
-    kinds = [verdict_kind(r, alpha, lower_is_better) for r in records]
-    t["verdict"] = [_words(k, r) for k, r in zip(kinds, records)]
-    t[KIND_COLUMN] = [k.value for k in kinds]
+    kinds = [verdict_kind(r, alpha, lower_is_better) for r in t.to_dict("records")]
     what = ", ".join(dict.fromkeys(map(str, t.comparison))) if "comparison" in t else ""
-    t[FAMILY_COLUMN] = holm_family(m, what)
     p, ph = t.p_paired.to_numpy(float), t.p_holm.to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         a_row = np.where(np.isfinite(ph) & (ph > 0), alpha * p / ph, alpha / m)   # Holm's level for this row
@@ -152,6 +156,10 @@ def judge(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER,
     level = np.where(smoke, 0.95, level)
     t["ci_level"] = level
     t["ci_lo"], t["ci_hi"] = ci_at(t.gap_nats, t.sd_nats, t.n, level)
+    # the words after the CI: an equivalence names the harm its CI leaves
+    t["verdict"] = [_words(k, r, lower_is_better) for k, r in zip(kinds, t.to_dict("records"))]
+    t[KIND_COLUMN] = [k.value for k in kinds]
+    t[FAMILY_COLUMN] = holm_family(m, what)
     pc = (t.positive_control.astype(str) != "").to_numpy()
     t.loc[pc, "positive_control"] = [positive_control_state(k, s) for k, s, c in zip(kinds, smoke, pc) if c]
     return t
@@ -161,8 +169,10 @@ PC_RESOLVED, PC_NOT_JUDGED, PC_NOT_RESOLVED = "resolved", "not judged (smoke tes
 
 
 def positive_control_state(kind: Kind | str, smoke: bool = False) -> str:
-    """A positive control's column: "resolved" when its verdict kind is a harm (is_harm), "not judged (smoke
-    test)" in a smoke test, else "NOT resolved"."""
+    """A positive control's column: "resolved" when its verdict kind is a harm (is_harm; a divergence in a smoke
+    test too), "not judged (smoke test)" for any other kind of a smoke test, else "NOT resolved"."""
+    if Kind.of(kind) is Kind.DIVERGED:
+        return PC_RESOLVED
     if smoke:
         return PC_NOT_JUDGED
     return PC_RESOLVED if is_harm(kind) else PC_NOT_RESOLVED
@@ -334,11 +344,24 @@ def control_check(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "f
     return table, clear, sentence
 
 
+def diverged_rows(table: pd.DataFrame) -> list[str]:
+    """"<level> in k/n seeds" for each row whose verdict is "diverged" (by its kind): a harm that a smoke test does
+    not hide."""
+    if table.empty or KIND_COLUMN not in table:
+        return []
+    return [f"{r['level']} in {v.n_diverged}/{v.n_seeds} seeds" for r in table.to_dict("records")
+            for v in [Verdict.from_row(r)] if v.kind is Kind.DIVERGED]
+
+
 def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: str = "") -> list[str]:
     """The lines a claims output starts with: an unresolved positive control, then whether these runs can carry
-    claims at all (control check), then the resolved positive controls."""
+    claims at all (control check; a smoke test with a diverged row says it first: a divergence is a harm without a
+    control check), then the resolved positive controls."""
     pcs = _positive_controls(table) if len(table) else []
     lines = [ln for state, ln in pcs if state == PC_NOT_RESOLVED]
+    div = diverged_rows(table)
+    if control_clear is False and div:
+        lines.append(f"DIVERGED: {', '.join(div)}: a harm whatever the control check says")
     if control_clear is False:
         lines.append(f"SMOKE TEST, no claims drawn from these runs: {control_sentence}")
     elif control_clear is None:
@@ -390,16 +413,20 @@ def _positive_controls(table: pd.DataFrame) -> list[tuple[str, str]]:
         state = positive_control_state(v.kind, isinstance(r.get("smoke"), (bool, np.bool_)) and bool(r["smoke"]))
         if state == PC_RESOLVED:
             how = (f"{r['verdict']}" if v.kind is Kind.DIVERGED else
+                   f"{r['verdict']}: gap {r['gap_nats']:+.4f} nats, Holm p {r['p_holm']:.3g}, {r['signs']}"
+                   if v.kind is Kind.NOT_TRAINING else
                    f"{r['verdict']} by {r['gap_nats']:+.4f} nats, Holm p {r['p_holm']:.3g}, {r['signs']}")
-            also = f"; {r['control']}" if v.kind is Kind.BELOW_CONTROL else ""
-            out.append((state, f"positive control {r['level']}: resolved ({how}{also})"))
+            also = f"; {r['control']}" if v.kind in (Kind.BELOW_CONTROL, Kind.NOT_TRAINING) else ""
+            fam = f"; {v.family}" if v.family and v.kind is not Kind.DIVERGED else ""
+            out.append((state, f"positive control {r['level']}: resolved ({how}{also}{fam})"))
         elif state == PC_NOT_JUDGED:
             out.append((state, f"positive control {r['level']}: not judged (smoke test; gap {r['gap_nats']:+.4f} "
                                "nats)"))
         else:
+            fam = f"; {v.family}" if v.family else ""
             out.append((state, f"positive control {r['level']} NOT resolved ({r['verdict']}; gap "
-                               f"{r['gap_nats']:+.4f} nats, MDE {r['mde_nats']:.4f}): this study cannot resolve an "
-                               "effect a known-harmful recipe has, so read no verdict below as evidence"))
+                               f"{r['gap_nats']:+.4f} nats, MDE {r['mde_nats']:.4f}{fam}): this study cannot "
+                               "resolve an effect a known-harmful recipe has, so read no verdict below as evidence"))
     return sorted(out, key=lambda x: x[0] != PC_NOT_RESOLVED)   # the unresolved first
 
 
@@ -413,8 +440,10 @@ def describe(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) ->
     if table.empty:
         return "no comparisons"
     if "smoke" in table and table.smoke.astype(bool).all():
+        div = ("; a row with a diverged seed keeps that verdict (a harm needs no control check)"
+               if diverged_rows(table) else "")
         return ("SMOKE TEST: gaps only, no verdict (the control check failed); paired by seed, gaps in nats, "
-                "95 % paired-t CIs")
+                f"95 % paired-t CIs{div}")
     deltas = sorted(set(np.round(table.delta_nats.dropna().to_numpy(float), 6)))
     delta_txt = (", ".join(f"{d:.4g}" for d in deltas) + " nats" if deltas
                  else "none (state `delta`: equivalence not tested)")
@@ -436,7 +465,7 @@ def write_claims(table: pd.DataFrame, path: Any) -> None:
 
 __all__ = ["DELTA_NATS", "DIVERGED_STATUSES", "COLUMNS", "EXTRA", "SEQUENTIAL", "SMOKE", "NOT_TRAINING",
            "WORSE_THAN_CONTROL", "INCONCLUSIVE", "NO_DELTA", "PC_RESOLVED", "PC_NOT_JUDGED", "PC_NOT_RESOLVED",
-           "verdict_kind", "verdict", "is_harm", "judge", "positive_control_state", "no_claims",
+           "verdict_kind", "verdict", "is_harm", "judge", "diverged_rows", "positive_control_state", "no_claims",
            "in_nats", "default_delta", "margin_line", "window_by_seed", "claims_table",
            "seed_gaps", "by_columns", "control_check", "headline", "report_lines", "positive_control_lines", "describe",
            "write_claims"]

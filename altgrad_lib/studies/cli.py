@@ -90,12 +90,14 @@ CLAIM_COLUMNS = ("level", "n_seeds", "n_diverged", "n_diverged_baseline", "n", "
 
 def print_claims(study, index) -> None:
     """The claims output of a study: its first lines (an unresolved positive control, a smoke-test warning), the rules
-    with δ and the MDE, then one table per comparison with its own `by` keys and value (ci_level: the level of the
-    CI beside each verdict, 0.90 beside TOST); claims.csv is written next to study.csv."""
+    with δ and the MDE, then one table per comparison with its own `by` keys and value, under the line naming its
+    verdicts' family (ci_level: the level of the CI beside each verdict, 0.90 beside TOST); claims.csv is written
+    next to study.csv."""
     import pandas as pd
 
     from altgrad_lib.studies.claims import by_columns  # deferred: --help needs no pandas/torch
     from altgrad_lib.studies.paired_stats import ALPHA  # deferred, as above
+    from altgrad_lib.studies.verdicts import FAMILY_COLUMN, family_words  # deferred, as above
 
     try:
         entropy = study.eval_entropy()
@@ -111,6 +113,9 @@ def print_claims(study, index) -> None:
             by = [c for c in by_columns(t) if t[c].notna().any()]   # this comparison's keys, not another's
             print(f"\nclaims: {name} (paired by seed, gaps in nats; value {t['value'].iloc[0]}; α = {ALPHA}; "
                   f"δ = {t.delta_nats.iloc[0]:.4g} nats; window {t.window_nats.iloc[0]:.4f} nats)")
+            fam = family_words(t[FAMILY_COLUMN]) if FAMILY_COLUMN in t else ""
+            if fam:   # every printed verdict names its family: once above the rows that share it
+                print(fam)
             seq = [c for c in ("look", "p_bound") if c in t]   # a sequential study: each row's last look, bound
             print(t[[*by, *[c for c in CLAIM_COLUMNS if c in t], *seq]].to_string(index=False))
     print(f"\n-> {study.claims_path}")

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.studies.runs import axis_value
 
-COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source")
+COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source", "design_differences")
 # what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
 # not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
 PAPER_FINDINGS = ("worse", "better", "equivalent", "not_worse", "not_better", "diverged")
@@ -32,8 +32,10 @@ class Comparison:
     """A study comparison: `axis` levels against `baseline` (the index's value), paired by seed within each
     combination of `by_columns` (the stated `by`, else every other index column but the seed); `levels` only these
     (index values; () every level); `value` the loss compared; `delta` the equivalence margin in nats (None: the
-    default, claims.default_delta); `paper` ((level, finding), ...) and `source` for the papers table; `by` the
-    columns as stated (the papers table names them); `spec` the mapping as written (for messages)."""
+    default, claims.default_delta); `paper` ((level, finding), ...) and `source` for the papers table, with
+    `design_differences` ((level, text), ...): how this bench's design differs from the paper's for that finding
+    (e.g. the share of GEMMs kept in high precision); `by` the columns as stated (the papers table names them);
+    `spec` the mapping as written (for messages)."""
     axis: str
     baseline: Any
     by_columns: tuple[str, ...]
@@ -43,6 +45,7 @@ class Comparison:
     levels: tuple = ()
     paper: tuple[tuple[Any, str], ...] = ()
     source: str = ""
+    design_differences: tuple[tuple[Any, str], ...] = ()
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -121,6 +124,16 @@ class Comparison:
                 found.append((study._as_recorded(axis, lv), finding))
         if "source" in c and not isinstance(c["source"], str):
             raise ValueError(f"study comparison {dict(c)}: source={c['source']!r} must be a string")
+        diffs = c.get("design_differences")
+        if diffs is not None:
+            named = [lv for lv, _ in found]
+            if not isinstance(diffs, Mapping) or not diffs or not all(isinstance(t, str) and t for t in diffs.values()):
+                raise ValueError(f"study comparison {dict(c)}: design_differences={diffs!r} must be a mapping "
+                                 f"{{level: text}} over the paper's levels; valid levels: {named}")
+            for lv in diffs:
+                if study._as_recorded(axis, lv) not in named:
+                    raise ValueError(f"study comparison {dict(c)}: design_differences names {lv!r}, which has no "
+                                     f"paper finding; valid levels: {named}")
         if axis == "recipe" and base in study.positive_controls:
             raise ValueError(f"study positive_controls {list(study.positive_controls)}: {base!r} is the baseline of "
                              f"comparison {dict(c)}, and a positive control is a variant that must come out worse "
@@ -133,6 +146,8 @@ class Comparison:
                    value=c.get("value", VALUE_COLUMNS[0]), delta=c.get("delta"),
                    levels=tuple(study.level(axis, v) for v in c.get("levels") or ()),
                    paper=tuple((study.level(axis, lv), f) for lv, f in found), source=c.get("source", ""),
+                   design_differences=tuple((study.level(axis, lv), t)
+                                            for lv, t in (c.get("design_differences") or {}).items()),
                    spec=dict(c))
 
 

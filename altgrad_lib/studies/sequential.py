@@ -179,10 +179,11 @@ def _judged(r: Mapping[str, Any], sig: bool, eq: bool, p_bound: float, p_bound_t
     delta = float(r.get("delta_nats", math.nan))
     kind = decide(n=int(r["n"]), n_diverged=k, smoke=smoke, control_ok=False if r.get("control_ok") is False else None,
                   sig=sig, eq=eq, harmful=bool((r["gap_nats"] > 0) == lower_is_better), delta=delta)
-    v = words(kind, n=int(r["n"]), n_seeds=int(r.get("n_seeds") or r["n"] + k), n_diverged=k,
-              n_diverged_baseline=int(r.get("n_diverged_baseline") or 0), delta=delta)
     level = 0.95 if smoke else 1 - 2 * p_bound_tost if kind is Kind.EQUIVALENT else 1 - p_bound
     lo, hi = ci_at(r["gap_nats"], r.get("sd_nats", math.nan), r["n"], level)
+    v = words(kind, n=int(r["n"]), n_seeds=int(r.get("n_seeds") or r["n"] + k), n_diverged=k,
+              n_diverged_baseline=int(r.get("n_diverged_baseline") or 0), delta=delta,
+              harm_bound=float(hi if lower_is_better else lo), lower_is_better=lower_is_better)
     out = {"verdict": v, KIND_COLUMN: kind.value, "ci_level": level, "ci_lo": float(lo), "ci_hi": float(hi),
            "mde_nats": verdict_mde(int(r["n"]), float(r.get("sd_nats", math.nan)), 1, p_bound)
            if p_bound > 0 else math.nan}
