@@ -117,7 +117,10 @@ def test_readable_displays_narrow_with_the_verdict_first_and_none_at_one_seed():
     assert list(r.columns[:2]) == ["level", "verdict"]
     text = r.to_string(index=False)
     assert all(len(line) <= tv.WIDTH for line in text.splitlines() if "no value in any row" not in line)
-    assert all(b.splitlines()[0].split()[0] == "level" for b in text.split("\n\n"))   # the level leads each block
+    cap = "verdicts judged as: Holm over 1 row of recipe vs hp"   # the rows' one family, above them (issue 47)
+    assert r._caption == cap and text.startswith(cap + "\n")
+    body = text.removeprefix(cap + "\n")
+    assert all(b.splitlines()[0].split()[0] == "level" for b in body.split("\n\n"))   # the level leads each block
     assert (r["p Holm"] == tv.NONE).all() and "p Holm" in text.splitlines()[-1]        # named, not an empty column
     assert "nan" not in text and "-0.0" not in text
     html = r._repr_html_()
