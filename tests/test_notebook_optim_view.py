@@ -69,8 +69,13 @@ def _row(**kw):
     # a table with the verdict-level CI (claims ci_lo / ci_hi / ci_level) prints that one, labelled
     ({"verdict": "equivalent within ±0.05", "verdict_kind": "equivalent", "p_tost": 0.01, "ci_level": 0.9,
       "ci_lo": 0.06, "ci_hi": 0.14},
-     "X is equivalent within ±0.05 nats (+0.1000 nats [+0.0600, +0.1400] 90 % (TOST) CI against R, worse in 3/3; "
-     "TOST p 0.01)."),
+     "X is equivalent within ±0.05 nats, a harm up to +0.14 not excluded (+0.1000 nats [+0.0600, +0.1400] 90 % (TOST) "
+     "CI against R, worse in 3/3; TOST p 0.01)."),
+    # issue 47: the words name what the equivalence leaves, and the family the verdict was judged in
+    ({"verdict": "equivalent within ±0.05", "verdict_kind": "equivalent", "p_tost": 0.01, "ci_level": 0.9,
+      "ci_lo": -0.03, "ci_hi": 0.02, "gap_nats": -0.005, "verdict_family": "Holm over 3 rows of optimizer vs adamw"},
+     "X is equivalent within ±0.05 nats, a harm up to +0.02 not excluded (-0.0050 nats [-0.0300, +0.0200] 90 % "
+     "(TOST) CI against R, worse in 3/3; Holm over 3 rows of optimizer vs adamw; TOST p 0.01)."),
     ({"verdict": "too few seeds", "verdict_kind": "too_few", "gap_lo": math.nan, "mde_nats": math.nan},
      "X: too few seeds (+0.1000 nats against R, worse in 3/3): these seeds cannot tell, which is not 'no effect'."),
 ])

@@ -20,7 +20,7 @@ import pandas as pd
 
 from altgrad_lib.notebook import claims_view
 from altgrad_lib.notebook.analysis import metrics_wide
-from altgrad_lib.studies.verdicts import Kind, Verdict
+from altgrad_lib.studies.verdicts import Kind, Verdict, not_excluded
 
 METRICS = ("stall_rate", "update_visibility", "mean_abs_dcode", "frac_dcode_1", "frac_dcode_ge2", "osc_ratio")
 
@@ -97,7 +97,7 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
         ci = f" [{r.ci_lo:+.4f}, {r.ci_hi:+.4f}] {claims_view.ci_label(v.kind, r.ci_level, seq)} CI"
     else:
         ci = f" [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}] 95 % CI" if math.isfinite(r.gap_lo) else ""
-    gap = f"{r.gap_nats:+.4f} nats{ci} against {ref}, {r.signs}"
+    gap = f"{r.gap_nats:+.4f} nats{ci} against {ref}, {r.signs}" + (f"; {v.family}" if v.family else "")
     noted = v.n_diverged_baseline > 0   # the words carry "(baseline diverged in k/n seeds: pairs dropped)"
     if v.kind is Kind.DIVERGED:
         return f"Negative result: {what} {r.verdict} ({gap} over the seeds that did not)."
@@ -107,7 +107,10 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
     if v.kind is Kind.BETTER:
         return f"{what} is better ({gap}; Holm p {r.p_holm:.3g})."
     if v.kind is Kind.EQUIVALENT:
-        return f"{what} is {r.verdict} nats ({gap}; TOST p {r.p_tost:.3g})."
+        left = not_excluded(v.harm_bound, v.lower_is_better)   # what the equivalence leaves (issue 47)
+        note = (f" (baseline diverged in {v.n_diverged_baseline}/{v.n_seeds} seeds: pairs dropped)" if noted else "")
+        return (f"{what} is equivalent within ±{v.delta:.3g} nats{note}{', ' + left if left else ''} ({gap}; TOST p "
+                f"{r.p_tost:.3g}).")
     if v.kind is Kind.NOT_TRAINING and not noted:
         return (f"{what}: not training its blocks ({gap}; {r.control}): it is not below the frozen-blocks control "
                 f"in every seed, so its gap says it failed to train, whatever its p.")
