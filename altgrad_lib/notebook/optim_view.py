@@ -107,7 +107,7 @@ def result_statement(table: pd.DataFrame, level: str, what: str) -> str:
     if v.kind is Kind.BETTER:
         return f"{what} is better ({gap}; Holm p {r.p_holm:.3g})."
     if v.kind is Kind.EQUIVALENT:
-        left = not_excluded(v.harm_bound, v.lower_is_better)   # what the equivalence leaves (issue 47)
+        left = not_excluded(v.harm_bound, v.lower_is_better)   # what the equivalence leaves possible
         note = (f" (baseline diverged in {v.n_diverged_baseline}/{v.n_seeds} seeds: pairs dropped)" if noted else "")
         return (f"{what} is equivalent within ±{v.delta:.3g} nats{note}{', ' + left if left else ''} ({gap}; TOST p "
                 f"{r.p_tost:.3g}).")
