@@ -171,7 +171,10 @@ def test_geoopt_riemannian_adam_on_stiefel_is_a_peer():
     s = stiefel_scale(shape)
     t = _rand(shape, 30)
     w_opt = s * msign(t / s)
-    f = lambda w: 0.5 * ((w - t) ** 2).sum()         # noqa: E731
+
+    def f(w):
+        return 0.5 * ((w - t) ** 2).sum()
+
     w0 = s * msign(_rand(shape, 31))
     ours = torch.nn.Parameter(w0.clone())
     opt = ManifoldMuon([{"params": [ours], "muon": True}], lr=0.1, momentum=0.0)
