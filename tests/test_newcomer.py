@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # ================================================================================================================
 
 def _makefile_extras() -> set[str]:
-    """The extras the Makefile's set-up installs (`pip install -e '.[a,b]'`)."""
-    m = re.search(r"pip install -q -e '\.\[([^\]]+)\]'", (ROOT / "Makefile").read_text())
+    """The extras the Makefile's set-up installs (`pip install ... -e '.[a,b]'` in its `install` macro)."""
+    make = (ROOT / "Makefile").read_text()
+    m = re.search(r"pip install -q [^\n]*-e '\.\[([^\]]+)\]'", make[make.find("define install"):])
     assert m, "the Makefile no longer installs the project with extras: update this test"
     return set(m.group(1).split(","))
 
