@@ -226,19 +226,21 @@ def test_curves_by_config_name_each_configuration_once():
 
 def test_heatmap_plan_draws_varying_metrics_and_names_constant_ones():
     """06's layer x step section drew four "overflow: all zero" panels while underflow varied: a constant panel is
-    text, the panels go to metrics that vary, the telling ones first."""
+    text, the panels go to the telling metrics that vary, in their order; other metrics are not drawn."""
     rows = []
     for step in (1, 2, 3):
         for layer in ("h.0.attn.c_attn", "h.0.mlp.c_fc"):
             rows += [{"step": step, "layer": layer, "role": "x", "metric": "overflow_frac", "value": 0.0},
+                     {"step": step, "layer": layer, "role": "x", "metric": "sqnr_db", "value": 30.0 - step},
                      {"step": step, "layer": layer, "role": "x", "metric": "underflow_frac", "value": 0.01 * step},
-                     {"step": step, "layer": layer, "role": "x", "metric": "amax", "value": float(step + len(layer))},
-                     {"step": step, "layer": layer, "role": "x", "metric": "hist.bin0", "value": float(step)}]
+                     {"step": step, "layer": layer, "role": "x", "metric": "amax", "value": float(step + len(layer))}]
     diag = pd.DataFrame(rows)
     hp = diag[diag.metric == "amax"]                        # a run that records no format metric
-    drawn, constant = dashboard.heatmap_plan({"r1": diag, "r2": hp}, {"E1M6": "r1", "hp": "r2"}, n_metrics=2)
-    assert drawn == [("underflow_frac", "E1M6", "r1"), ("amax", "E1M6", "r1"), ("amax", "hp", "r2")]
+    drawn, constant = dashboard.heatmap_plan({"r1": diag, "r2": hp}, {"E1M6": "r1", "hp": "r2"})
+    assert drawn == [("underflow_frac", "E1M6", "r1"), ("sqnr_db", "E1M6", "r1")]
     assert constant == [("overflow_frac", "E1M6", "all zero")]
-    drawn, _ = dashboard.heatmap_plan({"r1": diag}, {"E1M6": "r1"}, n_metrics=4, n_figures=1)
+    drawn, constant = dashboard.heatmap_plan({"r1": diag}, {"E1M6": "r1"}, n_metrics=1)
+    assert drawn == [("underflow_frac", "E1M6", "r1")] and constant == []
+    drawn, _ = dashboard.heatmap_plan({"r1": diag}, {"E1M6": "r1"}, n_figures=1)
     assert drawn == [("underflow_frac", "E1M6", "r1")]
     assert dashboard.heatmap_plan({}, {}) == ([], [])

@@ -149,30 +149,27 @@ def layer_heatmap(diag: pd.DataFrame, metric: str, role: str | None = None) -> F
     return fig
 
 
-# The layer x step heatmaps' metrics, most telling first: what a narrow format loses (underflow, overflow, SQNR),
-# then the optimizer's grid metrics; any other recorded metric after them.
-HEATMAP_PREFERRED = ("underflow_frac", "overflow_frac", "sqnr_db", "stall_rate", "log2S_mean", "grad_stiffness_corr",
-                     "flush_frac", "scale")
+# The layer x step heatmaps' metrics, most telling first: what a narrow format loses (underflow, overflow, SQNR), then
+# the optimizer's grid metrics. Others stay out: counters that repeat these (flush_frac) and values whose mean over
+# a layer's X / W / dY mixes units (scale, amax) say nothing more in this view.
+HEATMAP_METRICS = ("underflow_frac", "overflow_frac", "sqnr_db", "stall_rate", "log2S_mean", "grad_stiffness_corr")
 
 
 def heatmap_plan(diags: dict[str, pd.DataFrame], runs: dict[str, str], n_metrics: int = 4,
                  n_figures: int = 8) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """Which layer x step heatmaps show something: ([(metric, config, run) to draw], [(metric, config, text) not
-    drawn]). `runs`: config -> the run to show (its first seed). Metrics in HEATMAP_PREFERRED order, then the rest,
-    until `n_metrics` metrics have a panel that varies; a panel whose every cell holds one value is returned as its
-    text ("all zero") for a sentence instead of a one-colour image. Histogram bins are the drill-down's job."""
-    recorded = set().union(*(set(diags[r].metric.unique()) for r in runs.values() if r in diags)) if runs else set()
-    recorded = {m for m in recorded if m and not m.startswith("hist.")}
-    order = [m for m in HEATMAP_PREFERRED if m in recorded] + sorted(recorded - set(HEATMAP_PREFERRED))
+    drawn]). `runs`: config -> the run to show (its first seed). HEATMAP_METRICS in order, until `n_metrics` metrics
+    have a panel that varies; a panel whose every cell holds one value is returned as its text ("all zero") for a
+    sentence instead of a one-colour image."""
     drawn: list[tuple[str, str, str]] = []
     constant: list[tuple[str, str, str]] = []
-    for metric in order:
+    for metric in HEATMAP_METRICS:
         if len({m for m, _, _ in drawn}) >= n_metrics or len(drawn) >= n_figures:
             break
         for config, run in runs.items():
             d = diags.get(run)
             vals = d.value[d.metric == metric].to_numpy(dtype=float) if d is not None else np.array([])
-            if not vals.size:   # e.g. overflow of a run that quantizes nothing
+            if not vals.size:   # not recorded: e.g. overflow of a run that quantizes nothing
                 continue
             text = constant_text(vals)
             if text is not None:
