@@ -146,12 +146,7 @@ def _build_muon(model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimize
     else:
         opt = ManifoldMuon(glist, lr=peak, dual_steps=oc.dual_steps, dual_alpha=oc.dual_alpha, dual_tol=oc.dual_tol,
                            msign=oc.msign, msign_steps=oc.msign_steps, **muon, **common)
-    opt.stats.osc_window = oc.osc_window
-    if oc.osc_reset:
-        opt.set_osc_reset(oc.osc_reset_period, oc.osc_reset_window, oc.osc_reset_threshold, oc.osc_reset_start)
-    if oc.on_grid:
-        _drop_weight_quantizers(model, fmts)
-    return opt
+    return _finish_optimizer(opt, oc, model, fmts)
 
 
 def _build_grid(model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimizer:
@@ -200,6 +195,12 @@ def _build_grid(model: torch.nn.Module, oc: OptimConfig) -> torch.optim.Optimize
         opt = Madam(glist, lr=peak, beta2=oc.beta2, p_scale=oc.p_scale, g_bound=oc.g_bound, **common)
     else:
         opt = GridSGD(glist, lr=peak, momentum=oc.momentum, **stiff, ulp_mode=oc.ulp_mode, **common)
+    return _finish_optimizer(opt, oc, model, fmts)
+
+
+def _finish_optimizer(opt: Any, oc: OptimConfig, model: torch.nn.Module, fmts: dict) -> torch.optim.Optimizer:
+    """What every optimizer the factory builds gets last: the oscillation window and reset, and with grid storage
+    the weight quantizers dropped (the stored weights are on the grid already)."""
     opt.stats.osc_window = oc.osc_window
     if oc.osc_reset:
         opt.set_osc_reset(oc.osc_reset_period, oc.osc_reset_window, oc.osc_reset_threshold, oc.osc_reset_start)
