@@ -398,10 +398,11 @@ RAY_START_TRIES = 3
 def start_ray(address: str | None = "auto", **init_kw: Any) -> None:
     """ray.init(address=address, **init_kw), failing in one line (ExecutorError). A private instance (address None)
     is started again after Ray's start-up timeout ("The current node timed out during startup"), up to
-    RAY_START_TRIES times, and the processes it started (GCS, raylet, agents; the raylet's workers are below it)
-    are handed to this process's reaper, so they end with it even when it is SIGKILLed."""
+    RAY_START_TRIES times, and the processes it started (GCS, raylet, the raylet's agents and idle workers; the
+    workers it starts later are below the raylet) are handed to this process's reaper, so they end with it even
+    when it is SIGKILLed."""
     ray = import_ray()
-    before = set(reaper.children())
+    before = set(reaper.descendants())
     tries = RAY_START_TRIES if address is None else 1
     for attempt in range(1, tries + 1):
         try:
@@ -417,8 +418,9 @@ def start_ray(address: str | None = "auto", **init_kw: Any) -> None:
                 raise ExecutorError(f"a local Ray instance did not start ({exc_line(e)}; {attempt} start(s), "
                                     f"each within Ray's own start-up timeout)") from None
     if address is None:
-        for pid in set(reaper.children()) - before:
-            reaper.guard(pid)
+        for pid, parent in reaper.descendants().items():
+            if pid not in before:
+                reaper.guard(pid, parent)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 the driver dies, however it dies (SIGKILL, OOM killer, a crashed notebook kernel) and however loaded the machine is.
 
     guard(pid)          # a child of this process, just started: killed with everything below it when we die
-    before = children(); ray.init(); [guard(p) for p in children() if p not in before]   # executors.start_ray
+    before = descendants(); ray.init()                                  # executors.start_ray
+    [guard(p, parent) for p, parent in descendants().items() if p not in before]
 
 How, without a poll: this process holds one end of a Unix socket pair, the reaper blocks on the other. The kernel
 closes a dead process's descriptors, so the reaper's read returns end-of-file the moment the driver is gone, and the
@@ -109,9 +110,10 @@ def _start() -> socket.socket:
     return ours
 
 
-def guard(pid: int) -> bool:
-    """Hand process `pid`, a child of this process not yet waited for, to this process's reaper (started on first
-    use); False where that is not possible (no pidfd here, the process already gone)."""
+def guard(pid: int, parent: int | None = None) -> bool:
+    """Hand process `pid` to this process's reaper (started on first use): a child not yet waited for, or, with
+    `parent`, a live descendant whose parent that is (checked after its pidfd is open, so a pid recycled between a
+    listing and the hand-over is never handed); False where that is not possible (no pidfd here, the process gone)."""
     if not supported():
         return False
     with _lock:
@@ -125,6 +127,8 @@ def guard(pid: int) -> bool:
         except OSError:
             return False
         try:
+            if parent is not None and _parent(pid) != parent:
+                return False
             socket.send_fds(_state["sock"], [str(pid).encode()], [fd])
         except OSError:   # the reaper is gone (killed by hand): the workers' own guards remain
             return False
@@ -133,16 +137,39 @@ def guard(pid: int) -> bool:
         return True
 
 
-def children() -> list[int]:
-    """The pids of this process's children (from /proc; [] where there is none)."""
-    me, out = os.getpid(), []
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process (from /proc; {} where there is none)."""
+    out = {}
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         try:
             with open(f"/proc/{d}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                    out.append(int(d))
+                out[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             pass
+    return out
+
+
+def descendants() -> dict[int, int]:
+    """pid -> parent pid of every process below this one (children, theirs, ...), this process's reaper excepted.
+    Ray's raylet starts its agents below itself: a SIGKILLed driver's raylet dies of its parent-death signal, which
+    may come before the reaper's own scan, and reparents them out of any tree the reaper could walk then."""
+    parents, out, todo = _parents(), {}, [os.getpid()]
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        kids.setdefault(ppid, []).append(pid)
+    while todo:
+        for pid in kids.get(todo.pop(), ()):
+            if pid != _state.get("reaper") and pid not in out:
+                out[pid] = parents[pid]
+                todo.append(pid)
     return out
 
 
