@@ -17,7 +17,7 @@ import yaml
 from helpers import tiny_study_dict
 
 from altgrad_lib.studies.comparison import Comparison
-from altgrad_lib.studies.runs import axis_value
+from altgrad_lib.studies.runs import axis_value, machine_key
 from altgrad_lib.studies.study import Study, run_study
 from altgrad_lib.training.config import TrainConfig
 
@@ -229,6 +229,31 @@ def test_claims_from_the_study_index(tmp_path):
     assert list(t.recipe) == ["fp8_hybrid"] and t.comparison.iloc[0] == "recipe vs hp"
     assert t.gap_nats.iloc[0] == pytest.approx(1.005) and t.verdict.iloc[0] == "worse"
     assert t.delta_nats.iloc[0] == 0.05    # no control in this study: the comparison states its delta
+
+
+def test_report_says_when_the_runs_come_from_more_than_one_machine(tmp_path):
+    """Issue 47: two EPYCs of one name gave one study two verdicts. The report names each machine the index's runs
+    came from (their provenance.json) once there are two, and says nothing for one."""
+    from altgrad_lib.training.run_dir import machine_info
+
+    s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))
+    idx = _index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") + 0.01 * c.seed)
+    here = machine_info()
+    other = {**here, "aten_cpu_capability": "DEFAULT", "isa": ["avx2", "fma"]}
+    dirs = []
+    for i in range(len(idx)):
+        d = tmp_path / "runs" / f"r{i}"
+        d.mkdir(parents=True)
+        (d / "provenance.json").write_text(json.dumps({"machine": here if i % 3 else other}))
+        dirs.append(str(d))
+    idx = idx.assign(run_dir=dirs)
+    lines = s.report(idx, write=False)[1]
+    mixed = [ln for ln in lines if ln.startswith("runs from 2 machines")]
+    n_other = sum(1 for i in range(len(idx)) if i % 3 == 0)
+    assert len(mixed) == 1 and f"{n_other} on {machine_key(other)}" in mixed[0], lines
+    assert f"{len(idx) - n_other} on {machine_key(here)}" in mixed[0]
+    one = idx.assign(run_dir=[dirs[i] for i in range(len(idx)) if i % 3] + [dirs[1]] * n_other)
+    assert not [ln for ln in s.report(one, write=False)[1] if "machines" in ln]
 
 
 def test_claims_accept_a_recipe_alias_for_the_baseline(tmp_path):

@@ -56,6 +56,44 @@ def run_point(config: dict[str, Any], resume: bool = True) -> dict[str, Any]:
             "diverged_at_step": div.get("step", math.nan) if run.diverged else math.nan, "run_dir": str(run.dir)}
 
 
+def machine_key(machine: Mapping[str, Any] | None) -> str:
+    """One machine as a run's provenance.json records it (run_dir.machine_info): model name, ATen's CPU capability
+    and the ISA flags, which decide the float path; "unrecorded" for a run from before machines were recorded."""
+    if not machine:
+        return "unrecorded"
+    return (f"{machine.get('cpu_model', '?')} (ATen {machine.get('aten_cpu_capability', '?')}; "
+            f"{' '.join(machine.get('isa', [])) or 'no listed ISA flag'})")
+
+
+def run_machines(frame: pd.DataFrame) -> dict[str, int]:
+    """machine_key -> number of the index's runs it trained (from each run's provenance.json; rows without a run
+    directory on this disk are left out). Two machines of one model name differ in their last digits (issue 47), so
+    a study whose runs come from more than one says so (StudyClaims.report)."""
+    out: dict[str, int] = {}
+    for d in frame.get("run_dir", pd.Series(dtype=object)).dropna().astype(str):
+        prov = Path(d) / "provenance.json"
+        if not prov.exists():
+            continue
+        try:
+            machine = json.loads(prov.read_text()).get("machine")
+        except (OSError, ValueError):
+            continue
+        key = machine_key(machine)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def machines_line(frame: pd.DataFrame) -> str | None:
+    """One line when the index's runs come from more than one machine (a paired gap then mixes machine noise into
+    the format's effect), else None."""
+    machines = run_machines(frame)
+    if len(machines) < 2:
+        return None
+    parts = "; ".join(f"{n} on {k}" for k, n in sorted(machines.items(), key=lambda kv: -kv[1]))
+    return (f"runs from {len(machines)} machines ({parts}): a quantized run's last digits differ between machines, "
+            f"so a row near ±δ may get another verdict on one machine alone")
+
+
 def axis_value(cfg: TrainConfig, key: str) -> Any:
     """The index's value of `key`: the recipe's name, a dict-valued key (optim: {storage: grid_sr}) as its canonical
     JSON (sorted keys), so a level is one hashable value that reads back from study.csv unchanged."""

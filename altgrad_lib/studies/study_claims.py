@@ -15,6 +15,7 @@ import pandas as pd
 from altgrad_lib.choices import RECIPE_ALIASES
 from altgrad_lib.studies.claims import claims_table, control_check, report_lines, write_claims
 from altgrad_lib.studies.comparison import NOT_BY, Comparison
+from altgrad_lib.studies.runs import machines_line
 from altgrad_lib.studies.sequential import describe_sequential, study_replay
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import eval_unigram_entropy
@@ -70,14 +71,18 @@ class StudyClaims:
 
     def report(self, frame: pd.DataFrame | None = None, entropy: float | None = None,
                write: bool = True) -> tuple[pd.DataFrame, list[str]]:
-        """(claims table, the lines that come before it: claims.headline + the rules it was judged by); writes
-        claims.csv next to study.csv when `write`."""
+        """(claims table, the lines that come before it: claims.headline, a line when the runs come from more than
+        one machine (runs.machines_line), the rules it was judged by); writes claims.csv next to study.csv when
+        `write`."""
         frame = self.results() if frame is None else frame
         ctl, clear, sentence = self.control(frame, entropy)   # None: no control, and not above the entropy
         table = self.claims(frame, smoke=clear is False)
         lines = report_lines(table, clear, sentence)
         if self.seed_plan is not None:   # the rules a sequential table was judged by replace the fixed-sample ones
             lines[-1:] = [self.seed_plan.describe(), describe_sequential(table, self.seed_plan)]
+        mixed = machines_line(frame)
+        if mixed:
+            lines.insert(1, mixed)
         if write:
             self.claim_dir()
             write_claims(table, self.claims_path)
