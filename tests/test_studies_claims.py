@@ -238,6 +238,27 @@ def test_report_lines_say_the_control_once():
     assert claims.report_lines(t, None, "")[0].startswith("no frozen-blocks control")
 
 
+def test_rows_whose_ci_touches_delta_are_named_as_machine_sensitive():
+    """Issue 47 item 5: only a row whose CI contains +δ or −δ may change verdict with the CPU's float path; the
+    report names those rows, and a smoke test (which judges nothing) does not."""
+    t = pd.DataFrame({"level": ["a", "b", "c", "d", "e"], "delta_nats": [0.01] * 5,
+                      "ci_lo": [0.005, -0.02, 0.02, -0.005, float("nan")],
+                      "ci_hi": [0.015, -0.005, 0.05, 0.005, float("nan")]})
+    # a: contains +δ; b: contains −δ; c: beyond +δ; d: inside ±δ; e: no CI
+    assert claims.near_margin(t).tolist() == [True, True, False, False, False]
+    assert claims.near_margin(t.drop(columns="delta_nats")).tolist() == [False] * 5
+    f = _study_frame()
+    t = claims.claims_table(f, "recipe", "hp")
+    near = t[claims.near_margin(t)]
+    lines = claims.report_lines(t, True, "clear")
+    said = [ln for ln in lines if ln.startswith("CI touches ±δ")]
+    assert len(said) == (1 if len(near) else 0), (lines, t[["level", "ci_lo", "ci_hi", "delta_nats"]])
+    wide = t.assign(ci_lo=-1.0, ci_hi=1.0)   # every CI contains both margins
+    line = [ln for ln in claims.report_lines(wide, True, "clear") if ln.startswith("CI touches ±δ")]
+    assert line == [f"CI touches ±δ, so another CPU may give another verdict: {', '.join(map(str, t.level))}"]
+    assert not [ln for ln in claims.report_lines(wide, False, "NOT clear") if ln.startswith("CI touches")]
+
+
 def test_seed_gaps_against_the_own_seed_baseline():
     f = _study_frame()
     g = claims.seed_gaps(f, "recipe", "hp")

@@ -353,6 +353,16 @@ def diverged_rows(table: pd.DataFrame) -> list[str]:
             for v in [Verdict.from_row(r)] if v.kind is Kind.DIVERGED]
 
 
+def near_margin(table: pd.DataFrame) -> pd.Series:
+    """Per row: its gap's CI (ci_lo, ci_hi) contains +δ or −δ, so the verdict rests on the last digits of the runs,
+    which another CPU's float path changes (bench/results/verdict_stability.md: the only rows allowed to disagree
+    between machines). False where the row has no CI or no δ."""
+    if table.empty or not {"ci_lo", "ci_hi", "delta_nats"} <= set(table.columns):
+        return pd.Series(False, index=table.index)
+    lo, hi, d = (pd.to_numeric(table[c], errors="coerce") for c in ("ci_lo", "ci_hi", "delta_nats"))
+    return ((lo <= d) & (d <= hi)) | ((lo <= -d) & (-d <= hi))
+
+
 def headline(table: pd.DataFrame, control_clear: bool | None, control_sentence: str = "") -> list[str]:
     """The lines a claims output starts with: an unresolved positive control, then whether these runs can carry
     claims at all (control check; a smoke test with a diverged row says it first: a divergence is a harm without a
@@ -388,11 +398,17 @@ def seed_gaps(frame: pd.DataFrame, axis: str, baseline: Any, value: str = "final
 
 
 def report_lines(table: pd.DataFrame, control_clear: bool | None, control_sentence: str) -> list[str]:
-    """headline, then the control check when it is clear (a failed one is already in the headline), then the
-    rules (describe) last: what a study or a notebook prints before its claims table."""
+    """headline, then the control check when it is clear (a failed one is already in the headline), the rows whose
+    CI touches ±δ (near_margin), then the rules (describe) last: what a study or a notebook prints before its claims
+    table."""
     lines = headline(table, control_clear, control_sentence)
     if control_clear:
         lines.append(f"control check: {control_sentence}")
+    near = table[near_margin(table)] if control_clear is not False else table.iloc[:0]
+    if len(near):
+        several = "comparison" in near and table["comparison"].nunique() > 1
+        names = [f"{r['level']} ({r['comparison']})" if several else str(r["level"]) for r in near.to_dict("records")]
+        lines.append(f"CI touches ±δ, so another CPU may give another verdict: {', '.join(names)}")
     return [*lines, describe(table)]
 
 
