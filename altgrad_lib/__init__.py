@@ -4,7 +4,7 @@ The package is in layers; a module imports only from layers below its own (tests
 
     errors.py choices.py io.py paths.py state.py   layer 0: shared by all (one-line errors, valid values,
                                                   atomic files, where outputs live, RNG / tensor snapshots)
-    numerics/   1  formats, rounding, scaling, fake-quant, grid maths
+    numerics/   1  formats, rounding, scaling, fake-quant, grid maths   (model_config.py: GPTConfig, layer 1)
     quantize/   2  recipes, QuantizedLinear, model surgery, hardware FP8 peers   (model.py: the GPT, layer 2)
     optim/      3  format-aware optimizers and weight storage modes
     monitors/   3  training diagnostics
@@ -52,7 +52,7 @@ _check_torch()
 _LAZY = {
     "get_format": "numerics.formats", "FloatFormat": "numerics.formats", "BUILTIN_FORMATS": "numerics.formats",
     "ScalingConfig": "numerics.scaling", "QuantSpec": "numerics.quant_spec", "Quantizer": "numerics.quantizer",
-    "fake_quant": "numerics.quant", "GPT": "model", "GPTConfig": "model", "get_policy": "quantize.recipes",
+    "fake_quant": "numerics.quant", "GPT": "model", "GPTConfig": "model_config", "get_policy": "quantize.recipes",
     "quantize_model": "quantize.convert", "TokenCorpus": "training.data", "load_corpus": "training.data",
     "get_tokenizer": "training.tokenizers", "TrainConfig": "training.config", "Run": "training.run_dir",
 }

@@ -11,8 +11,8 @@ PKG = Path(__file__).resolve().parent.parent / "altgrad_lib"
 
 # layer of each top-level room; a module may import a lower layer, or a module of its own package
 LAYERS = {"errors": 0, "choices": 0, "io": 0, "paths": 0, "state": 0, "": 0,   # "" = altgrad_lib/__init__
-          "numerics": 1, "quantize": 2, "model": 2, "optim": 3, "monitors": 3, "training": 4, "studies": 5,
-          "notebook": 6, "cli": 7}
+          "numerics": 1, "model_config": 1, "quantize": 2, "model": 2, "optim": 3, "monitors": 3, "training": 4,
+          "studies": 5, "notebook": 6, "cli": 7}
 
 
 def _modules() -> dict[str, Path]:

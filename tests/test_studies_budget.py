@@ -129,3 +129,24 @@ def test_makespan_takes_the_jobs_in_order_on_free_workers():
     assert budget.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0
     assert budget.makespan([5.0, 1.0], 2) == 5.0
     assert budget.makespan([1.0, 1.0, 1.0], 1) == 3.0
+
+
+def test_the_dry_run_sizes_its_workers_as_the_study_will(monkeypatch):
+    """Device "auto" on a GPU box: the run gets one worker (executors.auto_workers); the dry run's estimate used to
+    read "auto" as CPU and assume one worker per core."""
+    import types
+
+    import torch
+
+    from altgrad_lib.studies import cli
+    from altgrad_lib.studies.executors import auto_workers
+
+    seen = {}
+    monkeypatch.setattr(budget, "study_budget", lambda points, n_vocab, workers, **kw: seen.update(w=workers) or [])
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("ALTGRAD_WORKERS", raising=False)
+    cfg = TrainConfig(tokenizer="gpt2-256")
+    assert cfg.device == "auto"
+    cli._budget([types.SimpleNamespace(config=cfg)] * 3, workers=None)
+    assert seen["w"] == auto_workers(3, cfg.device) == 1

@@ -183,6 +183,30 @@ def test_find_stable_lrs_in_process_matches_find_stable_lr_and_names_a_failure(t
     assert ev.find_stable_lrs({}, 1e-4, 10.0) == {}
 
 
+def test_the_default_executor_follows_altgrad_workers_capped_by_the_labels(tmp_path, monkeypatch):
+    """The envelope sizes its workers by executors.auto_workers (ALTGRAD_WORKERS first), at most one per label;
+    it used to ignore ALTGRAD_WORKERS and take one per core."""
+    from altgrad_lib.studies.executors import LocalExecutor
+
+    sizes = []
+
+    class Recorded(LocalExecutor):      # records the size it was given, runs the jobs here (Trainer is a closure)
+        def map(self, fn, items, stop=None):
+            sizes.append(self.workers)
+            return LocalExecutor(workers=1).map(fn, items, stop)
+
+    monkeypatch.setattr(ev, "LocalExecutor", Recorded)
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    cfg = TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path), "device": "cpu"})
+    bases = {"hp": cfg.replace(recipe="hp"), "E5M2": cfg.replace(recipe="fmt:E5M2")}
+    for env, want in (("1", 1), ("3", 2)):
+        monkeypatch.setenv("ALTGRAD_WORKERS", env)
+        got = ev.find_stable_lrs(bases, 1e-4, 10.0, ratio=1.2, max_trials=40, run_fn=Trainer(0.02))
+        assert list(got) == ["hp", "E5M2"] and sizes.pop() == want
+    monkeypatch.delenv("ALTGRAD_WORKERS")
+    assert ev._default_workers(bases) == 2 and ev._default_workers({"hp": bases["hp"]}) == 1
+
+
 def test_real_find_stable_lrs_two_workers_identical_to_sequential(tmp_path):
     # real tiny runs: the per-format bisections in 2 spawned workers (1 torch thread each) give the same trial
     # tables (losses, verdicts, run names) as find_stable_lr called per format in this process with 1 thread

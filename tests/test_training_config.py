@@ -285,3 +285,19 @@ def test_compile_scope_is_checked_and_hashed_only_when_set():
         TrainConfig(compile_scope="blocks")          # refused, not silently ignored
     # the default leaves every earlier hash as it was (test_config_run_hashes.py); blocks is a run of its own
     assert TrainConfig(compile=True, compile_scope="blocks").config_hash() != TrainConfig(compile=True).config_hash()
+
+
+def test_the_model_defaults_are_one():
+    """A default TrainConfig's model is GPTConfig() (vocabulary aside: the tokenizer's): TrainConfig's model keys
+    read GPTConfig's defaults instead of keeping a second set (they used to differ: 2 x 64 here, 4 x 128 there)."""
+    import dataclasses
+
+    from altgrad_lib.model_config import GPTConfig
+    from altgrad_lib.training.build import gpt_config
+    from altgrad_lib.training.sub_configs import ModelConfig
+
+    shared = {f.name for f in dataclasses.fields(GPTConfig)} & set(TrainConfig.keys())
+    assert shared == {f.name for f in dataclasses.fields(ModelConfig)}      # every model key has a GPTConfig field
+    assert gpt_config(TrainConfig().model_config, GPTConfig().vocab_size) == GPTConfig()
+    docs = {k: default for k, default, _, _ in key_docs()}
+    assert {k: docs[k] for k in shared} == {k: getattr(GPTConfig(), k) for k in shared}

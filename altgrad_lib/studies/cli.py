@@ -159,7 +159,7 @@ def _budget(points: list, workers: int, threads: int | None = None, holm_rows: i
     from altgrad_lib.training.tokenizers import get_tokenizer  # deferred, as above
 
     cfg = points[0].config
-    n = workers or auto_workers(len(points), "cpu" if cfg.device in ("cpu", "auto") else cfg.device)
+    n = workers or auto_workers(len(points), cfg.device)   # "auto" resolved as the study's run resolves it
 
     class _Points:           # the budget reads the points the dry run already checked
         def expand(self):

@@ -24,14 +24,13 @@ When the LR is scaled, min_lr is scaled with it (the schedule keeps its shape).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
 from altgrad_lib.numerics.formats import get_format
-from altgrad_lib.studies.executors import LocalExecutor
+from altgrad_lib.studies.executors import LocalExecutor, auto_workers
 from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.loop import train
 from altgrad_lib.training.preflight import resolve_device
@@ -218,15 +217,16 @@ def _bisect_job(job: tuple[str, TrainConfig, float, float, dict[str, Any]]) -> S
 
 
 def _default_workers(bases: Mapping[str, TrainConfig]) -> int:
-    """One worker per format on CPU (capped by the cores); on a GPU the bisections share it one after another."""
-    on_cpu = all(resolve_device(c.device) == "cpu" for c in bases.values())
-    return min(len(bases), os.cpu_count() or 1) if on_cpu else 1
+    """executors.auto_workers' rule (ALTGRAD_WORKERS, else one per core on CPU, one on a GPU), for the device of
+    any base not on CPU, at most one worker per label: a worker runs one label's whole bisection."""
+    device = next((d for d in (resolve_device(c.device) for c in bases.values()) if not d.startswith("cpu")), "cpu")
+    return min(len(bases), auto_workers(len(bases), device))
 
 
 def find_stable_lrs(bases: Mapping[str, TrainConfig], lo: float, hi: float, steps: int | None = None, *,
                     max_trials: int = 12, executor: Any = None, **kw: Any) -> dict[str, StableLR]:
     """`find_stable_lr` for each labelled base config (e.g. one per format), the bisections side by side: each
-    worker of `executor` (default LocalExecutor(workers=min(len(bases), cores)) on CPU, 1 worker on a GPU) runs one
+    worker of `executor` (default: min(len(bases), executors.auto_workers) workers, `_default_workers`) runs one
     label's whole bisection. Same trials, same runs and same results as calling find_stable_lr per label (the
     trials of one bisection depend only on its own earlier trials). Returns {label: StableLR} in the order of
     `bases`; a bisection that raises stops with its label and one-line error. `kw`: ratio, criterion, run_fn (a

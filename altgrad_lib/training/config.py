@@ -33,6 +33,7 @@ from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, COMPILE_SCOPES, CORPO
                                  TOKENIZERS)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
+from altgrad_lib.model_config import GPTConfig   # torch-free: the model keys' defaults (one copy)
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
@@ -87,15 +88,15 @@ class TrainConfig:
     corpus: str = _key("licenses", "training text", CORPORA)
     tokenizer: str = _key("gpt2-4k", "GPT-2 BPE, full or truncated to its first N merges (vocab N+1)", TOKENIZERS)
     max_docs: int | None = _key(None, "keep only the first N documents of each split (null = all)")
-    # model
-    n_layer: int = _key(2, "transformer blocks")
-    n_head: int = _key(2, "attention heads (n_embd must be divisible by it)")
-    n_embd: int = _key(64, "model width")
-    block_size: int = _key(64, "context length in tokens")
-    mlp: str = _key("gelu", "MLP of each block (swiglu: gated, an activation-outlier stress case for FP8)", MLPS)
-    tie_weights: bool = _key(True, "lm_head shares the token embedding matrix")
-    dropout: float = _key(0.0, "dropout probability in [0, 1)")
-    bias: bool = _key(False, "biases in Linear and LayerNorm")
+    # model (defaults: model_config.GPTConfig's, the one copy)
+    n_layer: int = _key(GPTConfig.n_layer, "transformer blocks")
+    n_head: int = _key(GPTConfig.n_head, "attention heads (n_embd must be divisible by it)")
+    n_embd: int = _key(GPTConfig.n_embd, "model width")
+    block_size: int = _key(GPTConfig.block_size, "context length in tokens")
+    mlp: str = _key(GPTConfig.mlp, "MLP of each block (swiglu: gated, an activation-outlier stress case for FP8)", MLPS)
+    tie_weights: bool = _key(GPTConfig.tie_weights, "lm_head shares the token embedding matrix")
+    dropout: float = _key(GPTConfig.dropout, "dropout probability in [0, 1)")
+    bias: bool = _key(GPTConfig.bias, "biases in Linear and LayerNorm")
     # quantization
     recipe: str | dict = _key("hp", "quantization recipe name ('bf16' is an alias of 'hp': high precision, nothing "
                                     "quantized), or a per-layer policy dict "
