@@ -15,9 +15,8 @@ import verdict_stability
 
 def _table(rows):
     cols = ["comparison", "level", "verdict", KIND_COLUMN, "gap_nats", "ci_lo", "ci_hi", "delta_nats"]
-    return pd.DataFrame(columns=cols) if not rows else pd.DataFrame([{"comparison": "recipe vs hp", "level": lev, "verdict": kind, KIND_COLUMN: kind,
-                          "gap_nats": (lo + hi) / 2, "ci_lo": lo, "ci_hi": hi, "delta_nats": 0.01}
-                         for lev, kind, lo, hi in rows])
+    return pd.DataFrame([("recipe vs hp", lev, kind, kind, (lo + hi) / 2, lo, hi, 0.01) for lev, kind, lo, hi in rows],
+                        columns=cols)
 
 
 def test_a_flip_is_allowed_only_where_the_ci_touches_delta():
