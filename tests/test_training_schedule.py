@@ -11,9 +11,8 @@ import torch
 from helpers import Crash, assert_same_state, crash_at
 
 from altgrad_lib.errors import ConfigError
-from altgrad_lib.training.config import schedule_steps
 from altgrad_lib.training.loop import TrainConfig, train
-from altgrad_lib.training.schedules import hp_gemms_at
+from altgrad_lib.training.sub_configs import PrecisionSchedule
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
             max_steps=6, warmup_steps=1, eval_interval=3, eval_iters=2, ckpt_interval=2)
@@ -45,10 +44,12 @@ def test_schedule_is_validated_before_compute():
     with pytest.raises(ConfigError, match="nothing to switch"):
         TrainConfig(**{**base, "recipe": "hp"}, precision_schedule={"fwd_hp_from": 2})
     cfg = TrainConfig(**base, precision_schedule={"fwd_hp_from": "decay", "bwd_hp_from": 5})
-    steps = schedule_steps(cfg)
-    assert steps == {"fwd_hp_from": 2, "bwd_hp_from": 5}          # decay: cosine starts after warmup_steps=1
-    assert hp_gemms_at(1, steps) == () and hp_gemms_at(2, steps) == ("fprop",)
-    assert hp_gemms_at(6, steps) == ("fprop", "dgrad", "wgrad")
+    sched = cfg.hp_schedule                                       # parsed once, with the config
+    assert sched is cfg.hp_schedule and isinstance(sched, PrecisionSchedule)
+    assert sched.starts == (("fwd_hp_from", 2), ("bwd_hp_from", 5))   # decay: cosine starts after warmup_steps=1
+    assert sched.hp_gemms_at(1) == () and sched.hp_gemms_at(2) == ("fprop",)
+    assert sched.hp_gemms_at(6) == ("fprop", "dgrad", "wgrad") and sched.switch_steps == (2, 5)
+    assert not TrainConfig(**base).hp_schedule                     # no schedule: empty, falsy
 
 
 def test_unset_schedule_keeps_every_hash():

@@ -1,5 +1,6 @@
-"""TrainConfig's data part (data_config) and resolved recipe (quant_policy): frozen, built once with the config,
-mistakes refused at construction, and the code below them takes only its own part (not the whole TrainConfig)."""
+"""TrainConfig's data part (data_config), resolved recipe (quant_policy) and precision schedule (hp_schedule): frozen,
+built once with the config, mistakes refused at construction, and the code below them takes only its own part (not
+the whole TrainConfig); a train() builds no TrainConfig of its own but the stored one it compares a reused run to."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +17,7 @@ from altgrad_lib.monitors.diagnostics import Diagnostics
 from altgrad_lib.optim.config import OptimConfig
 from altgrad_lib.optim.factory import build_optimizer
 from altgrad_lib.quantize.recipes import QuantPolicy, get_policy
+from altgrad_lib.training import config as config_module
 from altgrad_lib.training import loop, preflight
 from altgrad_lib.training.build import build_model, gpt_config
 from altgrad_lib.training.config import TrainConfig
@@ -110,3 +112,35 @@ def test_batches_of_a_data_part_are_get_batch_at_the_runs_seed_and_the_val_seed(
     assert len(vals) == 2 and all((v[0] == corpus.get_batch("val", 2, 16, seed=0, step=i)[0]).all()
                                   for i, v in enumerate(vals))
     assert (vals[0][0] != corpus.get_batch("val", 2, 16, seed=4, step=0)[0]).any()   # the val seed is not the run's
+
+
+def test_a_run_builds_its_config_and_parts_once(tmp_path, monkeypatch):
+    """train() fills run_name / out_dir on a copy (resolved) and hands its config down (preflight, the returned Run):
+    the one construction is the caller's, with one OptimConfig and one parse of precision_schedule. Reusing the
+    finished run reads its stored config.yaml back once (the run it compares against and returns, a different
+    fact: its non-result fields are the stored run's)."""
+    built = {"train": 0, "optim": 0, "schedule": 0}
+
+    def counting(cls, key):
+        orig = cls.__post_init__
+
+        def post_init(self):
+            built[key] += 1
+            orig(self)
+        monkeypatch.setattr(cls, "__post_init__", post_init)
+    counting(TrainConfig, "train")
+    counting(OptimConfig, "optim")
+    parse = config_module.parse_precision_schedule
+    monkeypatch.setattr(config_module, "parse_precision_schedule",
+                        lambda cfg: (built.__setitem__("schedule", built["schedule"] + 1), parse(cfg))[1])
+    # the tiny CPU run of test_training_schedule.py, 2 steps, with a switch so the schedule's consumers run
+    cfg = TrainConfig(n_layer=1, n_head=2, n_embd=32, block_size=32, batch_size=4, max_docs=50, tokenizer="gpt2-512",
+                      max_steps=2, warmup_steps=1, eval_interval=0, eval_iters=1, recipe="fp8_hybrid",
+                      precision_schedule={"bwd_hp_from": 2}, out_dir=str(tmp_path))
+    assert built == {"train": 1, "optim": 1, "schedule": 1}
+    run = loop.train(cfg, progress=False, verbose=False)
+    assert run.status == "completed" and run.config == cfg.resolved()
+    assert built == {"train": 1, "optim": 1, "schedule": 1}              # nothing built again by the run
+    again = loop.train(cfg, progress=False, verbose=False)
+    assert again.reused and again.config == run.config
+    assert built == {"train": 2, "optim": 2, "schedule": 2}              # the stored config.yaml, read back once

@@ -75,11 +75,11 @@ from altgrad_lib.state import capture_rng_state, restore_rng_state
 from altgrad_lib.studies.stats import mean_ci
 from altgrad_lib.training import checkpoint as ckpt
 from altgrad_lib.training.build import build_model
-from altgrad_lib.training.config import TrainConfig, schedule_steps
+from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.preflight import build_corpus, vocab_size_of
 from altgrad_lib.training.run_dir import Run
-from altgrad_lib.training.schedules import hp_gemms_at, lr_at
+from altgrad_lib.training.schedules import lr_at
 
 GAIN_TOL = 0.05
 SQNR_DROP_DB = 6.0
@@ -173,9 +173,8 @@ def examine(run_dir: str | Path, step: int | None = None, batches: int = 4, draw
         ckpt.restore_training_state(state, model=model, optimizer=optimizer, path=path)
     finally:
         restore_rng_state(rng)
-    sched = schedule_steps(cfg)
-    if sched:   # the GEMMs the run kept in high precision at this step stay so
-        set_hp_gemms(model, hp_gemms_at(int(state["step"]), sched))
+    if cfg.hp_schedule:   # the GEMMs the run kept in high precision at this step stay so
+        set_hp_gemms(model, cfg.hp_schedule.hp_gemms_at(int(state["step"])))
     for f in faults:
         try:
             inject_fault(model, f)

@@ -1,7 +1,8 @@
 """Layer 4, training: one run, from a validated config to a run directory that resumes exactly.
 
     config.py      TrainConfig: the frozen, validated config every notebook / YAML / CLI call goes through
-    sub_configs.py ModelConfig, DataConfig: TrainConfig's model and data parts, as build.py and data.py take them
+    sub_configs.py ModelConfig, DataConfig, PrecisionSchedule: TrainConfig's model and data parts and its parsed
+                   precision_schedule, as build.py, data.py and the loop take them
     loop.py        train(): preflight, build, the step loop, eval, checkpoints, divergence records
     schedules.py   what changes with the step: the learning rate, the GEMMs precision_schedule keeps in high precision
                    (each phase checked against the recipe at load)

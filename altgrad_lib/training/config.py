@@ -3,9 +3,11 @@
 Its parts are built and validated once, in `__post_init__`, as typed frozen sub-configs that the code below the
 training layer takes instead of the whole config: `model_config` (sub_configs.ModelConfig: training/build.py),
 `data_config` (sub_configs.DataConfig: training/data.py, preflight's corpus), `optim_config` (optim/config.OptimConfig:
-optim/factory.build_optimizer), `diagnostics_config` (monitors/config.DiagnosticsConfig: monitors/diagnostics) and
-`quant_policy` (the recipe resolved to a quantize/recipes.QuantPolicy: build_model, preflight). They are views: the
-fields (and so config.yaml and the config hash) are unchanged.
+optim/factory.build_optimizer), `diagnostics_config` (monitors/config.DiagnosticsConfig: monitors/diagnostics),
+`hp_schedule` (sub_configs.PrecisionSchedule: the loop, preflight, the doctor) and `quant_policy` (the recipe resolved
+to a quantize/recipes.QuantPolicy: build_model, preflight). They are views: the fields (and so config.yaml and the
+config hash) are unchanged. `resolved()` fills run_name / out_dir without building them again, so a run builds its
+TrainConfig once (tests/test_training_sub_configs.py).
 
 Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
 format, is checked by the torch-based parsers, imported only then; so is the QuantPolicy of a plain named recipe,
@@ -37,7 +39,7 @@ from altgrad_lib.model_config import GPTConfig   # torch-free: the model keys' d
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
 from altgrad_lib.paths import runs_dir
-from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
+from altgrad_lib.training.sub_configs import DataConfig, ModelConfig, PrecisionSchedule
 from altgrad_lib.training.tokenizers import canonical_tokenizer_name   # imports tiktoken, not torch
 
 if TYPE_CHECKING:   # imports torch: the QuantPolicy is resolved only where torch is in (module docstring)
@@ -174,13 +176,12 @@ class TrainConfig:
                 object.__setattr__(self, "recipe", canonical_recipe(self.recipe))
             except (ValueError, TypeError) as e:
                 raise ConfigError(f"TrainConfig.recipe={self.recipe!r}: {one_line(e)}") from e
-        object.__setattr__(self, "optim", copy.deepcopy(self.optim))
         try:
-            # one-line errors naming the valid choices / keys; the run's part (lr, betas, ...) is checked below
+            # weight_fmt under its canonical name first, so the part is built once, as recorded; one-line errors
+            # naming the valid choices / keys; the run's part (lr, betas, ...) is checked below
+            object.__setattr__(self, "optim", canonical_optim(copy.deepcopy(self.optim)))
             oc = OptimConfig.from_dict(self.optimizer, self.optim, train_lr=self.lr, weight_decay=self.weight_decay,
                                        betas=(self.beta1, self.beta2), seed=self.seed, recipe=self.recipe_name)
-            object.__setattr__(self, "optim", canonical_optim(self.optim))
-            oc = dataclasses.replace(oc, weight_fmt=self.optim.get("weight_fmt"))   # under its canonical name
         except (ValueError, TypeError) as e:
             raise ConfigError(f"TrainConfig.optimizer/optim: {one_line(e)}") from e
         if oc.on_grid and self.backend != "sim":
@@ -194,7 +195,8 @@ class TrainConfig:
                               f"{self.max_steps}, so the run would train with no reset; lower osc_reset_window / "
                               f"osc_reset_start or raise max_steps")
         object.__setattr__(self, "precision_schedule", copy.deepcopy(self.precision_schedule))
-        schedule_steps(self)   # one-line errors: unknown key, step out of range, "decay" without a decay
+        # one-line errors: unknown key, step out of range, "decay" without a decay; every consumer reads the result
+        object.__setattr__(self, "_hp_schedule", parse_precision_schedule(self))
         for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("mlp", MLPS), ("logger", LOGGERS),
                               ("compile_scope", COMPILE_SCOPES)):
             check_choice(f"TrainConfig.{name}", getattr(self, name), choices, ConfigError)
@@ -254,6 +256,11 @@ class TrainConfig:
     def optim_config(self) -> OptimConfig:
         """`optimizer` + `optim` with the run's lr, weight_decay, betas, seed and recipe name."""
         return self._optim_config
+
+    @property
+    def hp_schedule(self) -> PrecisionSchedule:
+        """`precision_schedule` parsed: the first step of each key's high-precision GEMMs."""
+        return self._hp_schedule
 
     @property
     def diagnostics_config(self) -> DiagnosticsConfig:
@@ -351,9 +358,17 @@ class TrainConfig:
         return f"{slug}-s{self.seed}-{self.config_hash()[:8]}"
 
     def resolved(self) -> "TrainConfig":
-        """run_name and out_dir filled in (absolute), everything else unchanged."""
-        out = Path(self.out_dir).expanduser().resolve() if self.out_dir else runs_dir()
-        return dataclasses.replace(self, run_name=self.run_name or self.auto_run_name(), out_dir=str(out))
+        """run_name and out_dir filled in (absolute), everything else unchanged; self when both already are.
+        A copy, not a new construction: neither field enters a part, and their one check (run_name a plain name)
+        was made at construction or holds for an auto name (a slug), so nothing is validated or built again."""
+        run_name = self.run_name or self.auto_run_name()
+        out_dir = str(Path(self.out_dir).expanduser().resolve() if self.out_dir else runs_dir())
+        if (run_name, out_dir) == (self.run_name, self.out_dir):
+            return self
+        new = copy.copy(self)   # shares the frozen parts (a lazy quant_policy resolves on the copy's first use)
+        object.__setattr__(new, "run_name", run_name)
+        object.__setattr__(new, "out_dir", out_dir)
+        return new
 
     @property
     def run_dir(self) -> Path:
@@ -482,9 +497,10 @@ def _load_yaml_file(path: Path) -> Any:
         raise ConfigError(f"{path}: invalid YAML: {_yaml_problem(e)}") from e
 
 
-def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
-    """precision_schedule resolved: key -> first (1-based) step of its high-precision GEMMs ("decay" = step
-    warmup_steps + 1, where lr_at's cosine starts); ConfigError naming the bad value and the valid ones."""
+def parse_precision_schedule(cfg: TrainConfig) -> PrecisionSchedule:
+    """precision_schedule parsed (TrainConfig.__post_init__ calls it once; read TrainConfig.hp_schedule): key -> first
+    (1-based) step of its high-precision GEMMs ("decay" = step warmup_steps + 1, where lr_at's cosine starts);
+    ConfigError naming the bad value and the valid ones."""
     sched = cfg.precision_schedule
     bad = sorted(set(sched) - set(SCHEDULE_GEMMS))
     if bad:
@@ -496,7 +512,7 @@ def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
     if sched and cfg.backend != "sim":
         raise ConfigError(f"TrainConfig.precision_schedule={sched} with backend={cfg.backend!r}: the switch is "
                           f"simulated (GemmOptions.hp_gemms); valid: backend 'sim'")
-    out = {}
+    out = []
     for key, v in sched.items():
         if v == "decay":
             if cfg.min_lr >= cfg.lr:
@@ -510,13 +526,8 @@ def schedule_steps(cfg: TrainConfig) -> dict[str, int]:
         elif isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cfg.max_steps:
             raise ConfigError(f"TrainConfig.precision_schedule.{key}={v!r} is invalid; valid: 'decay' or a step in "
                               f"[1, max_steps={cfg.max_steps}]")
-        out[key] = v
-    return out
-
-
-def hp_gemms_at(step: int, steps: Mapping[str, int]) -> tuple[str, ...]:
-    """The GEMMs in high precision at (1-based) training `step` under schedule_steps' `steps`."""
-    return tuple(g for key, first in steps.items() if step >= first for g in SCHEDULE_GEMMS[key])
+        out.append((key, v))
+    return PrecisionSchedule(tuple(out))
 
 
 def check_schedule_phases(cfg: TrainConfig) -> None:
@@ -525,24 +536,24 @@ def check_schedule_phases(cfg: TrainConfig) -> None:
     (quantize.linear.scheduled_gemm), so a recipe setting the switch contradicts (an accumulator on a GEMM it puts in
     high precision) is one line naming both before any step, not a traceback at the switch. The checks that need
     the model (what the switch changes on it, attention): preflight.check_precision_schedule."""
-    steps = schedule_steps(cfg)
+    sched = cfg.hp_schedule
     from altgrad_lib.quantize.gemm_overrides import GEMMS   # local: imports torch (module docstring), as below
     from altgrad_lib.quantize.linear import scheduled_gemm
 
-    for key, first in sorted(steps.items(), key=lambda kv: kv[1]):
+    for key, first in sorted(sched.starts, key=lambda kv: kv[1]):
         switch = f"TrainConfig.precision_schedule.{key}={cfg.precision_schedule[key]!r}"
         for cls, spec in cfg.quant_policy.layers.items():
             opts = None if spec is None else spec.gemm_options
             acc = [g for g in SCHEDULE_GEMMS[key] if opts is not None and opts.accum_for(g) is not None]
             if acc:
-                kept = [g for g in GEMMS if g not in hp_gemms_at(cfg.max_steps, steps) and g not in opts.hp_gemms]
+                kept = [g for g in GEMMS if g not in sched.hp_gemms_at(cfg.max_steps) and g not in opts.hp_gemms]
                 raise ConfigError(f"{switch} puts {'+'.join(acc)} in high precision from step {first} (the FP32 "
                                   f"matmul), but recipe {cfg.recipe_name!r} layers[{cls!r}].gemm.accum models an "
                                   f"accumulator on {'+'.join(acc)}; valid: gemm.accum only on GEMMs the schedule "
                                   f"keeps quantized ({'+'.join(kept) or 'none here'}), or no {key}")
             if spec is not None:
                 try:
-                    scheduled_gemm(opts, hp_gemms_at(first, steps))
+                    scheduled_gemm(opts, sched.hp_gemms_at(first))
                 except (ValueError, TypeError) as e:
                     raise ConfigError(f"{switch} contradicts recipe {cfg.recipe_name!r} layers[{cls!r}].gemm from "
                                       f"step {first}: {one_line(e)}") from e

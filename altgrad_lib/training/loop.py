@@ -34,7 +34,7 @@ from altgrad_lib.quantize.convert import format_conversion, quantized_modules
 from altgrad_lib.quantize.linear import accum_loop_steps, set_hp_gemms, set_rng_step
 from altgrad_lib.state import Snapshots, restore_snapshot
 from altgrad_lib.training import checkpoint as ckpt
-from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig, schedule_steps
+from altgrad_lib.training.config import NON_RESULT_FIELDS, NUMERICS_VERSION, TrainConfig
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.guards import GradientFlowError, check_gradient_flow  # noqa: F401  (re-exported)
 from altgrad_lib.training.interrupt import RESUME_HINT, InterruptScope
@@ -43,7 +43,7 @@ from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.run_dir import (METRICS_FILE, METRICS_HEADER, MetricsWriter, Run, divergence_where,
                                           hold_run_lock, make_provenance, now_iso, perplexity, read_metrics,
                                           run_dir_is_free, write_config_yaml)
-from altgrad_lib.training.schedules import hp_gemms_at, lr_at
+from altgrad_lib.training.schedules import lr_at
 from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import uniform_loss
 from altgrad_lib.training.tracking import mirrored   # logger="none": the plain writer, no tracker package imported
@@ -146,10 +146,12 @@ def _progress_bar(total: int, initial: int, enabled: bool | None, desc: str) -> 
     return progress_bar(total, desc=desc, enabled=enabled, initial=initial, unit="step")
 
 
-def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
+def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> TrainConfig | None:
+    """The config stored in `run_dir` (None: none yet), refused unless it has `cfg`'s hash. Read back, not `cfg`:
+    its non-result fields (diagnostics, logger, ...) are what the stored run was made with."""
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.exists():
-        return
+        return None
     try:
         stored = TrainConfig.from_dict(yaml.safe_load(cfg_path.read_text()) or {})
     except Exception as e:
@@ -162,6 +164,7 @@ def _check_run_dir(run_dir: Path, cfg: TrainConfig, h: str) -> None:
         raise RunConflictError(f"{run_dir} holds a run with config hash {sh[:12]}, not {h[:12]} "
                                f"(differs in {diff} as stored vs requested); nothing was overwritten — "
                                f"pick another run_name/out_dir or delete that directory")
+    return stored
 
 
 def _identity(data_sha: str) -> dict[str, Any]:
@@ -220,13 +223,12 @@ def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: Bui
     run_dir = Path(cfg.out_dir) / cfg.run_name
     ckpt_path = run_dir / "checkpoints" / "last.pt"
     free = run_dir_is_free(run_dir)   # a stub of a failed start holds no result: any config may take it over
-    if not free:
-        _check_run_dir(run_dir, cfg, h)
+    stored = None if free else _check_run_dir(run_dir, cfg, h)
     data_sha = corpus.meta["content_sha256"]
     if resume and not free:
         _check_same_numbers(run_dir, data_sha)
     if resume and (run_dir / "summary.json").exists():
-        run = Run.load(run_dir)
+        run = Run.load(run_dir, config=stored)   # the stored config, parsed once above
         run.reused = True
         if verbose:
             _log(f"reusing finished run {run_dir} ({run.status}, config hash {h[:12]}); not retraining")
@@ -314,9 +316,9 @@ def _train_locked(cfg: TrainConfig, corpus: TokenCorpus, policy: Any, built: Bui
 def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: TokenCorpus, model: torch.nn.Module,
           optimizer: torch.optim.Optimizer, device: torch.device, start: int, progress: bool | None,
           on_step: Callable[[int, dict[str, float]], None] | None, diag: Any, stop: InterruptScope) -> Run:
-    sched = schedule_steps(cfg)   # {} unless precision_schedule: then the GEMMs' phase is a function of the step
+    sched = cfg.hp_schedule   # empty unless precision_schedule: then the GEMMs' phase is a function of the step
     if sched:
-        set_hp_gemms(model, hp_gemms_at(start, sched))   # a resumed run continues in its step's phase
+        set_hp_gemms(model, sched.hp_gemms_at(start))   # a resumed run continues in its step's phase
     tokens_per_step = cfg.batch_size * cfg.block_size
     if cfg.compile and (steps := accum_loop_steps(compile_units(model, cfg.compile_scope), tokens_per_step)):
         where = ("this model's GEMMs" if cfg.compile_scope == "model"
@@ -361,9 +363,9 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
                     g["lr"] = lr * g.get("lr_mult", 1.0)   # lr_mult: optim/ groups whose lr is in other units
                 x, y = corpus.train_batch(cfg.data_config, it, device)                   # (B, T)
                 set_rng_step(model, it)   # step-keyed RNGs (per-step RHT signs, per-call SR): a resume draws the same
-                if sched and set_hp_gemms(model, hp_gemms_at(step, sched)):
+                if sched and set_hp_gemms(model, sched.hp_gemms_at(step)):
                     _log(f"step {step}: precision_schedule {cfg.precision_schedule} -> GEMMs in high precision: "
-                         f"{'+'.join(hp_gemms_at(step, sched))}")
+                         f"{'+'.join(sched.hp_gemms_at(step))}")
                     if cfg.compile:   # the layers' GEMM options are constants of the compiled graph: compile anew
                         kernels.reset_compiler()   # dynamo's graphs, and the quantize kernels' that call them
                         fwd = compile_gpt(model, cfg.compile_scope)
@@ -419,7 +421,7 @@ def _loop(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, corpus: Toke
         "status": "completed", "final_step": cfg.max_steps, "final_val_loss": final_val,
         "final_val_ppl": perplexity(final_val) if final_val is not None else None,
         "config_hash": h, "end_time": now_iso(), "wall_time_s": time.perf_counter() - t_run, **_kernel_note()})
-    return Run.load(run_dir)
+    return Run.load(run_dir, config=cfg)   # cfg is what config.yaml was written from: not parsed back
 
 
 def _kernel_note() -> dict[str, str]:
@@ -444,7 +446,7 @@ def _finish_diverged(cfg: TrainConfig, h: str, run_dir: Path, ckpt_path: Path, s
     _log(f"run {run_dir.name} DIVERGED at step {step}: loss={loss_v}, grad_norm={grad_norm}; "
          f"{divergence_where(div)}; "
          f"last good checkpoint step {last_good}")
-    return Run.load(run_dir)
+    return Run.load(run_dir, config=cfg)
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:

@@ -34,7 +34,7 @@ from altgrad_lib.quantize.convert import quantize_model
 from altgrad_lib.quantize.linear import QuantizedLinear, quantized_gemms, set_hp_gemms
 from altgrad_lib.quantize.hw_fp8 import check_hw_gemm, hw_dtype
 from altgrad_lib.training.build import build_model, gpt_config
-from altgrad_lib.training.config import TrainConfig, hp_gemms_at, schedule_steps
+from altgrad_lib.training.config import TrainConfig
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import get_tokenizer
@@ -134,12 +134,12 @@ def check_precision_schedule(cfg: TrainConfig, policy: QuantPolicy, model: torch
     gemm.hp_gemms, operand specs or hp_first / hp_last / hp_layers already keep in high precision), the attention
     core must not stay quantized in the direction a key switches (the switch reaches Linears only), and every phase
     is installed with set_hp_gemms, the loop's own call, then undone. One line naming both settings."""
-    steps = schedule_steps(cfg)
+    sched = cfg.hp_schedule
     layers = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
     attn = [m for m in model.modules() if isinstance(m, QuantizedAttention)]
     hp = [f"{k}={v}" for k, v in (("hp_first", policy.hp_first_blocks), ("hp_last", policy.hp_last_blocks),
                                   ("hp_layers", "+".join(map(str, policy.hp_layers)))) if v]
-    for key, first in steps.items():
+    for key, first in sched.starts:
         switch = f"TrainConfig.precision_schedule.{key}={cfg.precision_schedule[key]!r}"
         gemms = SCHEDULE_GEMMS[key]
         if not any(g in quantized_gemms(m) for m in layers for g in gemms):
@@ -154,9 +154,9 @@ def check_precision_schedule(cfg: TrainConfig, policy: QuantPolicy, model: torch
                               f"(the switch reaches Linears only), so from step {first} the run is not what the "
                               f"schedule says; valid: attn null (no mxfp8_attn switch), or no {key}")
     try:
-        for first in sorted(set(steps.values())):
+        for first in sched.switch_steps:
             with as_config_error(f"TrainConfig.precision_schedule={cfg.precision_schedule} from step {first}"):
-                set_hp_gemms(model, hp_gemms_at(first, steps))
+                set_hp_gemms(model, sched.hp_gemms_at(first))
     finally:
         set_hp_gemms(model, ())
 

@@ -352,12 +352,15 @@ class Run:
         return self.short_str()
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "Run":
+    def load(cls, run_dir: str | Path, config: TrainConfig | None = None) -> "Run":
+        """The run in `run_dir`; `config`: its config.yaml already parsed (train(): the config it wrote there, or
+        read back to compare), so that a run builds its TrainConfig once; None: parsed here."""
         run_dir = Path(run_dir)
         cfg_path = run_dir / "config.yaml"
         if not cfg_path.is_file():
             raise FileNotFoundError(f"{run_dir} is not a run directory: {cfg_path} is missing")
-        config = TrainConfig.from_dict(yaml.safe_load(cfg_path.read_text()) or {})
+        if config is None:
+            config = TrainConfig.from_dict(yaml.safe_load(cfg_path.read_text()) or {})
         metrics = read_metrics(run_dir / METRICS_FILE)
         summary = read_json(run_dir / "summary.json") if (run_dir / "summary.json").exists() else {}
         divergence = read_json(run_dir / "divergence.json") if (run_dir / "divergence.json").exists() else None

@@ -1,11 +1,11 @@
 """What changes with the step of a run: the learning rate (warmup + cosine) and the GEMMs precision_schedule puts in
-high precision (TrainConfig validates and resolves the schedule, and checks each of its phases against the recipe:
-config.schedule_steps, hp_gemms_at, check_schedule_phases)."""
+high precision (TrainConfig parses the schedule once into its hp_schedule, a sub_configs.PrecisionSchedule, and checks
+each of its phases against the recipe: config.parse_precision_schedule, check_schedule_phases)."""
 from __future__ import annotations
 
 import math
 
-from altgrad_lib.training.config import TrainConfig, hp_gemms_at  # noqa: F401  (re-exported: loop.py imports it here)
+from altgrad_lib.training.config import TrainConfig
 
 
 def lr_at(it: int, cfg: TrainConfig) -> float:

@@ -1,12 +1,15 @@
-"""TrainConfig's model and data parts as typed frozen sub-configs (TrainConfig builds them once, in __post_init__).
+"""TrainConfig's model and data parts and its precision schedule as typed frozen sub-configs (TrainConfig builds
+them once, in __post_init__).
 
 Free of torch and numpy, like config.py: training/build.py takes a ModelConfig, training/data.py and preflight's
-corpus checks a DataConfig, never the whole TrainConfig. Both are views: derived from TrainConfig's fields, never
-written to config.yaml or hashed.
+corpus checks a DataConfig, the loop, preflight and the doctor a PrecisionSchedule, never the whole TrainConfig.
+All are views: derived from TrainConfig's fields, never written to config.yaml or hashed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from altgrad_lib.choices import SCHEDULE_GEMMS
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,24 @@ class DataConfig:
     batch_size: int          # sequences per training / validation batch
     seed: int                # the order of the training batches
     eval_iters: int          # fixed validation batches per eval
+
+
+@dataclass(frozen=True)
+class PrecisionSchedule:
+    """TrainConfig.precision_schedule parsed and checked (config.parse_precision_schedule, once per config): each
+    key with the first (1-based) step from which its GEMMs (choices.SCHEDULE_GEMMS) run in high precision, 'decay'
+    resolved to warmup_steps + 1 (where schedules.lr_at's cosine starts). Empty (falsy) = no switch."""
+
+    starts: tuple[tuple[str, int], ...] = ()   # (key, first step), in the order the schedule gives them
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def hp_gemms_at(self, step: int) -> tuple[str, ...]:
+        """The GEMMs in high precision at (1-based) training `step`."""
+        return tuple(g for key, first in self.starts if step >= first for g in SCHEDULE_GEMMS[key])
+
+    @property
+    def switch_steps(self) -> tuple[int, ...]:
+        """The steps at which the set of high-precision GEMMs changes, ascending."""
+        return tuple(sorted({first for _, first in self.starts}))
