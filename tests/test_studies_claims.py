@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats as sps
 
 from altgrad_lib.studies import claims, paired_stats
@@ -257,6 +259,38 @@ def test_rows_whose_ci_touches_delta_are_named_as_machine_sensitive():
     line = [ln for ln in claims.report_lines(wide, True, "clear") if ln.startswith("CI touches ±δ")]
     assert line == [f"CI touches ±δ, so another CPU may give another verdict: {', '.join(map(str, t.level))}"]
     assert not [ln for ln in claims.report_lines(wide, False, "NOT clear") if ln.startswith("CI touches")]
+
+
+def test_families_judge_each_question_apart_as_if_alone():
+    """Issue 47 item 4: a table holding several questions (03's simulator and torchao rows) judges each in its own
+    Holm family, so a row's p_holm and verdict are those of its family judged alone (what another notebook that
+    judges only that family prints)."""
+    f = _study_frame()
+    fam = {"fp4": "A", "fp8": "A", "bad": "B", "boom": "B"}
+    t = claims.claims_table(f, "recipe", "hp", families=fam).set_index("level")
+    assert list(t.index) == ["fp4", "fp8", "bad", "boom"]       # the rows keep their order
+    for name in ("A", "B"):
+        alone = claims.claims_table(f[f.recipe.isin(["hp", *[lv for lv, n in fam.items() if n == name]])],
+                                    "recipe", "hp", comparison=name).set_index("level")
+        cols = ["p_holm", "mde_nats", "ci_lo", "ci_hi", "verdict", "verdict_family"]
+        pd.testing.assert_frame_equal(t.loc[alone.index, cols], alone[cols])
+        assert (alone.verdict_family == "Holm over 2 rows of " + name).all()
+    one = claims.claims_table(f, "recipe", "hp").set_index("level")   # one family of 4: Holm over 4 rows
+    assert (one.loc[["fp4", "fp8"], "p_holm"] != t.loc[["fp4", "fp8"], "p_holm"]).any()   # non-vacuous
+
+
+def test_the_format_study_names_the_families_notebooks_03_and_04_judge_in():
+    """params/studies/cpu_formats.yaml: one named comparison per question, the names 03 (backend_family) and 04
+    (FORMATS_FAMILY) give their tables, the formats family's levels exactly 04's cpu formats on X/W/dY."""
+    from altgrad_lib.studies.study import Study
+
+    root = Path(__file__).resolve().parents[1]
+    s = Study.from_yaml(root / "params/studies/cpu_formats.yaml")
+    by_name = {c.label: c.levels for c in s.comparisons}
+    assert by_name[claims.backend_family("fp8_hybrid", "sim")] == ("fp8_hybrid",)
+    fmts = yaml.safe_load((root / "params/04_exotic_formats/cpu.yaml").read_text())["formats"]
+    assert by_name[claims.FORMATS_FAMILY] == tuple(f"{f}-XWdY" for f in fmts)
+    assert set(s.positive_controls) <= {lv for levels in by_name.values() for lv in levels}
 
 
 def test_seed_gaps_against_the_own_seed_baseline():

@@ -55,6 +55,8 @@ def test_a_comparison_is_parsed_once_with_its_levels_as_the_index_records_them()
      r"paper names 'fp8_hybrid', which it does not compare; valid: \['fp8_e4m3'\]"),
     ({"axis": "recipe", "baseline": "hp", "source": 3}, r"source=3 must be a string"),
     ({"axis": "recipe", "baseline": "hp", "by": ["seed"]}, r"'by' \['seed'\] names what the comparison pairs"),
+    ({"axis": "recipe", "baseline": "hp", "name": " "}, r"name=' ' must be a non-empty string \(the Holm family"),
+    ({"axis": "recipe", "baseline": "hp", "name": 3}, r"name=3 must be a non-empty string"),
 ])
 def test_a_bad_comparison_fails_at_load_in_one_line_naming_it(spec, match):
     with pytest.raises(ValueError, match=match) as e:
@@ -87,3 +89,14 @@ def test_a_paper_finding_states_its_design_differences_and_a_bad_one_is_one_line
         with pytest.raises(ValueError, match=match) as e:
             _study([{"axis": "recipe", "baseline": "hp", "paper": {"fp8_e4m3": "worse"}, "design_differences": bad}])
         assert "\n" not in str(e.value)
+
+
+def test_two_comparisons_of_one_name_are_refused_and_a_name_names_the_family():
+    """One name = one Holm family (claims.claims_table judges each comparison apart): two comparisons that would
+    share a name (both unnamed on one axis and baseline, or named alike) are refused in one line at load."""
+    with pytest.raises(ValueError, match=r"\['recipe vs hp'\] name\(s\) more than one comparison; give each its own"):
+        _study([{"axis": "recipe", "baseline": "hp", "levels": ["fp8_hybrid"]},
+                {"axis": "recipe", "baseline": "hp", "levels": ["fp8_e4m3"]}])
+    s = _study([{"axis": "recipe", "baseline": "hp", "levels": ["fp8_hybrid"], "name": "fp8 vs hp"},
+                {"axis": "recipe", "baseline": "hp", "levels": ["fp8_e4m3"]}])
+    assert [c.label for c in s.comparisons] == ["fp8 vs hp", "recipe vs hp"]

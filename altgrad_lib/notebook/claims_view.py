@@ -14,7 +14,7 @@ the first lines of an executed notebook say whether its runs can carry claims, c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -338,7 +338,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
                   positive_controls: Sequence[Any] = (), claims_table: pd.DataFrame | None = None,
                   rules: str | Sequence[str] | Callable[[pd.DataFrame], Any] | None = None, study: Any = None,
                   keys: Sequence[str] = (), status: StatusBanner | None = None, write: Any = None,
-                  show: bool = True) -> ClaimsReport:
+                  show: bool = True, families: Mapping[Any, str] | None = None) -> ClaimsReport:
     """A notebook's claims block in one call: the control check of `baseline` (claims.control_check on `frame`,
     `control_level` and `entropy` as there), the claims table (claims.claims_table with `by`, `value`, `delta`,
     `comparison`, `positive_controls`, smoke when the control check failed), the headline lines (claims.report_lines),
@@ -346,7 +346,8 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
 
     `claims_table`: a table computed elsewhere (train_until_resolved's, with the control check of its own looks),
     used as is; with `comparison`, only that comparison's rows. `frame` None: no control check (an ablation against
-    another level). `study`: a Study whose comparisons and control give the table (Study.report). `rules`: the rules'
+    another level). `families`: level -> its Holm family's name (claims.claims_table), where the rows answer several
+    questions. `study`: a Study whose comparisons and control give the table (Study.report). `rules`: the rules'
     text, or a function of the table (a seed plan's `describe`), default claims.describe. `keys`: claims columns that
     lead each row. `write`: a path for claims.csv. `show` False: compute only.
     """
@@ -355,7 +356,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
             raise ValueError("claims_report: study= needs frame= (the study's index)")
         ctl, clear, sentence = study.control(frame, entropy)
         table, lines = study.report(frame, entropy, write=False)
-        n = len(claims.report_lines(table, clear, sentence)) - 1   # Study.report: these lines, then its rules
+        n = len(lines) - (2 if study.seed_plan is not None else 1)   # Study.report: its lines, then its rules
         lines, rule_lines = lines[:n], lines[n:]
     else:
         if claims_table is None and (frame is None or axis is None or baseline is None):
@@ -367,7 +368,7 @@ def claims_report(frame: pd.DataFrame | None = None, axis: str | None = None, ba
         if claims_table is None:
             table = claims.claims_table(frame, axis, baseline, by=by, value=value, delta=delta,
                                         positive_controls=positive_controls, comparison=comparison,
-                                        control_level=control_level, smoke=clear is False)
+                                        control_level=control_level, smoke=clear is False, families=families)
         else:
             table = claims_table
             if comparison:

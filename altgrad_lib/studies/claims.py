@@ -83,6 +83,17 @@ from altgrad_lib.studies.verdicts import FAMILY_COLUMN, KIND_COLUMN, Kind, Verdi
 
 DELTA_NATS = 0.01              # default equivalence margin (nats): the literature's FP8-vs-BF16 bar (module docstring)
 CONTROL = "freeze_blocks"      # TrainConfig key of the frozen-blocks control
+# The Holm families of the format study's runs (params/studies/cpu_formats.yaml names its comparisons so): notebooks
+# 03 and 04 judge those runs in these families too, so a run pair has one verdict in 03, 04, 06 and the report.
+FORMATS_FAMILY = "formats vs hp"
+
+
+def backend_family(recipe: str, backend: str) -> str:
+    """03's family of `recipe` on one backend ("fp8_hybrid (simulator) vs hp"): the simulator's row is the format
+    study's fp8 row; torchao's is a question of its own."""
+    return f"{recipe} ({'simulator' if backend == 'sim' else backend}) vs hp"
+
+
 DIVERGED_STATUSES = ("diverged", "did_not_learn", "did not learn")   # study.csv statuses that are no result
 # the words of the verdicts that have no numbers in them (verdicts.words renders every kind); for display and tests
 INCONCLUSIVE = words(Kind.INCONCLUSIVE)
@@ -243,7 +254,8 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
                  value: str = "final_val_loss", seed: str = "seed", delta: float | None = None,
                  alpha: float = ALPHA, power: float = POWER, lower_is_better: bool = True,
                  positive_controls: Iterable[Any] = (), comparison: str = "",
-                 control_level: Any = None, smoke: bool = False) -> pd.DataFrame:
+                 control_level: Any = None, smoke: bool = False,
+                 families: Mapping[Any, str] | None = None) -> pd.DataFrame:
     """Every level of `axis` against `baseline`, paired by seed within each combination of the `by` columns.
 
     Rows with `freeze_blocks` true are the controls: they are never compared, they give the window and each
@@ -252,8 +264,11 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     one Holm family (`judge`). A diverged seed (module docstring) stays in its row. `delta`: the equivalence
     margin in nats (default: default_delta). `positive_controls`: levels that must come out worse (column
     positive_control: "resolved" when the verdict is a harm, see is_harm; else "NOT resolved"). `smoke`: the control
-    check failed (control_check's clear is False): every verdict is "smoke test: no verdict". Columns: COLUMNS plus
-    the `by` columns, `axis`, EXTRA.
+    check failed (control_check's clear is False): every verdict is "smoke test: no verdict". `families`: level ->
+    the name of the comparison (Holm family) that level is judged in, where a table holds several questions (03's
+    simulator and torchao rows; a study's `comparisons` with `levels` and `name`): each comparison is judged apart,
+    so a run pair gets the verdict of its own family wherever it is judged. Columns: COLUMNS plus the `by` columns,
+    `axis`, EXTRA.
     """
     by = [b for b in by if b not in (axis, seed, CONTROL)]
     missing = sorted({axis, seed, value, *by} - set(frame.columns))
@@ -282,7 +297,8 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
             var, var_bad = _by_seed(var_runs, seed, value), _diverged(var_runs, seed, value)
             both = pd.concat({"v": var, "b": base}, axis=1, join="inner")
             ok = both[~var_bad.reindex(both.index).to_numpy() & ~base_bad.reindex(both.index).to_numpy()]
-            row = {"comparison": comparison or f"{axis} vs {baseline}", **dict(zip(by, key)), axis: level,
+            name = (families or {}).get(level) or comparison or f"{axis} vs {baseline}"
+            row = {"comparison": name, **dict(zip(by, key)), axis: level,
                    "level": level, "baseline": baseline, "value": value, "n_seeds": len(var),
                    "n_diverged": int(var_bad.sum()),
                    "n_diverged_baseline": int(base_bad.reindex(var.index, fill_value=False).sum()),
@@ -306,7 +322,9 @@ def claims_table(frame: pd.DataFrame, axis: str, baseline: Any, by: Iterable[str
     if unknown:
         raise ValueError(f"claims_table: positive control(s) {unknown} are not levels of {axis}; "
                          f"levels: {sorted(map(str, table.level))}")
-    table = judge(table, alpha, power, lower_is_better)
+    # one comparison = one Holm family (comparison.py): judged apart, in the order the rows came
+    table = pd.concat([judge(g, alpha, power, lower_is_better)
+                       for _, g in table.groupby("comparison", sort=False)]).sort_index()
     cols = [c for c in ["comparison", *by, axis] if c in table] + [c for c in COLUMNS if c not in ("comparison",)]
     return table[list(dict.fromkeys([*cols, *EXTRA]))]
 

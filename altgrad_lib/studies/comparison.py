@@ -6,8 +6,10 @@ so the claims (study_claims.py), the seeds-until-resolved replay (sequential.py)
 `altgrad study` read fields, never keys. Every setting the claims could not use fails here, in one line naming the
 value and the valid choices, before any run trains (`--dry-run` shows it).
 
-One comparison is one Holm family (claims.judge): its `label` ("recipe vs hp") is the family's name in the claims
-table's `comparison` column and in each verdict's family ("Holm over 7 rows of recipe vs hp").
+One comparison is one Holm family (claims.judge): its `label` (its `name`, else "recipe vs hp") is the family's name
+in the claims table's `comparison` column and in each verdict's family ("Holm over 6 rows of formats vs hp"). A study
+whose rows answer several questions (notebooks 03 and 04 judge the format study's runs in families of their own)
+declares one named comparison per question with its `levels`, so a run pair has one verdict wherever it is judged.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from typing import Any, Mapping
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.studies.runs import axis_value
 
-COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "paper", "source", "design_differences")
+COMPARISON_KEYS = ("axis", "baseline", "by", "value", "delta", "levels", "name", "paper", "source",
+                   "design_differences")
 # what a comparison's `paper` may say a level did against the baseline (lower loss is better): claims' verdict words,
 # not_worse (better or equivalent, e.g. "RCEIL >= FLOOR") and not_better (worse or equivalent)
 PAPER_FINDINGS = ("worse", "better", "equivalent", "not_worse", "not_better", "diverged")
@@ -46,12 +49,13 @@ class Comparison:
     paper: tuple[tuple[Any, str], ...] = ()
     source: str = ""
     design_differences: tuple[tuple[Any, str], ...] = ()
+    name: str = ""
     spec: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def label(self) -> str:
-        """The claims table's `comparison` and the Holm family's name: "recipe vs hp"."""
-        return f"{self.axis} vs {self.baseline}"
+        """The claims table's `comparison` and the Holm family's name: `name`, else "recipe vs hp"."""
+        return self.name or f"{self.axis} vs {self.baseline}"
 
     @staticmethod
     def check_spec(c: Any, axis_columns: list[str]) -> None:
@@ -122,6 +126,9 @@ class Comparison:
                     raise ValueError(f"study comparison {dict(c)}: paper[{lv!r}]={finding!r} is invalid"
                                      f"{did_you_mean(finding, PAPER_FINDINGS)}; valid: {PAPER_FINDINGS}")
                 found.append((study._as_recorded(axis, lv), finding))
+        if "name" in c and not (isinstance(c["name"], str) and c["name"].strip()):
+            raise ValueError(f"study comparison {dict(c)}: name={c['name']!r} must be a non-empty string (the Holm "
+                             f"family's name, e.g. 'formats vs hp')")
         if "source" in c and not isinstance(c["source"], str):
             raise ValueError(f"study comparison {dict(c)}: source={c['source']!r} must be a string")
         diffs = c.get("design_differences")
@@ -148,7 +155,7 @@ class Comparison:
                    paper=tuple((study.level(axis, lv), f) for lv, f in found), source=c.get("source", ""),
                    design_differences=tuple((study.level(axis, lv), t)
                                             for lv, t in (c.get("design_differences") or {}).items()),
-                   spec=dict(c))
+                   name=c.get("name", "").strip(), spec=dict(c))
 
 
 __all__ = ["COMPARISON_KEYS", "PAPER_FINDINGS", "VALUE_COLUMNS", "NOT_BY", "Comparison"]

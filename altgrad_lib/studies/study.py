@@ -14,6 +14,7 @@ A study file (`params/studies/*.yaml`):
       - {axis: recipe, baseline: bf16}    # + optional by (a list of other axes), value (final_val_loss or
                                           #   final_train_loss), delta (equivalence margin, nats), levels (only
                                           #   these levels against the baseline: one Holm family per comparison),
+                                          #   name (the family's name, default "<axis> vs <baseline>"),
                                           #   paper ({level: what a paper found, PAPER_FINDINGS}) and source (which
                                           #   paper): recorded for a "paper says / AltGrad finds" table
     positive_controls: [E2M1-XWdY]        # optional: recipe levels that must come out "worse" (claims.py)
@@ -150,6 +151,11 @@ class Study(StudyClaims):
         if self.comparisons:              # parsed and checked once, now, not after every run trained; a frozen
             # dataclass sets its own normalised field in __post_init__ (dataclasses' documented way)
             object.__setattr__(self, "comparisons", tuple(Comparison.parse(c, self) for c in self.comparisons))
+            labels = [c.label for c in self.comparisons]
+            twice = sorted({lb for lb in labels if labels.count(lb) > 1})
+            if twice:   # one name = one Holm family: two comparisons under one name would be judged as one
+                raise ValueError(f"study comparisons: {twice} name(s) more than one comparison; give each its own "
+                                 f"`name` (the Holm family's name), e.g. name: 'formats vs hp'")
         names = _recipe_names(self.axes.get("recipe", ()), [p.get("recipe") for p in self.points if "recipe" in p],
                               self.base.get("recipe", "hp"))
         unknown = [pc for pc in self.positive_controls if pc not in names]

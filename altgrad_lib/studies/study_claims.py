@@ -49,8 +49,11 @@ class StudyClaims:
         frame = self._canonical(frame)
         if c.levels:   # only these levels and the baseline (its frozen-blocks control included)
             frame = frame[frame[c.axis].isin([c.baseline, *c.levels])]
+        # a positive control is judged in the comparison that holds it (its own family where the study names one)
+        pcs = [pc for pc in self.positive_controls if not c.levels or self._as_recorded(c.axis, pc) in c.levels] \
+            if c.axis == "recipe" else []
         return claims_table(frame, c.axis, c.baseline, by=list(c.by_columns), value=c.value, delta=c.delta,
-                            positive_controls=self.positive_controls if c.axis == "recipe" else (),
+                            positive_controls=pcs,
                             comparison=c.label, smoke=smoke)
 
     def control(self, frame: pd.DataFrame | None = None,
