@@ -1,6 +1,6 @@
 """The valid values of the enumerated settings, one copy each (torch-free, so configs and the CLI import it
 cheaply); the modules that implement them validate against these tuples (errors.check_choice, which suggests a
-near one)."""
+near one). unalias_recipe: the one place a recipe alias becomes its recipe."""
 
 BACKENDS = ("sim", "torchao", "scaled_mm")   # "sim" = our fake quantization; the others cast to real FP8 dtypes
 HW_BACKENDS = BACKENDS[1:]
@@ -65,3 +65,13 @@ STIFFNESS_KINDS = ("ulp", "mantissa")                      # exponent-aware ULP 
 ULP_MODES = ("step", "up", "down", "mean")                 # which ULP at a binade edge (numerics/grid.py)
 STATE_TRANSFORMS = ("none", "sqrt", "expand")   # optim/state_codec.py: low-precision Adam states
 STATE_SCALES = ("pow2", "amax")                 # their block scale (optim/lowp_state.py)
+
+
+def unalias_recipe(name: str) -> str:
+    """The recipe an alias at the head of `name` stands for, the ':'-switches after it kept ('bf16' -> 'hp',
+    'MXFP8_RCEIL:hp_last=1' -> 'mxfp8:rceil:hp_last=1'); any other name unchanged. The one place an alias becomes
+    its recipe (quantize.recipes.canonical_recipe then spells the whole recipe canonically); block-recipe names
+    are case-insensitive, as block_recipes parses them."""
+    head, sep, rest = name.partition(":")
+    target = RECIPE_ALIASES.get(head.strip()) or BLOCK_RECIPE_ALIASES.get(head.strip().lower())
+    return target + sep + rest if target else name

@@ -1,11 +1,21 @@
-"""Where things live: the project root (for git provenance and `outputs/`) and the outputs / runs directories."""
+"""Where things live: the project root (for git provenance and `outputs/`) and the outputs / runs directories, and
+the one rule that turns a value into a file-name part (slug: run names, study run names, token-cache directories)."""
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 
 PROJECT_NAME = "altgrad"
+SLUG_CHARS = "A-Za-z0-9_.+-"   # what a file-name part keeps (a regex character-class body)
+SLUG_FALLBACK = "custom"   # a value with none of them (a recipe dict named "" or "???")
+
+
+def slug(value: object) -> str:
+    """`value` as one file-name part: each run of characters outside SLUG_CHARS becomes one "_", leading and
+    trailing "_" dropped; SLUG_FALLBACK when nothing is left."""
+    return re.sub(f"[^{SLUG_CHARS}]+", "_", str(value)).strip("_") or SLUG_FALLBACK
 
 
 def project_root(start: str | Path | None = None) -> Path | None:

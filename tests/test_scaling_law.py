@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from altgrad_lib.choices import BLOCK_RECIPE_ALIASES, RECIPE_ALIASES
 from altgrad_lib.cli import main
+from altgrad_lib.quantize.recipes import canonical_recipe
 from altgrad_lib.studies import scaling_law as sl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,3 +191,17 @@ def test_altgrad_predict_refuses_in_one_line(tmp_path, capsys, args, message):
     assert main(["predict", *(x for kv in flags.items() for x in kv)]) == 2
     err = capsys.readouterr().err.strip()
     assert re.match(r"altgrad( predict)?: error: ", err) and message in err and "\n" not in err, err
+
+
+def test_altgrad_predict_reads_every_recipe_alias_as_its_canonical_recipe(tmp_path, capsys):
+    # a fit holds canonical names (the index records them); --recipe takes each alias of choices, as TrainConfig does
+    canon = {a: canonical_recipe(a) for a in [*RECIPE_ALIASES, *BLOCK_RECIPE_ALIASES]}
+    recipes = ["hp", *sorted({c for c in canon.values() if c != "hp"})]
+    law = {**TRUE, "kappa": {r: 0.9 for r in recipes[1:]}}
+    fit = sl.fit_scaling_law(sl.synthetic_ladder(law, SIZES, TPP, recipes, 3, SIGMA, np.random.default_rng(0)),
+                             n_boot=20)
+    path = tmp_path / "fit.json"
+    path.write_text(fit.to_json())
+    for alias, name in canon.items():
+        assert main(["predict", "--recipe", alias, "--params", "1e5", "--tokens", "1e6", "--fit", str(path)]) == 0
+        assert f"gap {name} - hp = " in capsys.readouterr().out

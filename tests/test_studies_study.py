@@ -16,10 +16,13 @@ import pytest
 import yaml
 from helpers import tiny_study_dict
 
+from altgrad_lib.choices import BLOCK_RECIPE_ALIASES, RECIPE_ALIASES
+from altgrad_lib.quantize.recipes import canonical_recipe, get_policy
 from altgrad_lib.studies.comparison import Comparison
 from altgrad_lib.studies.runs import axis_value, machine_key
-from altgrad_lib.studies.study import Study, run_study
+from altgrad_lib.studies.study import Study, _recipe_names, run_name, run_study
 from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.data import _corpus_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_STUDY = ROOT / "params" / "studies" / "ci_formats.yaml"
@@ -570,3 +573,34 @@ def test_two_different_studies_never_share_an_index(tmp_path):
         Study.from_dict(dd, out_dir=str(tmp_path / "st")).claim_dir()
     b = Study.from_dict({**d, "axes": {"recipe": ["hp", "fp8_hybrid"], "seed": [0]}}, out_dir=str(tmp_path / "st_b"))
     assert run_study(b, log=lambda m: None).reused.tolist() == [True, False]   # its own --out: fine
+
+
+# values no file name can hold as written: nothing safe ("???", ""), runs of unsafe characters, '-' and '+'
+@pytest.mark.parametrize("value", ["???", "", "a b//c", "fmt:E3M4", "__x__", "mx-fp+8.v2"])
+def test_one_slug_rule_for_run_names_study_run_names_and_token_caches(value, tmp_path):
+    # the recipe part of auto_run_name (a dict recipe's name), the part a study's run_name inserts for a string axis
+    # value and the token cache's corpus part are one rule; the old study rule fell back to "x", the run name's
+    # to "custom", and the cache's dropped '-' and '+'
+    cfg = TrainConfig()
+    head, tail = cfg.auto_run_name().rsplit("-s0-", 1)
+    part = TrainConfig(recipe={"name": value, "recipe": "hp"}).auto_run_name().rsplit("-s0-", 1)[0]
+    assert run_name({"tokenizer": value}, cfg) == f"{head}-{part}-s0-{tail}"
+    if value and "/" not in value:   # a directory of that name (the cache slug keeps 40 characters)
+        assert _corpus_slug(str(tmp_path / value)) == part[:40]
+
+
+_ALIASES = [*RECIPE_ALIASES, *BLOCK_RECIPE_ALIASES]
+
+
+@pytest.mark.parametrize("alias", [*_ALIASES, *(a.upper() for a in BLOCK_RECIPE_ALIASES),
+                                   *(f"{a}:hp_last=1" for a in _ALIASES)])
+def test_every_entry_point_gives_an_alias_one_canonical_recipe(alias):
+    # canonical_recipe is the recipe's identity; a training config (and `altgrad train -p recipe=`), get_policy
+    # (`altgrad fidelity`), a study's axis values, levels and level names and the claims' frame all agree with it
+    canon = canonical_recipe(alias)
+    assert canon != alias and get_policy(alias).name == canon
+    assert TrainConfig(recipe=alias).recipe == TrainConfig.from_yaml(None, [f"recipe={alias}"]).recipe_name == canon
+    s = Study.from_dict({"name": "t", "axes": {"recipe": [alias], "seed": [0]}})
+    assert [p.config.recipe for p in s.expand()] == [canon] and s.level("recipe", alias) == canon
+    assert _recipe_names([alias]) == [canon]
+    assert s._canonical(pd.DataFrame({"recipe": [alias]})).recipe.tolist() == [canon]

@@ -27,21 +27,19 @@ seeded stream per quantizer). Every recipe also takes hp_first / hp_last / hp_la
 """
 from __future__ import annotations
 
-from altgrad_lib.choices import BLOCK_RECIPE_ALIASES, BLOCK_RECIPES, BLOCK_SWITCHES  # one copy of the names
+from altgrad_lib.choices import (BLOCK_RECIPE_ALIASES, BLOCK_RECIPES, BLOCK_SWITCHES,  # one copy of the names
+                                 unalias_recipe)
 
 
 def is_block_recipe(name: str) -> bool:
-    base = name.split(":", 1)[0].strip().lower()
-    return base in BLOCK_RECIPES or base in BLOCK_RECIPE_ALIASES
+    return unalias_recipe(name).split(":", 1)[0].strip().lower() in BLOCK_RECIPES
 
 
 def _parse(name: str) -> tuple[str, set[str], int]:
     """(base, switches on, hp_last) of a recipe string; a repeated switch counts once, hp_last twice is an error."""
-    base, *switches = [p.strip() for p in name.split(":")]
+    # an alias's own switches first: 'mxfp8_rceil:hp_last=1' = 'mxfp8:rceil:hp_last=1'
+    base, *switches = [p.strip() for p in unalias_recipe(name).split(":")]
     base = base.lower()
-    if base in BLOCK_RECIPE_ALIASES:      # 'mxfp8_rceil:hp_last=1' = 'mxfp8:rceil:hp_last=1'
-        base, *more = BLOCK_RECIPE_ALIASES[base].split(":")
-        switches = more + switches
     if base not in BLOCK_RECIPES:
         raise ValueError(f"unknown block recipe {base!r}; valid choices: {BLOCK_RECIPES + tuple(BLOCK_RECIPE_ALIASES)}")
     valid = BLOCK_SWITCHES[base]

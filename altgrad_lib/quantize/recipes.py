@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPE_ALIASES, RECIPES
+from altgrad_lib.choices import BACKENDS, BLOCK_RECIPES, NAMED_RECIPES, RECIPES, unalias_recipe
 from altgrad_lib.errors import did_you_mean
 from altgrad_lib.numerics.block_scaling import BlockScaling, is_block_kind
 from altgrad_lib.numerics.formats import get_format
@@ -297,9 +297,8 @@ def get_policy(name_or_dict: str | Mapping | QuantPolicy, backend: str | None = 
     elif isinstance(name_or_dict, Mapping):
         policy = QuantPolicy.from_dict(name_or_dict)
     elif isinstance(name_or_dict, str):
-        full = name_or_dict.strip()
-        name, hp = split_hp_switches(RECIPE_ALIASES.get(full, full))
-        name = RECIPE_ALIASES.get(name, name)
+        name, hp = split_hp_switches(name_or_dict.strip())
+        name = unalias_recipe(name)
         if name == "hp":
             layers = {"*": None}
         elif name == "fp8_hybrid":
@@ -348,8 +347,8 @@ def canonical_recipe(recipe: str | Mapping) -> str | dict:
         get_policy(recipe)
         if isinstance(recipe, str):
             # hp_first / hp_last / hp_layers: after the recipe's own switches, in HP_SWITCHES order, when set
-            name, hp = split_hp_switches(RECIPE_ALIASES.get(recipe.strip(), recipe.strip()))
-            name = RECIPE_ALIASES.get(name, name)
+            name, hp = split_hp_switches(recipe.strip())
+            name = unalias_recipe(name)
             if is_block_recipe(name):     # case, switch order, repeats and hp_last=0 spell one recipe one way
                 return canonical_block_recipe(name) + hp_suffix(hp)
             if not name.lower().startswith("fmt:"):

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.choices import unalias_recipe
 from altgrad_lib.errors import number_arg, one_line
 
 # the committed fit of params/studies/cpu_ladder.yaml (ScalingFit.to_json), relative to the repository root
@@ -48,7 +48,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                              f"directory, e.g. after `altgrad study -f params/studies/cpu_ladder.yaml`) or --fit "
                              f"FILE.json")
         fit = load_fit(args.fit or COMMITTED_FIT)
-        recipe = RECIPE_ALIASES.get(args.recipe, args.recipe)
+        recipe = unalias_recipe(args.recipe)
         lines = predict_lines(fit, recipe, args.params, args.tokens)
     except (ValueError, FileNotFoundError) as e:
         print(f"altgrad predict: error: {one_line(e)}", file=sys.stderr)

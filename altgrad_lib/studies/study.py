@@ -62,8 +62,8 @@ from typing import Any, Mapping
 import pandas as pd
 import yaml
 
-from altgrad_lib.choices import RECIPE_ALIASES
-from altgrad_lib.paths import outputs_dir
+from altgrad_lib.choices import unalias_recipe
+from altgrad_lib.paths import SLUG_CHARS, outputs_dir, slug
 from altgrad_lib.studies import owner
 from altgrad_lib.studies.ladder import LADDER_COLUMNS, Ladder
 from altgrad_lib.studies.comparison import Comparison
@@ -78,10 +78,6 @@ STUDY_KEYS = ("name", "base", "config", "axes", "points", "comparisons", "positi
 def _same(a: Any, b: Any) -> bool:
     """Equal and of one type (so 1 and True, both YAML values, are different axis values)."""
     return type(a) is type(b) and a == b
-
-
-def _slug(v: Any) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(v)).strip("_") or "x"
 
 
 # axes that TrainConfig.auto_run_name() already spells out (or that never change numbers)
@@ -101,11 +97,11 @@ def run_name(axes: Mapping[str, Any], cfg: TrainConfig) -> str:
         if isinstance(v, bool):
             parts.append(k if v else f"no_{k}")
         elif isinstance(v, str):
-            parts.append(_slug(v))
+            parts.append(slug(v))
         elif isinstance(v, float):
             parts.append(f"{k}{v:g}")
         else:
-            parts.append(_slug(f"{k}{v}"))
+            parts.append(slug(f"{k}{v}"))
     name = "-".join([head, *parts, f"s{cfg.seed}", tail])
     return name if len(name) <= 120 else f"{name[:100]}-{cfg.config_hash()[:8]}"
 
@@ -125,8 +121,8 @@ class Study(StudyClaims):
     ladder: Any = None      # ladder.Ladder: sizes x token budgets, multiplying the axes (a scaling-law study)
 
     def __post_init__(self) -> None:
-        if not self.name or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.name):
-            raise ValueError(f"Study.name={self.name!r} must be a non-empty plain name ([A-Za-z0-9_.+-])")
+        if not self.name or not re.fullmatch(f"[{SLUG_CHARS}]+", self.name):   # its directory's name as written
+            raise ValueError(f"Study.name={self.name!r} must be a non-empty plain name ([{SLUG_CHARS}])")
         valid = [k for k in TrainConfig.keys() if k not in ("run_name", "out_dir")]
         for k, vals in self.axes.items():
             if k not in valid:
@@ -272,7 +268,7 @@ class Study(StudyClaims):
 
     def _lr_check_combos(self, combos: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The combinations of the axes an lr check runs at: its recipe (default hp) at the study's first seed."""
-        want = RECIPE_ALIASES.get(self.ladder.lr_check.get("recipe", "hp"), self.ladder.lr_check.get("recipe", "hp"))
+        want = unalias_recipe(str(self.ladder.lr_check.get("recipe", "hp")))
         seed0 = self.axes["seed"][0] if self.axes.get("seed") else self.base.get("seed", 0)
         out = [c for c in (combos or [{}]) if c.get("seed", seed0) == seed0
                and TrainConfig.from_dict({**self.base, **c}).recipe_name == want]
@@ -341,7 +337,7 @@ class Study(StudyClaims):
         if match:
             return match[0]
         key = str(value)
-        key = RECIPE_ALIASES.get(key, key) if axis == "recipe" else key
+        key = unalias_recipe(key) if axis == "recipe" else key
         if key not in levels:
             raise ValueError(f"{value!r} is not a level of {axis} in study {self.name!r}; levels: {list(levels)}")
         return levels[key]
@@ -353,7 +349,7 @@ def _recipe_names(*groups: Any) -> list[str]:
     seen: dict[str, Any] = {}
     flat = [v for g in groups for v in (g if isinstance(g, (list, tuple)) else [g])]
     for v in flat:
-        name = RECIPE_ALIASES.get(v, v) if isinstance(v, str) else str(v.get("name", "custom")) \
+        name = unalias_recipe(v) if isinstance(v, str) else str(v.get("name", "custom")) \
             if isinstance(v, Mapping) else str(v)
         key = json.dumps(v, sort_keys=True, default=str) if isinstance(v, Mapping) else name
         if name in seen and seen[name][0] != key:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from altgrad_lib.choices import RECIPE_ALIASES
+from altgrad_lib.choices import unalias_recipe
 from altgrad_lib.studies.claims import claims_table, control_check, report_lines, write_claims
 from altgrad_lib.studies.comparison import NOT_BY, Comparison
 from altgrad_lib.studies.runs import machines_line
@@ -93,4 +93,6 @@ class StudyClaims:
 
     def _canonical(self, frame: pd.DataFrame) -> pd.DataFrame:
         # the index records canonical recipe names ("hp"); a study file may use an alias ("bf16")
-        return frame.assign(recipe=frame.recipe.replace(RECIPE_ALIASES)) if "recipe" in frame else frame
+        if "recipe" not in frame:
+            return frame
+        return frame.assign(recipe=frame.recipe.map(lambda r: unalias_recipe(r) if isinstance(r, str) else r))

@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Union, get_args, get_origin, get
 import yaml
 
 from altgrad_lib.choices import (BACKENDS, BLOCK_SWITCHES, COMPILE_SCOPES, CORPORA, DEVICES, LOGGERS, NAMED_RECIPES,
-                                 OPTIMIZERS, PRECISIONS, RECIPE_ALIASES, RECIPES, SCHEDULE_GEMMS, SEED_RANGE,
-                                 TOKENIZERS)
+                                 OPTIMIZERS, PRECISIONS, RECIPES, SCHEDULE_GEMMS, SEED_RANGE, TOKENIZERS,
+                                 unalias_recipe)
 from altgrad_lib.choices import MLP_KINDS as MLPS
 from altgrad_lib.errors import ConfigError, ConfigTypeError, check_choice, did_you_mean, invalid, one_line
 from altgrad_lib.model_config import GPTConfig   # torch-free: the model keys' defaults (one copy)
 from altgrad_lib.monitors.config import DiagnosticsConfig
 from altgrad_lib.optim.config import OptimConfig, canonical_optim   # torch-free unless a format is named
-from altgrad_lib.paths import runs_dir
+from altgrad_lib.paths import runs_dir, slug
 from altgrad_lib.training.sub_configs import DataConfig, ModelConfig, PrecisionSchedule
 from altgrad_lib.training.tokenizers import canonical_tokenizer_name   # imports tiktoken, not torch
 
@@ -168,8 +168,8 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.{f.name}={v!r} is not a finite number")
         if isinstance(self.recipe, dict):
             object.__setattr__(self, "recipe", copy.deepcopy(self.recipe))  # never alias the caller's dict
-        elif self.recipe in RECIPE_ALIASES:   # recorded, hashed and printed under its canonical name
-            object.__setattr__(self, "recipe", RECIPE_ALIASES[self.recipe])
+        elif isinstance(self.recipe, str):   # an alias is recorded, hashed and printed under its canonical name
+            object.__setattr__(self, "recipe", unalias_recipe(self.recipe))
         if self.recipe not in NAMED_RECIPES:  # fmt:<FMT>, a dict or a typo: get_policy's parser (imports torch)
             from altgrad_lib.quantize.recipes import canonical_recipe   # local: imports torch (see the line above)
             try:   # canonical format names: aliases of one format are one run identity
@@ -354,8 +354,7 @@ class TrainConfig:
                 parts.append(f"m{oc.state_m or 'fp32'}v{oc.state_v or 'fp32'}")
         if self.freeze_blocks:
             parts.append("frozen")
-        slug = "-".join(re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(x)).strip("_") or "custom" for x in parts)
-        return f"{slug}-s{self.seed}-{self.config_hash()[:8]}"
+        return f"{'-'.join(map(slug, parts))}-s{self.seed}-{self.config_hash()[:8]}"
 
     def resolved(self) -> "TrainConfig":
         """run_name and out_dir filled in (absolute), everything else unchanged; self when both already are.

@@ -35,6 +35,7 @@ import yaml
 
 from altgrad_lib.choices import CORPORA   # re-exported (__all__)
 from altgrad_lib.io import atomic_file, atomic_write_text
+from altgrad_lib.paths import slug
 from altgrad_lib.training.progress import progress_bar
 from altgrad_lib.training.sub_configs import DataConfig
 from altgrad_lib.training.tokenizers import DEFAULT_TOKENIZER, canonical_tokenizer_name, get_tokenizer, is_offline
@@ -269,7 +270,7 @@ def _corpus_slug(name: str) -> str:
     key = name.strip().lower()
     if key in ("licenses", "eurlex"):
         return key
-    return re.sub(r"[^A-Za-z0-9_.]+", "_", Path(name).expanduser().resolve().name or "text")[:40]
+    return slug(Path(name).expanduser().resolve().name)[:40]
 
 
 def _content_hash(dd, tokenizer: str) -> str:
