@@ -11,8 +11,8 @@ creates one `Diagnostics` object. Files, one job each:
     health.py       numerical health of X / W / dY (TE-style under/overflow, subnormals, NaN/Inf, ...)
     gradients.py    per-parameter gradient stats, clipping, SNR / cosine vs the FP32 shadow
     weights.py      log2-magnitude histograms, fraction at ±max, staleness, KL to a baseline run
-    geometry.py     the weight-grid monitor (stiffness, misalignment, stall rate, Δcode, bit flips, code usage;
-                    the arithmetic is numerics/grid_metrics.py)
+    geometry.py     the weight-grid monitor (stiffness, misalignment, stall rate, update lost, Δcode, bit flips,
+                    code usage; the arithmetic is numerics/grid_metrics.py)
     activations.py  kurtosis of Linear inputs, attention entropy per head, dead MLP units
     events.py       divergence early-warning events
     curvature.py    top Hessian eigenvalue (power iteration on HVPs), Hutchinson trace, lr·λ_max alarm
@@ -36,7 +36,8 @@ Rows by group (role in brackets; histograms are `<prefix>:<bin>` rows holding fr
     shadow       [weight|bias] grad_snr_db grad_cos; layer "*": the same over all parameters
     weights      [W] hist.log2w:<k> zero_frac, quantized only: frac_at_max staleness (kl_log2w_bits with a baseline)
     grid         [W] hist.log2ulp:<k> stiffness_entropy_bits log2S_mean misalignment_mean stall_rate update_ratio
-                 moved_frac hist.dcode:<d> flips:<sign|e3..e0|m2..m0> code_entropy_bits codes_used capacity_use
+                 update_lost (share of the update the weight rounding hides from the forward) moved_frac
+                 hist.dcode:<d> flips:<sign|e3..e0|m2..m0> code_entropy_bits codes_used capacity_use
                  hist.code:<0xNN> grad_stiffness_corr
     activations  [X] kurtosis (every Linear); [head<i>] attn_entropy (layer = attention fqn, nats);
                  [hidden] dead_frac fired_frac (layer = MLP fqn)

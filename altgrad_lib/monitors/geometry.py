@@ -1,5 +1,12 @@
-"""GridMonitor: grid-geometry rows (stiffness, misalignment, stall rate, Δcode, bit flips, code usage) of every
-quantized weight, computed by numerics/grid_metrics.py."""
+"""GridMonitor: grid-geometry rows (stiffness, misalignment, stall rate, update lost, Δcode, bit flips, code usage)
+of every quantized weight, computed by numerics/grid_metrics.py.
+
+update_lost: ‖(Q(W1) − Q(W0)) − (W1 − W0)‖_F / ‖W1 − W0‖_F, W0 / W1 the fp32 weight before / after the optimizer
+step, Q the weight quantizer's round-to-nearest grid point with the scale it applies at each (scale_of: s0 before,
+s1 after, so a scale change counts as part of what the forward sees). The share of the update the weight format's
+rounding hides from the forward: 0 = the forward sees all of it, 1 = it sees none (every entry under half an ULP),
+above 1 when rounding moves weights further than the update did; NaN when the weight did not change.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +17,7 @@ from altgrad_lib.monitors.base import Monitor, StepContext
 from altgrad_lib.numerics.grid_metrics import (bit_flip_fractions, bit_names, capacity_use, code_usage, codes,
                                               delta_code_from_codes, delta_code_hist, grad_stiffness_corr,
                                               hist_entropy_bits, log2_hist, misalignment, scaled_weight, stall_rate,
-                                              weight_ulp)
+                                              update_lost, weight_ulp)
 
 
 def weight_points(att: Any) -> list[tuple[str, Any, torch.nn.Parameter]]:
@@ -41,6 +48,7 @@ class GridMonitor(Monitor):
             ctx.emit(fqn, "W", "log2S_mean", torch.log2(weight_ulp(w1, fmt, s1).double()).mean())
             ctx.emit(fqn, "W", "misalignment_mean", misalignment(w1, fmt, s1).double().mean())
             ctx.emit(fqn, "W", "stall_rate", stall_rate(w0, w1, fmt, s0))
+            ctx.emit(fqn, "W", "update_lost", update_lost(w0, w1, fmt, s0, s1))
             ctx.emit(fqn, "W", "update_ratio", (w1 - w0).double().norm() / w0.double().norm())
             c0, c1 = codes(w0, fmt, s0), codes(w1, fmt, s1)
             ctx.cache.setdefault("codes_post", {})[fqn] = c1

@@ -57,6 +57,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "stiffness_entropy_bits": ("stiffness entropy", "bits"),
     "log2S_mean": ("mean log2 stiffness", "log2 ULP"),
     "update_ratio": ("update size ||Δw|| / ||w||", "ratio"),
+    "update_lost": ("update lost to weight rounding ||ΔQ(w) − Δw|| / ||Δw||", "fraction of ||Δw||"),
     "amax": ("max |x|", "tensor units"),
     "scale": ("scale s", "multiplier"),
     "mse": ("mean squared error", "squared tensor units"),

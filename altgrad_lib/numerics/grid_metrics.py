@@ -12,6 +12,10 @@ nearest grid point). Pure tensor functions, no host sync, usable by the optimize
     misalignment(w, fmt, s)             |w·s − Q(w·s)| / ULP(w·s), in [0, ½] for round-to-nearest
     stall_mask / stall_rate(w0, w1, fmt, s)   |Δw·s| < ULP(w0·s)/2: the update is below half a grid step
     delta_code(w0, w1, fmt, s0, s1)     grid steps each weight moved: rank(w1) − rank(w0)
+    update_lost(w0, w1, fmt, s0, s1)    ‖(Q(w1) − Q(w0)) − (w1 − w0)‖_F / ‖w1 − w0‖_F: the share of an update the
+                                        forward does not see (0 = all of it; 1 = none, e.g. every |Δw·s| under half
+                                        an ULP; > 1 when rounding moves weights further than the update; NaN for
+                                        Δw = 0); each weight with its own step's scale, Q(w) = grid.to_grid
     delta_code_from_codes(c0, c1, fmt)  the same from known codes
     delta_code_hist(dc, max_abs)        counts for −max_abs..max_abs (the ends collect everything beyond)
     bit_names(fmt), bit_flip_fractions(c0, c1, fmt)   per code bit (MSB first: sign, e.., m..) flip fraction
@@ -39,6 +43,8 @@ import math
 from typing import Any
 
 import torch
+
+from altgrad_lib.numerics.grid import to_grid
 
 _RANKS: dict[tuple[Any, str], torch.Tensor] = {}
 
@@ -88,6 +94,18 @@ def stall_rate(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s: Any = 1.0) -> to
 
 def delta_code(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s0: Any = 1.0, s1: Any = 1.0) -> torch.Tensor:
     return grid_rank(w1, fmt, s1) - grid_rank(w0, fmt, s0)
+
+
+def _q(w: torch.Tensor, fmt: Any, s: Any) -> torch.Tensor:
+    return to_grid(w.detach().float(), fmt, torch.as_tensor(s, dtype=torch.float32, device=w.device))
+
+
+def update_lost(w0: torch.Tensor, w1: torch.Tensor, fmt: Any, s0: Any = 1.0, s1: Any = 1.0) -> torch.Tensor:
+    """0-d float64; the norms in float64 so a sub-ULP update's tiny difference is not lost again in the sum."""
+    dw = w1.detach().double() - w0.detach().double()
+    dq = _q(w1, fmt, s1).double() - _q(w0, fmt, s0).double()
+    n = dw.norm()
+    return torch.where(n > 0, (dq - dw).norm() / n, torch.full_like(n, float("nan")))
 
 
 def delta_code_from_codes(c0: torch.Tensor, c1: torch.Tensor, fmt: Any) -> torch.Tensor:

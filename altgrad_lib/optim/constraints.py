@@ -11,7 +11,10 @@ by default every trainable transformer-block Linear weight (not lm_head, not the
 matches a 1-D parameter (gains, biases) or an embedding (and lm_head, tied to it) is refused in one line: a vector
 has no rows to normalize, and an embedding's rows are looked up one token at a time, not a linear map.
 With grid storage the retraction would move each stored weight off its format's grid, and rounding back onto the
-grid moves it off the manifold: refused (factory.build_optimizer), storage fp32 only.
+grid moves it off the manifold: refused in one line (OptimConfig, optim/config.py), storage fp32 only. Both orders
+are measured in bench/results/manifold_grid.md: round then retract leaves almost every entry off the grid; retract
+then round holds the constraint to about the format's unit roundoff, without drift, and loses what grid_rne storage
+loses anyway.
 """
 from __future__ import annotations
 
