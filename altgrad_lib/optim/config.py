@@ -228,9 +228,9 @@ class OptimConfig:
                              f"exactly its Muon matrices (every block Linear weight); remove constrain")
         if (self.constraint != "none" or self.name == "manifold_muon") and self.on_grid:
             raise ValueError(f"optim.storage={self.storage!r} with a manifold constraint ({self.name}, constraint "
-                             f"{self.constraint!r}): the retraction moves a weight off its format's grid and rounding "
-                             f"moves it off the manifold; valid: storage 'fp32' (the recipe still quantizes the "
-                             f"forward)")
+                             f"{self.constraint!r}): the retraction after a grid step moves the stored weights off "
+                             f"its format's grid (measured: bench/results/manifold_grid.md; retract-then-round is not "
+                             f"implemented); valid: storage 'fp32' (the recipe still quantizes the forward)")
 
     def _check_osc_reset(self) -> None:
         if not isinstance(self.osc_reset, bool):

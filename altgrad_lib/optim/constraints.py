@@ -10,11 +10,11 @@ works for torch's AdamW as for this package's optimizers). Which parameters: `co
 by default every trainable transformer-block Linear weight (not lm_head, not the embeddings); a pattern that
 matches a 1-D parameter (gains, biases) or an embedding (and lm_head, tied to it) is refused in one line: a vector
 has no rows to normalize, and an embedding's rows are looked up one token at a time, not a linear map.
-With grid storage the retraction would move each stored weight off its format's grid, and rounding back onto the
-grid moves it off the manifold: refused in one line (OptimConfig, optim/config.py), storage fp32 only. Both orders
-are measured in bench/results/manifold_grid.md: round then retract leaves almost every entry off the grid; retract
-then round holds the constraint to about the format's unit roundoff, without drift, and loses what grid_rne storage
-loses anyway.
+With grid storage the retraction after the optimizer's grid step would move each stored weight off its format's
+grid: refused in one line (OptimConfig, optim/config.py), storage fp32 only. Both orders are measured in
+bench/results/manifold_grid.md: round then retract (what this hook would do) leaves almost every entry off the grid;
+retract then round holds the constraint to about the format's unit roundoff, without drift, and loses what grid_rne
+storage loses anyway: workable, not implemented (it needs the retraction inside the storage's rounding step).
 """
 from __future__ import annotations
 
