@@ -277,6 +277,10 @@ def test_families_judge_each_question_apart_as_if_alone():
         assert (alone.verdict_family == "Holm over 2 rows of " + name).all()
     one = claims.claims_table(f, "recipe", "hp").set_index("level")   # one family of 4: Holm over 4 rows
     assert (one.loc[["fp4", "fp8"], "p_holm"] != t.loc[["fp4", "fp8"], "p_holm"]).any()   # non-vacuous
+    # the rules under the table say each family's size, not the table's
+    rules = claims.describe(t.reset_index())
+    assert "within each family (A: 2 row(s), B: 2 row(s))" in rules and "α/m = 0.025" in rules, rules
+    assert "over 4 row(s)" in claims.describe(one.reset_index())
 
 
 def test_the_format_study_names_the_families_notebooks_03_and_04_judge_in():
@@ -291,6 +295,8 @@ def test_the_format_study_names_the_families_notebooks_03_and_04_judge_in():
     fmts = yaml.safe_load((root / "params/04_exotic_formats/cpu.yaml").read_text())["formats"]
     assert by_name[claims.FORMATS_FAMILY] == tuple(f"{f}-XWdY" for f in fmts)
     assert set(s.positive_controls) <= {lv for levels in by_name.values() for lv in levels}
+    from altgrad_lib.studies.cli import holm_rows
+    assert holm_rows(s) == len(fmts)   # the dry run's MDE: the largest family's (the formats), not 8 rows
 
 
 def test_seed_gaps_against_the_own_seed_baseline():

@@ -482,14 +482,23 @@ def describe(table: pd.DataFrame, alpha: float = ALPHA, power: float = POWER) ->
     delta_txt = (", ".join(f"{d:.4g}" for d in deltas) + " nats" if deltas
                  else "none (state `delta`: equivalence not tested)")
     mdes = table.mde_nats.dropna()
-    m = int(np.isfinite(table.p_paired.to_numpy(float)).sum())
+    finite = np.isfinite(table.p_paired.to_numpy(float))
+    # one Holm family per comparison (judge): each family's size, as its rows were adjusted
+    fams = (pd.Series(finite, index=table.index).groupby(table["comparison"].astype(str), sort=False).sum()
+            if "comparison" in table else pd.Series({"": finite.sum()}))
+    sizes = [max(int(k), 1) for k in fams]
+    if len(sizes) == 1:
+        over, at = f"over {int(fams.iloc[0])} row(s)", f"α/{sizes[0]} = {alpha / sizes[0]:.3g}"
+    else:
+        over = "within each family (" + ", ".join(f"{name}: {int(k)} row(s)" for name, k in fams.items()) + ")"
+        at = "α/m = " + ", ".join(f"{alpha / k:.3g}" for k in dict.fromkeys(sizes)) + " (m: the row's family size)"
     mde_txt = f"{mdes.min():.4f}..{mdes.max():.4f} nats" if len(mdes) else "n/a (fewer than 2 pairs)"
     return (f"paired by seed; a seed that diverged or did not learn stays in its row ('diverged in k/n seeds', a "
-            f"harm); worse/better: Holm-adjusted paired-t p < {alpha} over {m} row(s), CI at Holm's level for the "
+            f"harm); worse/better: Holm-adjusted paired-t p < {alpha} {over}, CI at Holm's level for the "
             f"row; equivalent: TOST p < {alpha} within ±δ, δ = {delta_txt} (stated before the runs), 90 % CI; "
-            f"equiv_bound: the smallest δ the data support; MDE ({power:.0%} power at α/{max(m, 1)} = "
-            f"{alpha / max(m, 1):.3g}, with the {SD_CONFIDENCE:.0%} upper confidence bound of each row's sd): "
-            f"{mde_txt}; 'inconclusive' means the seeds cannot tell, not 'no effect'")
+            f"equiv_bound: the smallest δ the data support; MDE ({power:.0%} power at {at}, with the "
+            f"{SD_CONFIDENCE:.0%} upper confidence bound of each row's sd): {mde_txt}; 'inconclusive' means the "
+            f"seeds cannot tell, not 'no effect'")
 
 
 def write_claims(table: pd.DataFrame, path: Any) -> None:

@@ -139,16 +139,17 @@ def _seed_plan(study, args: argparse.Namespace) -> tuple:
 
 
 def holm_rows(study) -> int:
-    """Rows of the first comparison's claims table (one Holm family): its axis' levels but the baseline, times the
-    levels of every other varied axis but the seed (claims_table pairs within each of their combinations)."""
-    if not study.comparisons:
-        return 1
-    axis = study.comparisons[0].axis
-    m = max(1, len(study.axes.get(axis, ())) - 1)
-    for k, v in study.axes.items():
-        if k not in (axis, "seed"):
-            m *= max(1, len(v))
-    return m
+    """Rows of the study's largest Holm family (one per comparison; the largest has the largest MDE, the one its
+    budget states): the comparison's `levels` (else its axis' levels but the baseline), times the levels of every
+    other varied axis but the seed (claims_table pairs within each of their combinations)."""
+    sizes = []
+    for c in study.comparisons:
+        m = len(c.levels) or max(1, len(study.axes.get(c.axis, ())) - 1)
+        for k, v in study.axes.items():
+            if k not in (c.axis, "seed"):
+                m *= max(1, len(v))
+        sizes.append(m)
+    return max(sizes, default=1)
 
 
 def _budget(points: list, workers: int, threads: int | None = None, holm_rows: int = 1) -> list[str]:
