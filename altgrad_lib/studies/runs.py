@@ -67,7 +67,7 @@ def machine_key(machine: Mapping[str, Any] | None) -> str:
 
 def run_machines(frame: pd.DataFrame) -> dict[str, int]:
     """machine_key -> number of the index's runs it trained (from each run's provenance.json; rows without a run
-    directory on this disk are left out). Two machines of one model name differ in their last digits (issue 47), so
+    directory on this disk are left out). Two machines of one model name differ in their last digits, so
     a study whose runs come from more than one says so (StudyClaims.report)."""
     out: dict[str, int] = {}
     for d in frame.get("run_dir", pd.Series(dtype=object)).dropna().astype(str):
