@@ -31,11 +31,11 @@ class SizeWarning(UserWarning):
 
 
 def check_keys(cls: type, d: "Mapping[str, object]", what: str | None = None) -> list[str]:
-    """The field names of dataclass `cls`; raises one line naming the unknown keys of `d` and the valid ones (the
-    check every config's from_dict makes before `cls(**d)`)."""
+    """The init field names of dataclass `cls` (a field built in __post_init__ is no key); raises one line naming
+    the unknown keys of `d` and the valid ones (the check every config's from_dict makes before `cls(**d)`)."""
     import dataclasses
 
-    valid = [f.name for f in dataclasses.fields(cls)]
+    valid = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(d) - set(valid))
     if unknown:
         raise ValueError(f"unknown {what or cls.__name__} key(s) {unknown}; valid keys: {', '.join(valid)}")

@@ -270,7 +270,7 @@ def test_sub_configs_are_typed_frozen_and_built_with_the_config():
             part.seed = 1
     assert TrainConfig().optim_config.is_torch_adamw
     assert cfg.replace(lr=1e-3).optim_config.train_lr == 1e-3             # rebuilt with every new config
-    assert "_optim_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
+    assert "optim_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
 
 
 def test_grid_storage_on_a_hardware_backend_is_refused_with_the_config():

@@ -20,7 +20,7 @@ from altgrad_lib.quantize.recipes import QuantPolicy, get_policy
 from altgrad_lib.training import config as config_module
 from altgrad_lib.training import loop, preflight
 from altgrad_lib.training.build import build_model, gpt_config
-from altgrad_lib.training.config import TrainConfig
+from altgrad_lib.training.config import TrainConfig, key_docs
 from altgrad_lib.training.data import TokenCorpus
 from altgrad_lib.training.sub_configs import DataConfig, ModelConfig
 
@@ -36,8 +36,23 @@ def test_data_config_is_typed_frozen_canonical_and_built_once():
     assert cfg.data_config is cfg.data_config              # one object, built in __post_init__
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.data_config.batch_size = 4
-    assert "_data_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
+    assert "data_config" not in cfg.to_dict() and cfg == TrainConfig.from_dict(cfg.to_dict())
     assert cfg.replace(batch_size=4).data_config.batch_size == 4      # rebuilt with every new config
+
+
+def test_the_parts_are_declared_frozen_fields_not_keys():
+    """Issue 48: the typed parts are fields of the frozen TrainConfig (init=False: built in __post_init__, not
+    compared, not in config.yaml or the hash), and an instance holds nothing but its declared fields."""
+    parts = {f.name for f in dataclasses.fields(TrainConfig) if not f.init}
+    assert parts == {"optim_config", "hp_schedule", "diagnostics_config", "model_config", "data_config",
+                     "_quant_policy"}
+    assert not parts & set(TrainConfig.keys()) and not parts & {k for k, *_ in key_docs()}
+    cfg = TrainConfig(recipe="fmt:E3M4", precision_schedule={"bwd_hp_from": 3}, max_steps=5)
+    assert set(vars(cfg)) == {f.name for f in dataclasses.fields(TrainConfig)}   # no attribute beside the fields
+    assert not parts & set(cfg.to_dict()) and cfg.config_hash() == TrainConfig.from_dict(cfg.to_dict()).config_hash()
+    with pytest.raises(ConfigError, match=r"unknown TrainConfig key\(s\) \['optim_config'\]") as e:
+        TrainConfig.from_dict({"optim_config": None})
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("recipe", ["fmt:e4m3fn", "fp8_hybrid:hp_last=1", E2M1])
@@ -49,7 +64,7 @@ def test_a_parsed_recipe_is_resolved_once_in_post_init(recipe):
     assert pol == get_policy(cfg.recipe, backend="sim", seed=7) and pol.seed == 7
     with pytest.raises(dataclasses.FrozenInstanceError):
         pol.seed = 1
-    assert "_quant_policy" not in cfg.to_dict()
+    assert "_quant_policy" not in cfg.to_dict() and "quant_policy" not in cfg.to_dict()
 
 
 def test_a_named_recipe_resolves_on_first_use_and_keeps_the_config_torch_free():

@@ -5,9 +5,10 @@ training layer takes instead of the whole config: `model_config` (sub_configs.Mo
 `data_config` (sub_configs.DataConfig: training/data.py, preflight's corpus), `optim_config` (optim/config.OptimConfig:
 optim/factory.build_optimizer), `diagnostics_config` (monitors/config.DiagnosticsConfig: monitors/diagnostics),
 `hp_schedule` (sub_configs.PrecisionSchedule: the loop, preflight, the doctor) and `quant_policy` (the recipe resolved
-to a quantize/recipes.QuantPolicy: build_model, preflight). They are views: the fields (and so config.yaml and the
-config hash) are unchanged. `resolved()` fills run_name / out_dir without building them again, so a run builds its
-TrainConfig once (tests/test_training_sub_configs.py).
+to a quantize/recipes.QuantPolicy: build_model, preflight). They are declared fields with init=False (key_fields:
+the keys are the init fields), so they are not keys: config.yaml, the config hash, the help and == read the keys
+only. `resolved()` fills run_name / out_dir without building them again, so a run builds its TrainConfig once
+(tests/test_training_sub_configs.py).
 
 Kept free of torch so `altgrad train --help` and config parsing are instant (a `fmt:` or dict recipe, or a named
 format, is checked by the torch-based parsers, imported only then; so is the QuantPolicy of a plain named recipe,
@@ -73,10 +74,21 @@ def _key(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any
     return dataclasses.field(default=default, metadata=meta)
 
 
+def key_fields(cls: type) -> list[dataclasses.Field]:
+    """The keys of a config: its init fields (TrainConfig's typed parts are fields built in __post_init__)."""
+    return [f for f in fields(cls) if f.init]
+
+
+def _built() -> Any:
+    """A typed part of TrainConfig: a frozen field built in __post_init__ from the keys, not a key itself (not in
+    config.yaml, the hash, the help or ==)."""
+    return dataclasses.field(init=False, repr=False, compare=False)
+
+
 def key_docs() -> list[tuple[str, Any, str, tuple[str, ...] | None]]:
-    """(key, default, meaning, choices or None) of every TrainConfig field, in declaration order."""
+    """(key, default, meaning, choices or None) of every TrainConfig key, in declaration order."""
     return [(f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory(), f.metadata["help"],
-             f.metadata["choices"]) for f in fields(TrainConfig)]
+             f.metadata["choices"]) for f in key_fields(TrainConfig)]
 
 
 @dataclass(frozen=True)
@@ -154,15 +166,25 @@ class TrainConfig:
                                           "DiagnosticsConfig fields; -p diagnostics.interval=25 sets one field (a dict "
                                           "without 'preset' means 'full')", ("off", "cheap", "full", "{field: value}"))
 
+    # -- the typed parts: built once in __post_init__ from the keys above (frozen views; the keys stay the record)
+    optim_config: OptimConfig = _built()             # optimizer + optim with the run's lr, weight_decay, betas, seed
+    hp_schedule: PrecisionSchedule = _built()        # precision_schedule parsed: each key's first step
+    diagnostics_config: DiagnosticsConfig = _built()
+    model_config: ModelConfig = _built()
+    data_config: DataConfig = _built()               # the tokenizer under its canonical name
+    # the recipe resolved (quantize/recipes.QuantPolicy, imports torch): in __post_init__ for a recipe it parsed,
+    # else on first use (quant_policy)
+    _quant_policy: Any = dataclasses.field(init=False, repr=False, compare=False, default=None)
+
     def __post_init__(self) -> None:
         if self.diagnostics is False:   # YAML 1.1 reads `-p diagnostics=off` as False
             object.__setattr__(self, "diagnostics", "off")
         elif isinstance(self.diagnostics, Mapping) and self.diagnostics.get("preset") is False:   # .preset=off
             object.__setattr__(self, "diagnostics", {**self.diagnostics, "preset": "off"})
         hints = _field_types()
-        for f in fields(self):
+        for f in key_fields(type(self)):
             object.__setattr__(self, f.name, _coerce(f.name, getattr(self, f.name), hints[f.name]))
-        for f in fields(self):   # inf / nan would pass every range check below and poison the run
+        for f in key_fields(type(self)):   # inf / nan would pass every range check below and poison the run
             v = getattr(self, f.name)
             if isinstance(v, float) and not math.isfinite(v):
                 raise ConfigError(f"TrainConfig.{f.name}={v!r} is not a finite number")
@@ -187,7 +209,7 @@ class TrainConfig:
         if oc.on_grid and self.backend != "sim":
             raise ConfigError(f"TrainConfig: optim.storage={oc.storage!r} needs backend 'sim' (got "
                               f"{self.backend!r}); valid storage for hardware backends: 'fp32'")
-        object.__setattr__(self, "_optim_config", oc)
+        object.__setattr__(self, "optim_config", oc)
         if oc.osc_reset and oc.osc_reset_start + oc.osc_reset_window > self.max_steps:
             # the first round resets after step start + window (optim/osc_reset.py), whatever the period
             raise ConfigError(f"TrainConfig: optim.osc_reset's first reset comes after step osc_reset_start + "
@@ -196,7 +218,7 @@ class TrainConfig:
                               f"osc_reset_start or raise max_steps")
         object.__setattr__(self, "precision_schedule", copy.deepcopy(self.precision_schedule))
         # one-line errors: unknown key, step out of range, "decay" without a decay; every consumer reads the result
-        object.__setattr__(self, "_hp_schedule", parse_precision_schedule(self))
+        object.__setattr__(self, "hp_schedule", parse_precision_schedule(self))
         for name, choices in (("precision", PRECISIONS), ("backend", BACKENDS), ("mlp", MLPS), ("logger", LOGGERS),
                               ("compile_scope", COMPILE_SCOPES)):
             check_choice(f"TrainConfig.{name}", getattr(self, name), choices, ConfigError)
@@ -238,10 +260,10 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.diagnostics: {one_line(e)}") from e
         if isinstance(self.diagnostics, dict):
             object.__setattr__(self, "diagnostics", diag.to_dict())      # every field explicit in config.yaml
-        object.__setattr__(self, "_diagnostics_config", diag)
-        object.__setattr__(self, "_model_config", _part(ModelConfig, self))
+        object.__setattr__(self, "diagnostics_config", diag)
+        object.__setattr__(self, "model_config", _part(ModelConfig, self))
         try:   # one line naming the valid names; the field keeps its spelling (and the hash), the part is canonical
-            object.__setattr__(self, "_data_config", _part(DataConfig, self, tokenizer=canonical_tokenizer_name(
+            object.__setattr__(self, "data_config", _part(DataConfig, self, tokenizer=canonical_tokenizer_name(
                 self.tokenizer)))
         except ValueError as e:
             raise ConfigError(f"TrainConfig.tokenizer: {one_line(e)}") from e
@@ -251,29 +273,7 @@ class TrainConfig:
         if self.precision_schedule:   # every phase against the recipe now, not at its step (torch: quant_policy)
             check_schedule_phases(self)
 
-    # -- the typed parts (built once above; the fields stay the record)
-    @property
-    def optim_config(self) -> OptimConfig:
-        """`optimizer` + `optim` with the run's lr, weight_decay, betas, seed and recipe name."""
-        return self._optim_config
-
-    @property
-    def hp_schedule(self) -> PrecisionSchedule:
-        """`precision_schedule` parsed: the first step of each key's high-precision GEMMs."""
-        return self._hp_schedule
-
-    @property
-    def diagnostics_config(self) -> DiagnosticsConfig:
-        return self._diagnostics_config
-
-    @property
-    def model_config(self) -> ModelConfig:
-        return self._model_config
-
-    @property
-    def data_config(self) -> DataConfig:
-        return self._data_config
-
+    # -- the lazily resolved part
     @property
     def quant_policy(self) -> QuantPolicy:
         """The recipe resolved with this run's backend and seed (quantize.recipes.get_policy): what build_model
@@ -286,7 +286,7 @@ class TrainConfig:
     # -- construction
     @classmethod
     def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        return [f.name for f in key_fields(cls)]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
@@ -325,7 +325,7 @@ class TrainConfig:
 
     # -- views
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in key_fields(type(self))}
 
     def config_hash(self) -> str:
         """sha256 over the canonical JSON of every field that can change the run's numbers + NUMERICS_VERSION."""
@@ -382,7 +382,7 @@ class TrainConfig:
 
 def _part(cls: type, cfg: TrainConfig, **resolved: Any) -> Any:
     """A sub-config of `cfg`: its fields are TrainConfig keys of the same name, `resolved` the ones spelled anew."""
-    return cls(**{**{f.name: getattr(cfg, f.name) for f in fields(cls)}, **resolved})
+    return cls(**{**{f.name: getattr(cfg, f.name) for f in key_fields(cls)}, **resolved})
 
 
 def _resolve_policy(cfg: TrainConfig) -> QuantPolicy:
