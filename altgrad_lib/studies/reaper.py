@@ -147,14 +147,8 @@ def _parent(pid: int) -> int | None:
 
 def _parents() -> dict[int, int]:
     """pid -> parent pid of every process (from /proc; {} where there is none)."""
-    out = {}
-    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                out[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
+    pids = [int(d) for d in os.listdir("/proc") if d.isdigit()] if os.path.isdir("/proc") else []
+    return {pid: ppid for pid in pids if (ppid := _parent(pid)) is not None}
 
 
 def descendants() -> dict[int, int]:
