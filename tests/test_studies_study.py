@@ -242,7 +242,7 @@ def test_report_says_when_the_runs_come_from_more_than_one_machine(tmp_path):
     s = Study.from_dict(tiny_study_dict(tmp_path), out_dir=str(tmp_path / "st"))
     idx = _index(s, lambda c: 3.0 + (c.recipe == "fp8_hybrid") + 0.01 * c.seed)
     here = machine_info()
-    other = {**here, "aten_cpu_capability": "DEFAULT", "isa": ["avx2", "fma"]}
+    other = {**here, "cpu_model": f"{here['cpu_model']} (another)", "isa": [*here["isa"], "amx_tile"]}   # not here
     dirs = []
     for i in range(len(idx)):
         d = tmp_path / "runs" / f"r{i}"
